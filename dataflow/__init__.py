@@ -1,0 +1,1 @@
+"""dataflow: a cycle-level simulator of a reconfigurable dataflow accelerator."""
