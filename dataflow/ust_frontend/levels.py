@@ -1,0 +1,193 @@
+"""Level types and level expressions of the UST format language.
+
+A level is ``expr : type``. Expressions form a small immutable tree (``Dim``, ``Const``,
+``BinOp``); a type is a ``LevelType`` (format kind, properties and parameters). Columns of the
+source text ride along for error messages but never take part in equality or hashing.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+class LevelFormat(enum.Enum):
+    """The kind of storage a level uses (names follow nvmath-python and MLIR)."""
+
+    DENSE = "dense"
+    BATCH = "batch"
+    COMPRESSED = "compressed"
+    LOOSE_COMPRESSED = "loose_compressed"
+    SINGLETON = "singleton"
+    RANGE = "range"
+    DELTA = "delta"
+    STRUCTURED = "structured"
+
+
+#: Levels that enumerate every coordinate of their extent and store no arrays.
+ENUMERATING = frozenset({LevelFormat.DENSE, LevelFormat.BATCH, LevelFormat.RANGE})
+#: Levels that store coordinates and so may carry the unique / ordered properties.
+COORDINATE_STORING = frozenset({LevelFormat.COMPRESSED, LevelFormat.LOOSE_COMPRESSED,
+                                LevelFormat.SINGLETON, LevelFormat.DELTA})
+#: Levels that own a segment of children per parent position (a `pos` array).
+SEGMENTED = frozenset({LevelFormat.COMPRESSED, LevelFormat.LOOSE_COMPRESSED, LevelFormat.DELTA})
+
+
+@dataclass(frozen=True)
+class LevelType:
+    """Format kind + properties + parameters of one level.
+
+    ``params`` is ``(bits,)`` for delta and ``(n, m)`` for structured, ``()`` otherwise.
+    ``soa`` (MLIR's structure-of-arrays flag for singleton levels) is kept only so that MLIR
+    spellings round-trip; storage here is always one array per level.
+    """
+
+    format: LevelFormat
+    unique: bool = True
+    ordered: bool = True
+    params: tuple[int, ...] = ()
+    soa: bool = False
+
+    def __str__(self) -> str:
+        fmt = self.format
+        if fmt is LevelFormat.DELTA:
+            head = f"delta({self.params[0]})"
+        elif fmt is LevelFormat.STRUCTURED:
+            head = f"structured[{self.params[0]}, {self.params[1]}]"
+        else:
+            head = fmt.value
+        props = []
+        if not self.unique:
+            props.append("nonunique")
+        if not self.ordered:
+            props.append("unordered")
+        if self.soa:
+            props.append("soa")
+        return f"{head}({', '.join(props)})" if props else head
+
+    @property
+    def stores_pos(self) -> bool:
+        return self.format in SEGMENTED
+
+    @property
+    def stores_crd(self) -> bool:
+        return self.format in COORDINATE_STORING or self.format is LevelFormat.STRUCTURED
+
+
+# --------------------------------------------------------------------------------------------
+# Level expressions
+
+
+@dataclass(frozen=True)
+class Dim:
+    """A dimension variable."""
+
+    name: str
+    column: int | None = field(default=None, compare=False, repr=False)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True)
+class Const:
+    """An integer constant (only valid as the right operand of ``/`` and ``%``)."""
+
+    value: int
+    column: int | None = field(default=None, compare=False, repr=False)
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+@dataclass(frozen=True)
+class BinOp:
+    """``lhs op rhs`` with op one of ``+ - / %`` (``/`` is floor division)."""
+
+    op: str
+    lhs: LevelExpr
+    rhs: LevelExpr
+    column: int | None = field(default=None, compare=False, repr=False)
+
+    def __str__(self) -> str:
+        def side(e: LevelExpr) -> str:
+            return f"({e})" if isinstance(e, BinOp) else str(e)
+
+        return f"{side(self.lhs)} {self.op} {side(self.rhs)}"
+
+
+LevelExpr = Dim | Const | BinOp
+
+
+def expr_dims(expr: LevelExpr) -> tuple[str, ...]:
+    """Dimension names used by an expression, left to right."""
+    if isinstance(expr, Dim):
+        return (expr.name,)
+    if isinstance(expr, BinOp):
+        return expr_dims(expr.lhs) + expr_dims(expr.rhs)
+    return ()
+
+
+def rename_expr(expr: LevelExpr, mapping: dict[str, str]) -> LevelExpr:
+    if isinstance(expr, Dim):
+        return Dim(mapping[expr.name])
+    if isinstance(expr, BinOp):
+        return BinOp(expr.op, rename_expr(expr.lhs, mapping), rename_expr(expr.rhs, mapping))
+    return Const(expr.value)
+
+
+def evaluate(expr: LevelExpr, coords: dict[str, np.ndarray]) -> np.ndarray:
+    """Level coordinates of an expression, vectorised over arrays of dimension coordinates."""
+    if isinstance(expr, Dim):
+        return np.asarray(coords[expr.name])
+    if isinstance(expr, Const):
+        return np.asarray(expr.value)
+    lhs, rhs = evaluate(expr.lhs, coords), evaluate(expr.rhs, coords)
+    if expr.op == "+":
+        return lhs + rhs
+    if expr.op == "-":
+        return lhs - rhs
+    if expr.op == "/":
+        return lhs // rhs
+    return lhs % rhs
+
+
+def bounds(expr: LevelExpr, extents: dict[str, int]) -> tuple[int, int]:
+    """Half-open range [lo, hi) of an expression's values for the given dimension extents.
+
+    ``a + b`` spans ``[0, na + nb - 1)``, ``b - a`` spans ``[-(na - 1), nb)`` (so its size is
+    ``na + nb - 1`` and offsets may be negative), ``i / c`` spans ``[0, ceil(n / c))``,
+    ``i % c`` spans ``[0, c)``.
+    """
+    if isinstance(expr, Dim):
+        return 0, extents[expr.name]
+    if isinstance(expr, Const):
+        return expr.value, expr.value + 1
+    llo, lhi = bounds(expr.lhs, extents)
+    rlo, rhi = bounds(expr.rhs, extents)
+    if expr.op == "+":
+        return llo + rlo, lhi + rhi - 1
+    if expr.op == "-":
+        return llo - (rhi - 1), lhi - rlo
+    if expr.op == "/":
+        c = expr.rhs.value  # validated: rhs is a positive constant
+        return llo // c, -(-lhi // c)
+    return 0, expr.rhs.value
+
+
+@dataclass(frozen=True)
+class LevelSpec:
+    """One level: ``expr : type``."""
+
+    expr: LevelExpr
+    type: LevelType
+    column: int | None = field(default=None, compare=False, repr=False)
+
+    def __str__(self) -> str:
+        return f"{self.expr} : {self.type}"
+
+    @property
+    def format(self) -> LevelFormat:
+        return self.type.format
