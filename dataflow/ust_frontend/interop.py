@@ -245,11 +245,15 @@ def torch_object(kind: str, extra: tuple, fmt: TensorFormat, shape, storage: Sto
         return extra[0]  # torch keeps indices as one (rank, nnz) tensor: hand back the original
     size = tuple(shape)
     if kind == "torch.sparse_csr":
-        return torch.sparse_csr_tensor(t(pos[1]), t(crd[1]), t(val), size=size)
+        return torch.sparse_csr_tensor(t(pos[1]), t(crd[1]), t(val), size=size,
+                                       check_invariants=False)
     if kind == "torch.sparse_csc":
-        return torch.sparse_csc_tensor(t(pos[1]), t(crd[1]), t(val), size=size)
+        return torch.sparse_csc_tensor(t(pos[1]), t(crd[1]), t(val), size=size,
+                                       check_invariants=False)
     r, c = extra
     blocks = t(val.reshape(-1, r, c))
     if kind == "torch.sparse_bsr":
-        return torch.sparse_bsr_tensor(t(pos[1]), t(crd[1]), blocks, size=size)
-    return torch.sparse_bsc_tensor(t(pos[1]), t(crd[1]), blocks, size=size)
+        return torch.sparse_bsr_tensor(t(pos[1]), t(crd[1]), blocks, size=size,
+                                       check_invariants=False)
+    return torch.sparse_bsc_tensor(t(pos[1]), t(crd[1]), blocks, size=size,
+                                   check_invariants=False)

@@ -98,8 +98,9 @@ class _Parser:
 
     def mlir(self) -> ParsedFormat:
         self.expect("#")
-        for word in ("sparse_tensor", ".", "encoding", "<", "{"):
+        for word in ("sparse_tensor", ".", "encoding", "<"):
             self.expect(word, "'#sparse_tensor.encoding<{'")
+        brace = self.expect("{")
         result = None
         while True:
             key = self.expect_kind("ident", "an encoding key such as 'map'")
@@ -113,7 +114,7 @@ class _Parser:
         self.expect("}")
         self.expect(">")
         if result is None:
-            self.fail("the encoding has no 'map = ...' entry", rule="syntax")
+            self.fail("the encoding has no 'map = ...' entry", brace)
         return result
 
     def skip_value(self):
