@@ -333,7 +333,7 @@ def test_every_rule_has_a_test():
 
     from dataflow.ust_frontend import parser, rules
 
-    declared = set()
+    declared = {"syntax"}  # the parser's default rule
     for module in (parser, rules):
         text = open(module.__file__).read()
         declared |= set(re.findall(r'(?:fail\(|rule=|rule = )"([a-z-]+)"', text))
