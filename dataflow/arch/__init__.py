@@ -1,0 +1,11 @@
+"""`ArchSpec` and its YAML loader, shared by the mapper and the engine."""
+
+from dataflow.arch.load import ArchError, arch_from_dict, arch_to_dict, load_arch
+from dataflow.arch.spec import (
+    AreaTable, ArchSpec, DRAMSpec, EnergyTable, FunctionalUnit, InterconnectSpec, PEArraySpec, SPMSpec,
+)
+
+__all__ = [
+    "ArchError", "ArchSpec", "AreaTable", "DRAMSpec", "EnergyTable", "FunctionalUnit",
+    "InterconnectSpec", "PEArraySpec", "SPMSpec", "arch_from_dict", "arch_to_dict", "load_arch",
+]

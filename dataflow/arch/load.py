@@ -1,0 +1,130 @@
+"""YAML → `ArchSpec`: schema (keys and types) → semantic checks → objects.
+
+Every error is one `ArchError` naming the file and the key path (`pe_array.spm.lines`), never a
+traceback from deep inside and never print-and-continue.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dataflow.arch.spec import ArchSpec
+
+
+class ArchError(ValueError):
+    """A bad architecture description: `source` is the file, `key_path` the dotted key."""
+
+    def __init__(self, source: str, key_path: str, message: str):
+        self.source = source
+        self.key_path = key_path
+        where = f"{source}: " if source else ""
+        at = f"{key_path}: " if key_path else ""
+        super().__init__(f"{where}{at}{message}")
+
+
+def _build(cls: type, data: Any, source: str, path: str) -> Any:
+    """Build dataclass `cls` from plain data, checking keys and types recursively."""
+    if not isinstance(data, dict):
+        raise ArchError(source, path, f"expected a mapping for {cls.__name__}, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.name != "source"}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        key = unknown[0]
+        raise ArchError(
+            source, _join(path, str(key)),
+            f"unknown key {key!r}; allowed keys here: {', '.join(sorted(fields))}",
+        )
+    kwargs = {}
+    for name, f in fields.items():
+        if name not in data:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise ArchError(source, _join(path, name), "required key is missing")
+            continue
+        kwargs[name] = _convert(hints[name], data[name], source, _join(path, name))
+    return cls(**kwargs)
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _convert(tp: Any, value: Any, source: str, path: str) -> Any:
+    origin = typing.get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        return _build(tp, value, source, path)
+    if origin is tuple:
+        (item_tp, _ellipsis) = typing.get_args(tp)
+        if not isinstance(value, (list, tuple)):
+            raise ArchError(source, path, f"expected a list, got {type(value).__name__}")
+        return tuple(_convert(item_tp, v, source, f"{path}[{i}]") for i, v in enumerate(value))
+    if origin in (typing.Union, types.UnionType):
+        raise TypeError(f"unsupported union type at {path}")  # not used in ArchSpec
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ArchError(source, path, f"expected true/false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ArchError(source, path, f"expected an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ArchError(source, path, f"expected a number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ArchError(source, path, f"expected a string, got {value!r}")
+        return value
+    raise TypeError(f"unsupported field type {tp!r} at {path}")
+
+
+def arch_from_dict(data: dict, source: str = "<dict>") -> ArchSpec:
+    """Build and validate an `ArchSpec` from plain data (as read from YAML)."""
+    from dataflow.arch.validate import validate_arch
+
+    spec = _build(ArchSpec, data, source, "")
+    spec = dataclasses.replace(spec, source=source)
+    validate_arch(spec)
+    return spec
+
+
+def load_arch(path: str | Path) -> ArchSpec:
+    """Load `arch_configs/*.yaml` into a validated `ArchSpec`.
+
+    Raises `ArchError` naming the file and the key path for unknown keys, wrong types and
+    impossible values.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ArchError(str(path), "", f"cannot read architecture file ({exc.strerror})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ArchError(str(path), "", f"not valid YAML: {exc}") from None
+    if data is None:
+        raise ArchError(str(path), "", "file is empty")
+    return arch_from_dict(data, source=str(path))
+
+
+def arch_to_dict(spec: ArchSpec) -> dict:
+    """Plain data for reports and caches (round-trips through `arch_from_dict`)."""
+    data = dataclasses.asdict(spec)
+    data.pop("source", None)
+    return _lists(data)
+
+
+def _lists(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {k: _lists(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_lists(v) for v in x]
+    return x

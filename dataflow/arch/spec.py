@@ -1,0 +1,136 @@
+"""`ArchSpec`: the hardware description shared by the mapper and the engine.
+
+Every field is a plain typed value so the spec is hashable (a plan-cache key), printable and
+round-trips through YAML. Units are in the field names or docstrings: cycles, words, bytes, pJ, mm².
+Validation of values that are impossible for hardware lives in `validate.py`, not here: no
+computation in constructors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class FunctionalUnit:
+    """One functional-unit kind available in every PE.
+
+    `ops` are opcode names from `dataflow.dfg.ops.Op` (lower-case). `latency_cycles` is the
+    result latency; `issue_interval_cycles` is how often a new op can start (1 = pipelined).
+    """
+
+    name: str
+    ops: tuple[str, ...]
+    latency_cycles: int = 1
+    issue_interval_cycles: int = 1
+
+
+@dataclass(frozen=True)
+class PEArraySpec:
+    """The PE grid. `kind` is `reconfigurable` (modulo-scheduled CGRA) or `systolic`."""
+
+    rows: int
+    cols: int
+    kind: str = "reconfigurable"
+    simd_lanes: int = 1
+    register_file_entries: int = 16
+    instruction_entries: int = 32
+    functional_units: tuple[FunctionalUnit, ...] = ()
+
+    @property
+    def num_pes(self) -> int:
+        return self.rows * self.cols
+
+
+@dataclass(frozen=True)
+class InterconnectSpec:
+    """Links between PEs. `skip_hop_strides` adds links of those strides along rows and columns
+    (MLX's "skip-hop" links that butterfly strides need)."""
+
+    topology: str = "mesh"
+    hop_latency_cycles: int = 1
+    link_width_words: int = 1
+    links_per_direction: int = 1
+    skip_hop_strides: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class SPMSpec:
+    """The multi-line scratchpad.
+
+    A word address `a` lives on line `line_of(a)`: `interleaved` puts consecutive rows on
+    consecutive lines, `blocked` gives each line one contiguous range of `capacity_words_per_line`.
+    Each line serves `read_ports_per_line` reads and `write_ports_per_line` writes per cycle; one
+    access moves one row of `words_per_row` words.
+    """
+
+    lines: int
+    words_per_row: int
+    capacity_words_per_line: int
+    read_ports_per_line: int = 1
+    write_ports_per_line: int = 1
+    access_latency_cycles: int = 1
+    address_mapping: str = "interleaved"
+
+    @property
+    def capacity_words(self) -> int:
+        return self.lines * self.capacity_words_per_line
+
+
+@dataclass(frozen=True)
+class DRAMSpec:
+    """Off-chip memory as seen by the DMA engines: `bytes_per_cycle` at the array clock."""
+
+    bytes_per_cycle: float
+    latency_cycles: int = 100
+    channels: int = 1
+    dma_engines: int = 1
+
+
+@dataclass(frozen=True)
+class EnergyTable:
+    """Energy per action in pJ. Defaults: Horowitz, ISSCC 2014, 45 nm (see REFERENCES.md)."""
+
+    mac_pj: float = 4.6  # FP32 mult 3.7 + FP32 add 0.9
+    alu_pj: float = 0.9  # FP32 add
+    spm_access_pj: float = 10.0  # 64-bit read of an 8 KB SRAM
+    dram_byte_pj: float = 20.0  # 64-bit DRAM access 1.3-2.6 nJ -> ~160-320 pJ/B; conservative low
+    link_hop_pj: float = 0.5
+    reconfiguration_pj: float = 100.0
+
+
+@dataclass(frozen=True)
+class AreaTable:
+    """Area per component in mm²."""
+
+    pe_mm2: float = 0.05
+    spm_line_mm2: float = 0.1
+    router_mm2: float = 0.01
+
+
+@dataclass(frozen=True)
+class ArchSpec:
+    """A whole accelerator. Load with `dataflow.load_arch(path)`."""
+
+    name: str
+    pe_array: PEArraySpec
+    spm: SPMSpec
+    dram: DRAMSpec
+    interconnect: InterconnectSpec = field(default_factory=InterconnectSpec)
+    clock_ghz: float = 1.0
+    word_bytes: int = 4
+    dtype: str = "float32"
+    reconfiguration_cycles: int = 0
+    energy: EnergyTable = field(default_factory=EnergyTable)
+    area: AreaTable = field(default_factory=AreaTable)
+    source: str = ""  # file it came from, for error messages and reports
+
+    def fu_for(self, op_name: str) -> FunctionalUnit:
+        """The functional unit that executes `op_name` (raises KeyError naming the op)."""
+        for fu in self.pe_array.functional_units:
+            if op_name in fu.ops:
+                return fu
+        raise KeyError(f"architecture {self.name!r} has no functional unit for op {op_name!r}")
+
+    def op_latency(self, op_name: str) -> int:
+        return self.fu_for(op_name).latency_cycles

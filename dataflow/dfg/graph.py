@@ -1,0 +1,233 @@
+"""`Kernel` and `Program`: the objects between the frontend and the mapper.
+
+A `Kernel` is one loop nest: an iteration domain (`Loop`s, outermost first, whose extents may
+come from a sparse operand's `pos` array) and a small dataflow graph of its body (`Node`s from
+the one `Op` enum). Memory nodes carry an `Addr`: an affine function of the loop variables, plus
+(for gathers and scatters) a loaded index times a stride. The innermost dense loop may be the
+`vector_var`, executed `simd_lanes` elements at a time.
+
+Graphs live in networkx behind `Kernel.graph()`; nodes themselves are immutable and edited only
+with `dataclasses.replace`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import networkx as nx
+import numpy as np
+
+from dataflow.dfg.ops import ARITY, Op
+
+
+class DFGError(ValueError):
+    """A malformed kernel or program (names the kernel and the node)."""
+
+
+@dataclass(frozen=True)
+class Addr:
+    """Word address = const + sum(coef * loop_var) + index_stride * value(index input)."""
+
+    terms: tuple[tuple[str, int], ...] = ()
+    const: int = 0
+    index_stride: int = 0
+
+    def coef(self, var: str) -> int:
+        return sum(c for v, c in self.terms if v == var)
+
+    def __str__(self) -> str:
+        parts = [f"{c}*{v}" if c != 1 else v for v, c in self.terms]
+        if self.index_stride:
+            parts.append(f"{self.index_stride}*idx" if self.index_stride != 1 else "idx")
+        if self.const or not parts:
+            parts.append(str(self.const))
+        return " + ".join(parts)
+
+
+@dataclass(frozen=True)
+class Node:
+    id: int
+    op: Op
+    inputs: tuple[int, ...] = ()
+    buffer: str | None = None
+    addr: Addr | None = None
+    value: float = 0.0  # for CONST
+    name: str = ""
+
+    def __str__(self) -> str:
+        mem = f" {self.buffer}[{self.addr}]" if self.buffer else ""
+        ins = f"({', '.join(f'%{i}' for i in self.inputs)})" if self.inputs else ""
+        return f"%{self.id} = {self.op.value}{ins}{mem}"
+
+
+@dataclass(frozen=True)
+class Loop:
+    """One loop level. Dense: `range(extent)`. Compressed: `range(pos[parent], pos[parent+1])`
+    with `pos` the named domain array (a sparse operand's positions)."""
+
+    var: str
+    extent: int = 0
+    pos: str | None = None
+    parent: str | None = None
+
+    @property
+    def is_dense(self) -> bool:
+        return self.pos is None
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """A named array of `size` words; `role` is `input`, `output` or `temp`."""
+
+    name: str
+    size: int
+    role: str = "input"
+
+
+@dataclass(frozen=True, eq=False)
+class Kernel:
+    name: str
+    loops: tuple[Loop, ...]
+    nodes: tuple[Node, ...]
+    buffers: tuple[Buffer, ...]
+    vector_var: str | None = None
+    domain_arrays: tuple[tuple[str, np.ndarray], ...] = ()  # name -> int64 pos arrays
+    carried: tuple[tuple[int, int, int], ...] = ()  # (src, dst, distance) loop-carried edges
+
+    # identity semantics: kernels hold arrays, so hash/eq are by object
+    def __hash__(self) -> int:
+        return id(self)
+
+    @cached_property
+    def domain(self) -> dict[str, np.ndarray]:
+        return dict(self.domain_arrays)
+
+    @property
+    def vector_extent(self) -> int:
+        """Element extent of the vector loop (1 when there is none)."""
+        for lp in self.loops:
+            if lp.var == self.vector_var:
+                return lp.extent
+        return 1
+
+    @cached_property
+    def buffer_map(self) -> dict[str, Buffer]:
+        return {b.name: b for b in self.buffers}
+
+    def graph(self) -> nx.DiGraph:
+        """The body as a networkx DiGraph; edges carry `distance` (0 = same iteration)."""
+        g = nx.DiGraph()
+        for n in self.nodes:
+            g.add_node(n.id, node=n)
+        for n in self.nodes:
+            for i in n.inputs:
+                g.add_edge(i, n.id, distance=0)
+        for src, dst, dist in self.carried:
+            g.add_edge(src, dst, distance=dist)
+        return g
+
+    def verify(self) -> None:
+        """Raise DFGError unless the kernel is well formed."""
+        where = f"kernel {self.name!r}"
+        ids = [n.id for n in self.nodes]
+        if ids != list(range(len(ids))):
+            raise DFGError(f"{where}: node ids must be 0..n-1 in order, got {ids}")
+        loop_vars = [lp.var for lp in self.loops]
+        if len(set(loop_vars)) != len(loop_vars):
+            raise DFGError(f"{where}: duplicate loop variables {loop_vars}")
+        for k, lp in enumerate(self.loops):
+            if not lp.is_dense:
+                if lp.pos not in self.domain:
+                    raise DFGError(f"{where}: loop {lp.var!r} uses unknown pos array {lp.pos!r}")
+                if lp.parent not in loop_vars[:k]:
+                    raise DFGError(f"{where}: loop {lp.var!r} needs an enclosing parent loop")
+            elif lp.extent < 0:
+                raise DFGError(f"{where}: loop {lp.var!r} has negative extent")
+        if self.vector_var is not None:
+            vl = [lp for lp in self.loops if lp.var == self.vector_var]
+            if not vl or not vl[0].is_dense or vl[0] is self.loops[0]:
+                raise DFGError(f"{where}: vector_var must be a dense loop inside the outermost")
+            if any(lp.parent == self.vector_var for lp in self.loops):
+                raise DFGError(f"{where}: no sparse loop may hang off the vector loop")
+        written = {n.buffer for n in self.nodes if n.op.writes_spm}
+        for n in self.nodes:
+            if n.op in (Op.LOAD, Op.GATHER) and n.buffer in written:
+                raise DFGError(f"{where}: node %{n.id} loads {n.buffer!r}, which the kernel "
+                               "also writes (read-after-write inside a kernel is not modelled)")
+        for n in self.nodes:
+            if len(n.inputs) != ARITY[n.op]:
+                raise DFGError(f"{where}: node %{n.id} {n.op.value} takes {ARITY[n.op]} inputs")
+            if any(i >= n.id for i in n.inputs):
+                raise DFGError(f"{where}: node %{n.id} uses a later node (body must be a DAG in order)")
+            if n.op.is_memory:
+                if n.buffer not in self.buffer_map or n.addr is None:
+                    raise DFGError(f"{where}: node %{n.id} needs a declared buffer and an address")
+                for v, _ in n.addr.terms:
+                    if v not in loop_vars:
+                        raise DFGError(f"{where}: node %{n.id} address uses unknown variable {v!r}")
+                indirect = n.op in (Op.GATHER, Op.SCATTER)
+                if indirect != bool(n.addr.index_stride):
+                    raise DFGError(f"{where}: node %{n.id}: only gather/scatter use an index")
+        g = self.graph()
+        zero = nx.DiGraph([(u, v) for u, v, d in g.edges(data="distance") if d == 0])
+        if any(s >= len(self.nodes) or d >= len(self.nodes) or dist < 1 for s, d, dist in self.carried):
+            raise DFGError(f"{where}: carried edges need existing nodes and distance >= 1")
+        if not nx.is_directed_acyclic_graph(zero):
+            raise DFGError(f"{where}: the body has a cycle of distance 0")
+
+    def num_iterations(self, lanes: int = 1) -> int:
+        """Iterations of the domain, counting the vector loop in vectors of `lanes` elements."""
+        from dataflow.dfg.domain import enumerate_domain
+
+        return len(enumerate_domain(self, lanes)[self.loops[0].var])
+
+    def __str__(self) -> str:
+        loops = " ".join(
+            f"for {lp.var} in [0,{lp.extent})" if lp.is_dense
+            else f"for {lp.var} in {lp.pos}[{lp.parent}]..{lp.pos}[{lp.parent}+1]"
+            for lp in self.loops
+        )
+        body = "\n".join(f"    {n}" for n in self.nodes)
+        vec = f"  (vector over {self.vector_var})" if self.vector_var else ""
+        return f"kernel {self.name}: {loops}{vec}\n{body}"
+
+
+@dataclass(frozen=True, eq=False)
+class Program:
+    """A DAG of kernels joined by the buffers they produce and consume.
+
+    `inputs` hold the data of input buffers (flat numpy arrays, by name); `outputs` name the
+    buffers that are the program's results, with their logical shapes.
+    """
+
+    name: str
+    kernels: tuple[Kernel, ...]
+    inputs: tuple[tuple[str, np.ndarray], ...]
+    outputs: tuple[tuple[str, tuple[int, ...]], ...]
+    dtype: str = "float32"
+    macs: int = 0  # useful multiply-accumulates, for utilisation and rooflines
+    meta: tuple[tuple[str, object], ...] = field(default=())
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    @cached_property
+    def input_map(self) -> dict[str, np.ndarray]:
+        return dict(self.inputs)
+
+    def verify(self) -> None:
+        produced = set(self.input_map)
+        for k in self.kernels:
+            k.verify()
+            for b in k.buffers:
+                if b.role == "input" and b.name not in produced:
+                    raise DFGError(f"program {self.name!r}: kernel {k.name!r} reads {b.name!r}, "
+                                   "which no input or earlier kernel provides")
+                if b.role == "input" and b.name in self.input_map and self.input_map[b.name].size != b.size:
+                    raise DFGError(f"program {self.name!r}: buffer {b.name!r} declared with "
+                                   f"{b.size} words but given {self.input_map[b.name].size}")
+            produced |= {b.name for b in k.buffers if b.role == "output"}
+        for name, _ in self.outputs:
+            if name not in produced:
+                raise DFGError(f"program {self.name!r}: output {name!r} is never produced")

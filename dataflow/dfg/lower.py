@@ -1,0 +1,136 @@
+"""Lowering of frontend ops to `Program`s. The passes, in order, are listed in `PASSES`.
+
+Operands arrive as plain numpy arrays (the frontend has already turned UST tensors into the
+level arrays a kernel streams), so this stage never sees a `Tensor` object.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dataflow.dfg.graph import Addr, Buffer, DFGError, Kernel, Loop, Node, Program
+from dataflow.dfg.ops import Op
+
+
+def gemm_kernel(m: int, k: int, n: int, name: str = "gemm") -> Kernel:
+    """C[m, n] += A[m, k] * B[k, n]; loops i, j (vectorised), kk innermost: each copy keeps a C
+    vector in its accumulator register over kk (output stationary)."""
+    nodes = (
+        Node(0, Op.LOAD, buffer="A", addr=Addr((("i", k), ("kk", 1))), name="a"),
+        Node(1, Op.LOAD, buffer="B", addr=Addr((("kk", n), ("j", 1))), name="b"),
+        Node(2, Op.MUL, (0, 1), name="a*b"),
+        Node(3, Op.ACC, (2,), buffer="C", addr=Addr((("i", n), ("j", 1))), name="C+="),
+    )
+    return Kernel(
+        name=name,
+        loops=(Loop("i", m), Loop("j", n), Loop("kk", k)),
+        nodes=nodes,
+        buffers=(Buffer("A", m * k), Buffer("B", k * n), Buffer("C", m * n, "output")),
+        vector_var="j",
+        carried=((3, 3, 1),),  # the accumulator register
+    )
+
+
+def spmm_csr_kernel(m: int, k: int, n: int, pos: np.ndarray, name: str = "spmm_csr") -> Kernel:
+    """C[i, :] += A.val[p] * B[A.crd[p], :] for p in A.pos[i]..A.pos[i+1] (CSR A, dense B).
+
+    The gather of B's row through A's crd is PIT's SRead; j is vectorised over SIMD lanes and p
+    runs innermost so the C vector stays in the accumulator register along the row."""
+    nnz = int(pos[-1])
+    nodes = (
+        Node(0, Op.LOAD, buffer="A_val", addr=Addr((("p", 1),)), name="val"),
+        Node(1, Op.LOAD, buffer="A_crd", addr=Addr((("p", 1),)), name="crd"),
+        Node(2, Op.GATHER, (1,), buffer="B", addr=Addr((("j", 1),), index_stride=n), name="B[crd]"),
+        Node(3, Op.MUL, (0, 2), name="val*b"),
+        Node(4, Op.ACC, (3,), buffer="C", addr=Addr((("i", n), ("j", 1))), name="C+="),
+    )
+    return Kernel(
+        name=name,
+        loops=(Loop("i", m), Loop("j", n), Loop("p", pos="A_pos", parent="i")),
+        nodes=nodes,
+        buffers=(Buffer("A_val", nnz), Buffer("A_crd", nnz), Buffer("B", k * n),
+                 Buffer("C", m * n, "output")),
+        vector_var="j",
+        carried=((4, 4, 1),),
+        domain_arrays=(("A_pos", np.asarray(pos, dtype=np.int64)),),
+    )
+
+
+def _check_2d(name: str, x: np.ndarray) -> None:
+    if x.ndim != 2:
+        raise DFGError(f"{name} must be a matrix, got shape {x.shape}")
+
+
+def lower_gemm(a: np.ndarray, b: np.ndarray, dtype=np.float32) -> Program:
+    """Dense GEMM program for A (m x k) @ B (k x n)."""
+    _check_2d("A", a)
+    _check_2d("B", b)
+    (m, k), (k2, n) = a.shape, b.shape
+    if k != k2:
+        raise DFGError(f"matmul shapes do not agree: A is {m}x{k}, B is {k2}x{n} ({k} != {k2})")
+    kern = gemm_kernel(m, k, n)
+    prog = Program(
+        name=f"gemm_{m}x{k}x{n}", kernels=(kern,),
+        inputs=(("A", np.ascontiguousarray(a, dtype=dtype).ravel()),
+                ("B", np.ascontiguousarray(b, dtype=dtype).ravel())),
+        outputs=(("C", (m, n)),), dtype=np.dtype(dtype).name, macs=m * k * n,
+        meta=(("gemm", (m, n, k)),),
+    )
+    return run_passes(prog)
+
+
+def lower_spmm_csr(shape: tuple[int, int], pos: np.ndarray, crd: np.ndarray, val: np.ndarray,
+                   b: np.ndarray, dtype=np.float32) -> Program:
+    """SpMM program for CSR A (given by its level arrays) @ dense B."""
+    _check_2d("B", b)
+    m, k = shape
+    k2, n = b.shape
+    if k != k2:
+        raise DFGError(f"matmul shapes do not agree: A is {m}x{k}, B is {k2}x{n} ({k} != {k2})")
+    if len(pos) != m + 1 or len(crd) != len(val) or int(pos[-1]) != len(crd):
+        raise DFGError(f"malformed CSR operand: pos has {len(pos)} entries for {m} rows, "
+                       f"crd {len(crd)}, val {len(val)}, pos[-1] = {int(pos[-1])}")
+    kern = spmm_csr_kernel(m, k, n, pos)
+    prog = Program(
+        name=f"spmm_csr_{m}x{k}x{n}_nnz{len(val)}", kernels=(kern,),
+        inputs=(("A_val", np.asarray(val, dtype=dtype)), ("A_crd", np.asarray(crd, dtype=np.int64)),
+                ("B", np.ascontiguousarray(b, dtype=dtype).ravel())),
+        outputs=(("C", (m, n)),), dtype=np.dtype(dtype).name, macs=len(val) * n,
+    )
+    return run_passes(prog)
+
+
+# --- passes -------------------------------------------------------------------------------------
+
+def verify_pass(prog: Program) -> Program:
+    prog.verify()
+    return prog
+
+
+def drop_dead_nodes(prog: Program) -> Program:
+    """Remove body nodes whose values reach no memory write (none in today's kernels)."""
+    import dataclasses
+
+    kernels = []
+    for k in prog.kernels:
+        live = {n.id for n in k.nodes if n.op.writes_spm}
+        for n in reversed(k.nodes):
+            if n.id in live:
+                live.update(n.inputs)
+        if len(live) == len(k.nodes):
+            kernels.append(k)
+            continue
+        remap = {old: new for new, old in enumerate(sorted(live))}
+        nodes = tuple(dataclasses.replace(n, id=remap[n.id], inputs=tuple(remap[i] for i in n.inputs))
+                      for n in k.nodes if n.id in live)
+        kernels.append(dataclasses.replace(k, nodes=nodes))
+    return dataclasses.replace(prog, kernels=tuple(kernels))
+
+
+PASSES = (drop_dead_nodes, verify_pass)
+
+
+def run_passes(prog: Program) -> Program:
+    for p in PASSES:
+        prog = p(prog)
+    return prog

@@ -1,0 +1,47 @@
+"""The one opcode enum of the dataflow graph (DESIGN.md, "DFG")."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class Op(str, Enum):
+    """Node kinds of a kernel's loop-body DFG. Values are the names used in arch YAML."""
+
+    CONST = "const"
+    LOAD = "load"  # affine stream load from an SPM buffer
+    GATHER = "gather"  # indirect load: address uses a loaded index (PIT's SRead)
+    STORE = "store"  # affine stream store
+    SCATTER = "scatter"  # indirect store (PIT's SWrite)
+    ACC = "acc"  # accumulate into an SPM buffer: read-modify-write
+    MUL = "mul"
+    ADD = "add"
+    SUB = "sub"
+    MAC = "mac"  # a*b + c, evaluated as a rounded mul then a rounded add
+    MAX = "max"
+    EXP = "exp"
+    BFLY = "bfly"  # butterfly 2x2
+    ROUTE = "route"  # pass-through on a PE (routing / shuffle)
+
+    @property
+    def is_memory(self) -> bool:
+        return self in MEMORY_OPS
+
+    @property
+    def reads_spm(self) -> bool:
+        return self in (Op.LOAD, Op.GATHER, Op.ACC)
+
+    @property
+    def writes_spm(self) -> bool:
+        return self in (Op.STORE, Op.SCATTER, Op.ACC)
+
+    @property
+    def is_mac(self) -> bool:
+        return self is Op.MAC
+
+
+MEMORY_OPS = frozenset({Op.LOAD, Op.GATHER, Op.STORE, Op.SCATTER, Op.ACC})
+ARITY = {
+    Op.CONST: 0, Op.LOAD: 0, Op.GATHER: 1, Op.STORE: 1, Op.SCATTER: 2, Op.ACC: 1,
+    Op.MUL: 2, Op.ADD: 2, Op.SUB: 2, Op.MAC: 3, Op.MAX: 2, Op.EXP: 1, Op.BFLY: 2, Op.ROUTE: 1,
+}

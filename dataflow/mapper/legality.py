@@ -1,0 +1,108 @@
+"""The legality verifier every `Mapping` passes (DESIGN.md, "Mapper")."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from dataflow.mapper.mapping import KernelMapping, Mapping, MappingError, SystolicMapping
+
+
+def check_kernel_mapping(km: KernelMapping, arch) -> None:
+    """Raise MappingError naming the violated resource, or return None."""
+    k, ii = km.kernel, km.ii
+    where = f"kernel {k.name!r}"
+    hop = arch.interconnect.hop_latency_cycles
+    pes = {(r, c) for r in range(arch.pe_array.rows) for c in range(arch.pe_array.cols)}
+    slots: dict = {}
+    entries = Counter()
+    for p in km.placements:
+        if p.pe not in pes:
+            raise MappingError(f"{where}: node %{p.node} placed on PE {p.pe} outside the array")
+        key = (p.pe, p.time % ii)
+        if key in slots:
+            raise MappingError(f"{where}: PE {p.pe} slot {p.time % ii} holds two ops: "
+                               f"{slots[key]} and {(p.copy, p.node)}")
+        slots[key] = (p.copy, p.node)
+        entries[p.pe] += 1
+    expected = {(c, n.id) for c in range(km.copies) for n in k.nodes}
+    if set(km.placement_map) != expected:
+        raise MappingError(f"{where}: not every node of every copy is placed")
+    for pe, n in entries.items():
+        if n > arch.pe_array.instruction_entries:
+            raise MappingError(f"{where}: PE {pe} holds {n} instructions, more than "
+                               f"pe_array.instruction_entries = {arch.pe_array.instruction_entries}")
+    # dependencies and routes
+    link_use = Counter()
+    routed = set()
+    for r in km.routes:
+        src = km.placement_map[(r.copy, r.src)]
+        dst = km.placement_map[(r.copy, r.dst)]
+        if r.links:
+            if r.links[0][0] != src.pe or r.links[-1][1] != dst.pe:
+                raise MappingError(f"{where}: route %{r.src}->%{r.dst} does not join its PEs")
+            for a, b in zip(r.links, r.links[1:]):
+                if a[1] != b[0]:
+                    raise MappingError(f"{where}: route %{r.src}->%{r.dst} is not contiguous")
+        elif src.pe != dst.pe:
+            raise MappingError(f"{where}: value %{r.src}->%{r.dst} crosses PEs without a route")
+        if r.depart < src.time + src.latency:
+            raise MappingError(f"{where}: value %{r.src} leaves before it is computed")
+        if r.depart + len(r.links) * hop > dst.time:
+            raise MappingError(f"{where}: value %{r.src} arrives after %{r.dst} starts")
+        for h, link in enumerate(r.links):
+            link_use[(link, (r.depart + h * hop) % ii)] += 1
+        routed.add((r.copy, r.src, r.dst))
+    for n in k.nodes:
+        for i in n.inputs:
+            for c in range(km.copies):
+                if (c, i, n.id) not in routed:
+                    raise MappingError(f"{where}: edge %{i}->%{n.id} of copy {c} is not routed")
+    cap = arch.interconnect.links_per_direction
+    for (link, slot), n in link_use.items():
+        if n > cap:
+            raise MappingError(f"{where}: link {link} carries {n} values in slot {slot}, "
+                               f"capacity interconnect.links_per_direction = {cap}")
+    # registers: a value lives on its producer PE from result until its last route departs,
+    # and on the consumer PE from arrival until use; each live value holds one register per
+    # overlapping iteration (ceil(lifetime / II)).
+    regs = Counter()
+    for r in km.routes:
+        src = km.placement_map[(r.copy, r.src)]
+        dst = km.placement_map[(r.copy, r.dst)]
+        arrive = r.depart + len(r.links) * hop
+        regs[dst.pe] += max(1, -(-(dst.time - arrive + 1) // ii))
+        del src
+    for pe, n in regs.items():
+        if n > arch.pe_array.register_file_entries:
+            raise MappingError(f"{where}: PE {pe} needs {n} registers, more than "
+                               f"pe_array.register_file_entries = {arch.pe_array.register_file_entries}")
+    # SPM
+    spans = []
+    for a in km.allocations:
+        spans.append((a.base, a.base + a.words, a.buffer))
+        if a.base_alt is not None:
+            spans.append((a.base_alt, a.base_alt + a.words, a.buffer))
+    spans.sort()
+    for (a0, a1, an), (b0, b1, bn) in zip(spans, spans[1:]):
+        if b0 < a1:
+            raise MappingError(f"{where}: SPM buffers {an!r} and {bn!r} overlap")
+    if spans and spans[-1][1] > arch.spm.capacity_words:
+        raise MappingError(f"{where}: SPM allocation ends at word {spans[-1][1]}, "
+                           f"capacity {arch.spm.capacity_words}")
+    for t in km.tiles:
+        for name, lo, hi in t.windows:
+            if hi - lo > km.allocation_map[name].words:
+                raise MappingError(f"{where}: tile [{t.lo},{t.hi}) window of {name!r} "
+                                   f"({hi - lo} words) exceeds its allocation")
+
+
+def check_mapping(mapping: Mapping) -> None:
+    for km in mapping.kernels:
+        if isinstance(km, SystolicMapping):
+            if (km.rows, km.cols) != (mapping.arch.pe_array.rows, mapping.arch.pe_array.cols):
+                raise MappingError(f"kernel {km.kernel.name!r}: systolic mapping for "
+                                   f"{km.rows}x{km.cols} on a different array")
+            if km.dataflow not in ("os", "ws", "is"):
+                raise MappingError(f"unknown systolic dataflow {km.dataflow!r}")
+            continue
+        check_kernel_mapping(km, mapping.arch)

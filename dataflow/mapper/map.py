@@ -1,0 +1,92 @@
+"""`map_program(program, arch) -> Mapping`: the mapper's entry point."""
+
+from __future__ import annotations
+
+from dataflow.arch.spec import ArchSpec
+from dataflow.dfg.graph import Kernel, Program
+from dataflow.mapper.legality import check_kernel_mapping, check_mapping
+from dataflow.mapper.mapping import KernelMapping, Mapping, MappingError, SystolicMapping
+from dataflow.mapper.schedule import rec_mii, res_mii, schedule_kernel
+from dataflow.mapper.tiling import tile_and_allocate
+
+DATAFLOWS = ("os", "ws", "is")
+
+
+def map_kernel(kernel: Kernel, arch: ArchSpec, copies: int | None = None,
+               max_ii_slack: int = 8, max_tile_rows: int | None = None) -> KernelMapping:
+    """Modulo-schedule `kernel`, choosing the number of body copies that maximises throughput
+    (copies / II). Raises MappingError naming the resource when nothing fits."""
+    n_nodes = len(kernel.nodes)
+    pes = arch.pe_array.num_pes
+    limit = arch.pe_array.instruction_entries
+    if n_nodes > pes * limit:
+        raise MappingError(
+            f"kernel {kernel.name!r} has {n_nodes} nodes but the array holds "
+            f"pe_array.rows x cols x instruction_entries = {pes} x {limit} = {pes * limit}")
+    for n in kernel.nodes:
+        try:
+            arch.fu_for(n.op.value)
+        except KeyError as exc:
+            raise MappingError(f"kernel {kernel.name!r} node %{n.id}: {exc.args[0]}") from None
+    tiles, allocs = tile_and_allocate(kernel, arch, max_tile_rows)
+    rec = rec_mii(kernel, arch)
+    candidates = [copies] if copies else list(range(max(1, pes // n_nodes), 0, -1))
+    best: KernelMapping | None = None
+    for u in candidates:
+        res = res_mii(kernel, arch, u)
+        mii = max(res, rec)
+        if best is not None and u / mii <= best.copies / best.ii:
+            continue  # cannot beat the throughput already found
+        for ii in range(mii, mii + max_ii_slack + 1):
+            if best is not None and u / ii <= best.copies / best.ii:
+                break
+            got = schedule_kernel(kernel, arch, u, ii)
+            if got is None:
+                continue
+            placements, routes = got
+            length = max(p.time + p.latency for p in placements)
+            km = KernelMapping(kernel=kernel, copies=u, ii=ii, res_mii=res, rec_mii=rec,
+                               schedule_length=length, placements=tuple(placements),
+                               routes=tuple(routes), allocations=allocs, tiles=tiles)
+            try:
+                check_kernel_mapping(km, arch)
+            except MappingError:
+                continue
+            best = km
+            break
+    if best is None:
+        raise MappingError(f"kernel {kernel.name!r}: no legal modulo schedule found up to "
+                           f"II = MII + {max_ii_slack} (instruction entries, links or registers "
+                           "ran out)")
+    return best
+
+
+def map_program(program: Program, arch: ArchSpec, dataflow: str | None = None,
+                verify: bool = True, **options) -> Mapping:
+    """Map every kernel of `program` onto `arch`.
+
+    On a systolic array a dense GEMM kernel gets a `SystolicMapping` with `dataflow` (os, ws,
+    is; default os). On a reconfigurable array kernels are modulo-scheduled and run one after
+    another (reconfiguring in between).
+    """
+    if verify:
+        program.verify()
+    kernels = []
+    for k in program.kernels:
+        if arch.pe_array.kind == "systolic":
+            gemm = dict(program.meta).get("gemm")
+            if gemm is None:
+                raise MappingError(f"systolic array {arch.name!r} runs only dense GEMM; "
+                                   f"program {program.name!r} is not one")
+            df = dataflow or "os"
+            if df not in DATAFLOWS:
+                raise MappingError(f"unknown systolic dataflow {df!r}; choose one of {DATAFLOWS}")
+            m, n, kk = gemm
+            kernels.append(SystolicMapping(kernel=k, dataflow=df, rows=arch.pe_array.rows,
+                                           cols=arch.pe_array.cols, m=m, n=n, k=kk))
+        else:
+            kernels.append(map_kernel(k, arch, **options))
+    mapping = Mapping(program=program, arch=arch, kernels=tuple(kernels))
+    if verify:
+        check_mapping(mapping)
+    return mapping

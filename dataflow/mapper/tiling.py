@@ -1,0 +1,179 @@
+"""Tiling of the outermost loop so each tile's working set fits the SPM, and SPM allocation.
+
+A buffer is *resident* when its addresses do not move with the outermost loop (or come from a
+gathered index, which the mapper cannot know without reading data), else *streamed*: each tile
+loads only the address window it touches, double-buffered so the next tile's load overlaps this
+tile's compute. The mapper reads the domain's `pos` arrays (iteration extents) but never values.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dataflow.arch.spec import ArchSpec
+from dataflow.dfg.domain import enumerate_domain
+from dataflow.dfg.graph import Kernel
+from dataflow.dfg.ops import Op
+from dataflow.mapper.mapping import MappingError, SPMAllocation, Tile
+
+
+def classify_buffers(kernel: Kernel) -> dict[str, bool]:
+    """buffer name -> streamed? (False = resident for the whole kernel)."""
+    outer = kernel.loops[0].var
+    # variables that move with the outer loop: itself and sparse loops nested under it
+    moving = {outer}
+    for lp in kernel.loops[1:]:
+        if not lp.is_dense and lp.parent in moving:
+            moving.add(lp.var)
+    streamed = {b.name: False for b in kernel.buffers}
+    for n in kernel.nodes:
+        if not n.op.is_memory:
+            continue
+        if n.op in (Op.GATHER, Op.SCATTER):
+            streamed[n.buffer] = False
+            continue
+        if any(v in moving and c for v, c in n.addr.terms):
+            streamed[n.buffer] = streamed.get(n.buffer, False) or True
+    # a buffer touched by any indirect access must be whole
+    for n in kernel.nodes:
+        if n.op in (Op.GATHER, Op.SCATTER):
+            streamed[n.buffer] = False
+    return streamed
+
+
+def _row_windows(kernel: Kernel, lanes: int, streamed: dict[str, bool]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per streamed buffer, per outer index: (min word, max word + 1) touched; empty rows get
+    (+inf, -inf) so they never widen a window."""
+    outer = kernel.loops[0]
+    dom = enumerate_domain(kernel, lanes)
+    o = dom[outer.var]
+    out = {}
+    for n in kernel.nodes:
+        if not n.op.is_memory or not streamed[n.buffer]:
+            continue
+        a = np.full(len(o), n.addr.const, dtype=np.int64)
+        for v, c in n.addr.terms:
+            a += c * dom[v]
+        span = 0
+        if kernel.vector_var is not None:
+            c = n.addr.coef(kernel.vector_var)
+            if c:
+                extent = kernel.vector_extent
+                active = np.minimum(lanes, extent - dom[kernel.vector_var])
+                span_arr = (active - 1) * c
+                lo_a, hi_a = np.minimum(a, a + span_arr), np.maximum(a, a + span_arr) + 1
+            else:
+                lo_a, hi_a = a, a + 1
+        else:
+            lo_a, hi_a = a, a + 1 + span
+        lo = np.full(outer.extent, np.iinfo(np.int64).max, dtype=np.int64)
+        hi = np.full(outer.extent, np.iinfo(np.int64).min, dtype=np.int64)
+        np.minimum.at(lo, o, lo_a)
+        np.maximum.at(hi, o, hi_a)
+        if n.buffer in out:
+            lo = np.minimum(lo, out[n.buffer][0])
+            hi = np.maximum(hi, out[n.buffer][1])
+        out[n.buffer] = (lo, hi)
+    return out
+
+
+def _round_up(x: int, m: int) -> int:
+    return -(-x // m) * m
+
+
+def tile_and_allocate(kernel: Kernel, arch: ArchSpec, max_tile_rows: int | None = None):
+    """Greedy tiles over the outer loop (as large as fit double-buffered) and SPM bases.
+
+    Raises MappingError naming the capacity when not even one outer index fits.
+    """
+    spm = arch.spm
+    lanes = arch.pe_array.simd_lanes
+    capacity = spm.capacity_words
+    row = spm.words_per_row
+    streamed = classify_buffers(kernel)
+    resident_words = sum(_round_up(b.size, row) for b in kernel.buffers if not streamed[b.name])
+    src = f" ({arch.source})" if arch.source else ""
+    if resident_words > capacity:
+        names = ", ".join(f"{b.name}={b.size}" for b in kernel.buffers if not streamed[b.name])
+        raise MappingError(
+            f"kernel {kernel.name!r} does not fit the SPM{src}: resident buffers need "
+            f"{resident_words} words ({names}) but spm.lines x spm.capacity_words_per_line = "
+            f"{spm.lines} x {spm.capacity_words_per_line} = {capacity} words")
+    windows = _row_windows(kernel, lanes, streamed)
+    extent = kernel.loops[0].extent
+    budget = capacity - resident_words
+    tiles: list[Tile] = []
+    peak = {name: 0 for name in windows}
+    lo = 0
+    while lo < extent:
+        hi = lo
+        cur = {name: (np.iinfo(np.int64).max, np.iinfo(np.int64).min) for name in windows}
+        while hi < extent and (max_tile_rows is None or hi - lo < max_tile_rows):
+            trial = {name: (min(cur[name][0], int(w[0][hi])), max(cur[name][1], int(w[1][hi])))
+                     for name, w in windows.items()}
+            need = 2 * sum(_round_up(max(0, b - a), row) + row for a, b in trial.values())
+            if need > budget:
+                break
+            cur = trial
+            hi += 1
+        if hi == lo:
+            raise MappingError(
+                f"kernel {kernel.name!r} does not fit the SPM{src}: one index of loop "
+                f"{kernel.loops[0].var!r} needs {need} words double-buffered plus "
+                f"{resident_words} resident, more than spm capacity {capacity} words")
+        wins = []
+        for name, (a, b) in cur.items():
+            if b <= a:  # nothing touched in this tile
+                a = b = 0
+            wins.append((name, a, b))
+            peak[name] = max(peak[name], b - a)
+        tiles.append(Tile(lo=lo, hi=hi, windows=tuple(sorted(wins))))
+        lo = hi
+    # allocation: stagger each buffer's first row over the lines to spread port pressure
+    allocs = []
+    base = 0
+    order = [b for b in kernel.buffers]
+    for idx, b in enumerate(order):
+        words = _round_up(peak[b.name] + row, row) if streamed[b.name] else _round_up(b.size, row)
+        halves = 2 if streamed[b.name] else 1
+        bases = []
+        for _ in range(halves):
+            base = _stagger(base, idx, len(order), arch)
+            bases.append(base)
+            base += words
+        allocs.append(SPMAllocation(buffer=b.name, base=bases[0], words=words,
+                                    streamed=streamed[b.name],
+                                    base_alt=bases[1] if halves == 2 else None))
+    if base > capacity:
+        # staggering padding pushed us over: fall back to dense packing
+        allocs, base = _pack(order, streamed, peak, row)
+    if base > capacity:
+        raise MappingError(f"kernel {kernel.name!r}: SPM allocation needs {base} words, "
+                           f"capacity {capacity}{src}")
+    return tuple(tiles), tuple(allocs)
+
+
+def _stagger(base: int, idx: int, nbuf: int, arch: ArchSpec) -> int:
+    """Advance `base` to a row whose line is idx * lines / nbuf (interleaved mapping only)."""
+    spm = arch.spm
+    row = spm.words_per_row
+    base = _round_up(base, row)
+    if spm.address_mapping != "interleaved":
+        return base
+    want = (idx * spm.lines) // max(1, nbuf)
+    r = base // row
+    r += (want - r) % spm.lines
+    return r * row
+
+
+def _pack(order, streamed, peak, row):
+    allocs, base = [], 0
+    for b in order:
+        words = _round_up(peak[b.name] + row, row) if streamed[b.name] else _round_up(b.size, row)
+        if streamed[b.name]:
+            allocs.append(SPMAllocation(b.name, base, words, True, base + words))
+            base += 2 * words
+        else:
+            allocs.append(SPMAllocation(b.name, base, words, False))
+            base += words
+    return tuple(allocs), base

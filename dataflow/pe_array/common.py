@@ -1,0 +1,80 @@
+"""Facts about a mapped kernel that both engines read the same way (no timing logic here)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dataflow.dfg.graph import Kernel
+from dataflow.mapper.mapping import KernelMapping, Tile
+
+
+def spm_base(km: KernelMapping, buffer: str, tile_index: int, tile: Tile) -> tuple[int, int]:
+    """(SPM word of the buffer's first touched word, that word's buffer address) for a tile.
+
+    Streamed buffers alternate between the two halves of their double buffer."""
+    alloc = km.allocation_map[buffer]
+    if not alloc.streamed:
+        return alloc.base, 0
+    base = alloc.base if tile_index % 2 == 0 else alloc.base_alt
+    return base, tile.window_map[buffer][0]
+
+
+def buffer_arrays(kernel: Kernel, inputs: dict[str, np.ndarray], dtype) -> dict[str, np.ndarray]:
+    """Working copies of every buffer: inputs as given, outputs and temps zeroed."""
+    out = {}
+    for b in kernel.buffers:
+        if b.name in inputs:
+            out[b.name] = inputs[b.name]
+        else:
+            out[b.name] = np.zeros(b.size, dtype=dtype)
+    return out
+
+
+def active_lanes(kernel: Kernel, lanes: int, vec_value):
+    """Number of lanes in use for a vector iteration starting at element `vec_value`."""
+    if kernel.vector_var is None:
+        return 1
+    return np.minimum(lanes, kernel.vector_extent - vec_value)
+
+
+def vector_nodes(kernel: Kernel) -> frozenset[int]:
+    """Nodes whose value is a SIMD vector: memory nodes addressed by the vector variable, and
+    anything computed from a vector."""
+    vec: set[int] = set()
+    if kernel.vector_var is None:
+        return frozenset()
+    for n in kernel.nodes:
+        if n.addr is not None and n.addr.coef(kernel.vector_var):
+            vec.add(n.id)
+        elif n.op.value not in ("load", "gather") and any(i in vec for i in n.inputs):
+            vec.add(n.id)
+    return frozenset(vec)
+
+
+def lane_addresses(base, coef_vec: int, lanes: int):
+    """Element addresses of a vector access: base + lane * coef (base may be an array)."""
+    return np.asarray(base)[..., None] + coef_vec * np.arange(lanes)
+
+
+def tile_result(kernel, index, iterations, compute_cycles, stall, km: KernelMapping, arch, tile: Tile):
+    """DMA traffic of a tile: streamed windows each tile, resident buffers once (inputs read
+    before the first tile, outputs written after the last)."""
+    from dataflow.pe_array.result import TileResult
+
+    wb = arch.word_bytes
+    rd = wr = 0
+    last = index == len(km.tiles) - 1
+    for b in kernel.buffers:
+        alloc = km.allocation_map[b.name]
+        if alloc.streamed:
+            lo, hi = tile.window_map[b.name]
+            words = max(0, hi - lo)
+        else:
+            words = b.size if (index == 0 and b.role == "input") or (last and b.role == "output") else 0
+        if b.role == "input":
+            rd += words * wb
+        elif b.role == "output":
+            wr += words * wb
+    return TileResult(kernel=kernel.name, index=index, iterations=iterations,
+                      compute_cycles=compute_cycles, stall_cycles_spm_conflict=stall,
+                      dram_bytes_read=rd, dram_bytes_written=wr)

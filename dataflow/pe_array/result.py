@@ -1,0 +1,170 @@
+"""`SimResult`: what the engine returns (DESIGN.md, "The objects that cross stage boundaries")."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class TileResult:
+    """One tile of one kernel: array cycles (incl. SPM stalls) and its DMA traffic in bytes."""
+
+    kernel: str
+    index: int
+    iterations: int
+    compute_cycles: int
+    stall_cycles_spm_conflict: int
+    dram_bytes_read: int
+    dram_bytes_written: int
+
+
+@dataclass(frozen=True)
+class ArrayResult:
+    """Array-level outcome of one kernel, produced identically by both engines."""
+
+    kernel: str
+    tiles: tuple[TileResult, ...]
+    pe_busy_cycles: np.ndarray  # (rows, cols) ops issued per PE
+    spm_reads_per_line: np.ndarray
+    spm_writes_per_line: np.ndarray
+    spm_conflicts_per_line: np.ndarray  # extra cycles each line needed beyond its ports
+    op_counts: tuple[tuple[str, int], ...]  # element ops by opcode (lanes counted)
+    link_word_hops: int
+    macs: int
+    outputs: tuple[tuple[str, np.ndarray], ...]
+    trace: tuple[tuple[int, tuple[int, int], str], ...] | None = None  # (cycle, PE, op)
+
+    def same_as(self, other: "ArrayResult") -> list[str]:
+        """Names of the fields that differ (empty when identical, values bit for bit)."""
+        diffs = []
+        for name in ("kernel", "tiles", "op_counts", "link_word_hops", "macs"):
+            if getattr(self, name) != getattr(other, name):
+                diffs.append(name)
+        for name in ("pe_busy_cycles", "spm_reads_per_line", "spm_writes_per_line",
+                     "spm_conflicts_per_line"):
+            if not np.array_equal(getattr(self, name), getattr(other, name)):
+                diffs.append(name)
+        a, b = dict(self.outputs), dict(other.outputs)
+        if a.keys() != b.keys() or any(not np.array_equal(a[k], b[k]) for k in a):
+            diffs.append("outputs")
+        return diffs
+
+
+@dataclass(frozen=True)
+class KernelResult:
+    kernel: str
+    start_cycle: int
+    end_cycle: int
+    compute_cycles: int
+    ii: int
+    mii: int
+    copies: int
+    tiles: tuple[TileResult, ...]
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """Outcome of `simulate(mapping, arch)`. Cycles are array clock cycles; energy in pJ."""
+
+    workload: str
+    arch: str
+    clock_ghz: float
+    cycles: int
+    compute_cycles: int
+    stall_cycles_spm_conflict: int
+    stall_cycles_dram: int
+    stall_cycles_reconfiguration: int
+    stall_cycles_dependency: int
+    macs: int
+    peak_macs_per_cycle: int
+    pe_busy_cycles: np.ndarray
+    spm_reads_per_line: np.ndarray
+    spm_writes_per_line: np.ndarray
+    spm_conflicts_per_line: np.ndarray
+    dram_bytes_read: int
+    dram_bytes_written: int
+    energy_pj: tuple[tuple[str, float], ...]
+    kernels: tuple[KernelResult, ...]
+    output: np.ndarray | None
+    engine: str
+    trace: tuple | None = None
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def time_seconds(self) -> float:
+        return self.cycles / (self.clock_ghz * 1e9)
+
+    @property
+    def stall_cycles(self) -> dict[str, int]:
+        return {
+            "spm_conflict": self.stall_cycles_spm_conflict,
+            "dram_bandwidth": self.stall_cycles_dram,
+            "reconfiguration": self.stall_cycles_reconfiguration,
+            "dependency": self.stall_cycles_dependency,
+        }
+
+    @property
+    def pe_utilization(self) -> float:
+        """Fraction of PE-cycles that issued an op."""
+        pes = self.pe_busy_cycles.size
+        return float(self.pe_busy_cycles.sum()) / (pes * self.cycles) if self.cycles else 0.0
+
+    @property
+    def mac_utilization(self) -> float:
+        """Useful MACs over the array's peak MACs in the elapsed cycles."""
+        return self.macs / (self.peak_macs_per_cycle * self.cycles) if self.cycles else 0.0
+
+    @property
+    def spm_reads(self) -> int:
+        return int(self.spm_reads_per_line.sum())
+
+    @property
+    def spm_writes(self) -> int:
+        return int(self.spm_writes_per_line.sum())
+
+    @property
+    def spm_conflict_cycles(self) -> int:
+        return self.stall_cycles_spm_conflict
+
+    @property
+    def dram_bytes(self) -> int:
+        return self.dram_bytes_read + self.dram_bytes_written
+
+    @property
+    def energy_total_pj(self) -> float:
+        return float(sum(v for _, v in self.energy_pj))
+
+    def to_dict(self) -> dict:
+        """Plain data (JSON-ready), without the output values and trace."""
+        return {
+            "workload": self.workload,
+            "arch": self.arch,
+            "engine": self.engine,
+            "cycles": self.cycles,
+            "compute_cycles": self.compute_cycles,
+            "stall_cycles": self.stall_cycles,
+            "time_seconds": self.time_seconds,
+            "clock_ghz": self.clock_ghz,
+            "macs": self.macs,
+            "pe_utilization": self.pe_utilization,
+            "mac_utilization": self.mac_utilization,
+            "spm_reads": self.spm_reads,
+            "spm_writes": self.spm_writes,
+            "spm_conflict_cycles": self.spm_conflict_cycles,
+            "spm_reads_per_line": self.spm_reads_per_line.tolist(),
+            "spm_writes_per_line": self.spm_writes_per_line.tolist(),
+            "dram_bytes": self.dram_bytes,
+            "dram_bytes_read": self.dram_bytes_read,
+            "dram_bytes_written": self.dram_bytes_written,
+            "energy_pj": dict(self.energy_pj),
+            "energy_total_pj": self.energy_total_pj,
+            "kernels": [
+                {"kernel": k.kernel, "start_cycle": k.start_cycle, "end_cycle": k.end_cycle,
+                 "compute_cycles": k.compute_cycles, "ii": k.ii, "mii": k.mii,
+                 "copies": k.copies, "tiles": len(k.tiles)}
+                for k in self.kernels
+            ],
+            "notes": list(self.notes),
+        }

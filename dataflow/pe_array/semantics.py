@@ -1,0 +1,35 @@
+"""What each arithmetic opcode computes, in the array's dtype (shared by both engines).
+
+MAC is a rounded multiply followed by a rounded add (no fused rounding), so results do not
+depend on whether a backend has FMA.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dataflow.dfg.ops import Op
+
+
+def apply_op(op: Op, args: list[np.ndarray], dtype, const: float = 0.0) -> np.ndarray:
+    if op is Op.CONST:
+        return np.asarray(const, dtype=dtype)
+    if op is Op.ROUTE:
+        return args[0]
+    a = [np.asarray(x, dtype=dtype) for x in args]
+    if op is Op.MUL:
+        return a[0] * a[1]
+    if op is Op.ADD:
+        return a[0] + a[1]
+    if op is Op.SUB:
+        return a[0] - a[1]
+    if op is Op.MAC:
+        return (a[0] * a[1]) + a[2]
+    if op is Op.MAX:
+        return np.maximum(a[0], a[1])
+    if op is Op.EXP:
+        return np.exp(a[0])
+    raise NotImplementedError(f"no arithmetic semantics for {op.value}")
+
+
+ELEMENT_OPS_MAC = (Op.MUL, Op.MAC)

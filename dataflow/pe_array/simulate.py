@@ -1,0 +1,104 @@
+"""`simulate(mapping) -> SimResult`: the array engine per kernel, then the system model."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dataflow.mapper.mapping import Mapping, SystolicMapping
+from dataflow.pe_array.fast import run_kernel_fast
+from dataflow.pe_array.reference import run_kernel_reference
+from dataflow.pe_array.result import ArrayResult, KernelResult, SimResult
+from dataflow.pe_array.system import run_system
+from dataflow.pe_array.systolic import run_systolic_fast, run_systolic_reference
+
+ENGINES = ("fast", "reference")
+
+
+def run_array(mapping: Mapping, engine: str = "fast", trace: bool = False) -> list[ArrayResult]:
+    """Array-level results of every kernel, in program order (outputs feed later kernels)."""
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r}; choose one of {ENGINES}")
+    arch, prog = mapping.arch, mapping.program
+    dtype = np.dtype(prog.dtype)
+    data = dict(prog.input_map)
+    results = []
+    for km in mapping.kernels:
+        if isinstance(km, SystolicMapping):
+            run = run_systolic_fast if engine == "fast" else run_systolic_reference
+            res = run(km, arch, data)
+        elif engine == "fast":
+            res = run_kernel_fast(km, arch, data, dtype)
+        else:
+            res = run_kernel_reference(km, arch, data, dtype, trace=trace)
+        data.update(dict(res.outputs))
+        results.append(res)
+    return results
+
+
+def energy_breakdown(arrays: list[ArrayResult], arch, dram_bytes: int, kernels: int) -> dict[str, float]:
+    """pJ by component from action counts and the arch's energy table (cited in its YAML)."""
+    e = arch.energy
+    compute = 0.0
+    for a in arrays:
+        for op, count in a.op_counts:
+            if op in ("mul", "mac"):
+                compute += count * e.mac_pj
+            elif op not in ("load", "store", "gather", "scatter", "acc"):
+                compute += count * e.alu_pj
+    row_bits = arch.spm.words_per_row * arch.word_bytes * 8
+    accesses = sum(int(a.spm_reads_per_line.sum() + a.spm_writes_per_line.sum()) for a in arrays)
+    if arch.pe_array.kind == "systolic":  # counted in words, not rows
+        row_bits = arch.word_bytes * 8
+    return {
+        "compute": compute,
+        "spm": accesses * e.spm_access_pj * row_bits / 64.0,  # Horowitz figures are per 64 bits
+        "dram": dram_bytes * e.dram_byte_pj,
+        "interconnect": sum(a.link_word_hops for a in arrays) * e.link_hop_pj,
+        "reconfiguration": kernels * arch.pe_array.num_pes * e.reconfiguration_pj,
+    }
+
+
+def simulate_mapping(mapping: Mapping, engine: str = "fast", trace: bool = False,
+                     workload: str | None = None) -> SimResult:
+    """Run a mapped program: values and timing. Cycles at the array clock, energy in pJ."""
+    arch, prog = mapping.arch, mapping.program
+    arrays = run_array(mapping, engine, trace)
+    timeline = run_system([(a.kernel, a.tiles) for a in arrays], arch)
+    compute = sum(t.compute_cycles for a in arrays for t in a.tiles)
+    spm_stall = sum(t.stall_cycles_spm_conflict for a in arrays for t in a.tiles)
+    rd = sum(t.dram_bytes_read for a in arrays for t in a.tiles)
+    wr = sum(t.dram_bytes_written for a in arrays for t in a.tiles)
+    systolic = any(isinstance(k, SystolicMapping) for k in mapping.kernels)
+    cycles = timeline.cycles
+    if systolic:
+        # SCALE-Sim convention (dataflow/pe_array/systolic.py): compute cycles are the 0-based
+        # index of the last cycle; keep the total consistent with it
+        compute -= 1
+        cycles -= 1
+    outputs = {}
+    for a in arrays:
+        outputs.update(dict(a.outputs))
+    (out_name, shape), *_ = prog.outputs
+    output = outputs[out_name].reshape(shape)
+    kernels = tuple(
+        KernelResult(kernel=a.kernel, start_cycle=s, end_cycle=e,
+                     compute_cycles=sum(t.compute_cycles for t in a.tiles),
+                     ii=km.ii, mii=getattr(km, "mii", 1), copies=getattr(km, "copies", 1),
+                     tiles=a.tiles)
+        for a, km, (s, e) in zip(arrays, mapping.kernels, timeline.kernel_spans))
+    return SimResult(
+        workload=workload or prog.name, arch=arch.name, clock_ghz=arch.clock_ghz,
+        cycles=cycles, compute_cycles=compute,
+        stall_cycles_spm_conflict=spm_stall, stall_cycles_dram=timeline.stall_cycles_dram,
+        stall_cycles_reconfiguration=timeline.stall_cycles_reconfiguration,
+        stall_cycles_dependency=0, macs=sum(a.macs for a in arrays),
+        peak_macs_per_cycle=arch.pe_array.num_pes * arch.pe_array.simd_lanes,
+        pe_busy_cycles=sum(a.pe_busy_cycles for a in arrays),
+        spm_reads_per_line=sum(a.spm_reads_per_line for a in arrays),
+        spm_writes_per_line=sum(a.spm_writes_per_line for a in arrays),
+        spm_conflicts_per_line=sum(a.spm_conflicts_per_line for a in arrays),
+        dram_bytes_read=rd, dram_bytes_written=wr,
+        energy_pj=tuple(energy_breakdown(arrays, arch, rd + wr, len(arrays)).items()),
+        kernels=kernels, output=output, engine=engine,
+        trace=arrays[0].trace if trace and arrays else None,
+    )

@@ -1,0 +1,262 @@
+"""Dense GEMM on a systolic array (output-, weight-, input-stationary), both engines.
+
+Dimension mapping and cycle convention follow SCALE-Sim 3.0.0 (`scalesim/compute/
+systolic_compute_{os,ws,is}.py`; derivation in `benchmarks/scalesim/closed_form.py`):
+
+====  =====  =====  ====
+df    rows   cols   time
+====  =====  =====  ====
+os    M      N      K
+ws    K      N      M
+is    K      M      N
+====  =====  =====  ====
+
+Fill/drain convention. The work is cut into folds of at most R x C; a fold occupies the whole
+array for its wavefront: ws/is first shift the stationary tile in (R cycles), then the skewed
+operands enter, PE (r, c) performing its t-th MAC at cycle [R +] r + c + t, so a fold lasts
+T + R + C - 2 cycles (os) or T + 2R + C - 2 (ws, is) — fill skew R - 1 + C - 1, T MAC steps,
+output drain overlapped with the next fold's nothing: folds do not overlap, and a partial fold is
+padded to the full array and charged fully (as SCALE-Sim does). The total is reported as
+SCALE-Sim's "Total Cycles": the 0-based index of the last busy cycle, i.e. folds x per_fold - 1.
+
+Values. Each output is accumulated in fp32 in increasing k: the product rounded to fp32, then
+added. Partial sums of later k-folds start from the stored sum of the earlier ones, so the
+order is the same in every dataflow and both engines agree bit for bit.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+from dataflow.arch.spec import ArchSpec
+from dataflow.mapper.mapping import SystolicMapping
+from dataflow.pe_array.result import ArrayResult, TileResult
+
+
+def systolic_dims(dataflow: str, m: int, n: int, k: int) -> tuple[int, int, int]:
+    """(Sr, Sc, T): GEMM extents mapped to array rows, array columns and time."""
+    return {"os": (m, n, k), "ws": (k, n, m), "is": (k, m, n)}[dataflow]
+
+
+def fold_cycles(dataflow: str, rows: int, cols: int, t: int) -> int:
+    preload = 0 if dataflow == "os" else rows
+    return preload + (rows - 1) + (cols - 1) + t
+
+
+def folds(sm: SystolicMapping):
+    """Folds in SCALE-Sim's order (column folds outer, row folds inner):
+    (row_lo, row_hi, col_lo, col_hi) over the Sr x Sc plane."""
+    sr, sc, _ = systolic_dims(sm.dataflow, sm.m, sm.n, sm.k)
+    for c0 in range(0, sc, sm.cols):
+        for r0 in range(0, sr, sm.rows):
+            yield r0, min(r0 + sm.rows, sr), c0, min(c0 + sm.cols, sc)
+
+
+def closed_form_cycles(dataflow: str, m: int, n: int, k: int, rows: int, cols: int) -> int:
+    """SCALE-Sim-convention compute cycles (0-based index of the last cycle)."""
+    sr, sc, t = systolic_dims(dataflow, m, n, k)
+    nf = math.ceil(sr / rows) * math.ceil(sc / cols)
+    return nf * fold_cycles(dataflow, rows, cols, t) - 1
+
+
+def _fold_traffic(sm: SystolicMapping, r0, r1, c0, c1, wb) -> tuple[int, int]:
+    """Bytes a fold reads (its operand tiles) and writes (its outputs) from/to DRAM."""
+    sr, sc, t = systolic_dims(sm.dataflow, sm.m, sm.n, sm.k)
+    rr, cc = r1 - r0, c1 - c0
+    if sm.dataflow == "os":  # A rows x K, K x B cols; outputs rr x cc
+        return (rr * t + t * cc) * wb, rr * cc * wb
+    # ws: weights K-tile x N-tile (rr x cc), inputs M x rr; outputs M x cc partial sums
+    # is: inputs  K-tile x M-tile (rr x cc), weights rr x N; outputs cc x N partial sums
+    return (rr * cc + t * rr) * wb, t * cc * wb
+
+
+def _tiles(sm: SystolicMapping, arch: ArchSpec, per_fold: int) -> tuple[TileResult, ...]:
+    out = []
+    for i, (r0, r1, c0, c1) in enumerate(folds(sm)):
+        rd, wr = _fold_traffic(sm, r0, r1, c0, c1, arch.word_bytes)
+        out.append(TileResult(sm.kernel.name, i, (r1 - r0) * (c1 - c0), per_fold, 0, rd, wr))
+    return tuple(out)
+
+
+def _busy(sm: SystolicMapping, t: int) -> np.ndarray:
+    busy = np.zeros((sm.rows, sm.cols), dtype=np.int64)
+    for r0, r1, c0, c1 in folds(sm):
+        busy[: r1 - r0, : c1 - c0] += t
+    return busy
+
+
+def _operands(sm: SystolicMapping, inputs):
+    a = inputs["A"].reshape(sm.m, sm.k)
+    b = inputs["B"].reshape(sm.k, sm.n)
+    return a, b
+
+
+@numba.njit(cache=True)
+def _matmul_k_ordered(a, b, out):  # pragma: no cover - compiled
+    m, k = a.shape
+    n = b.shape[1]
+    for i in range(m):
+        for kk in range(k):
+            aik = a[i, kk]
+            for j in range(n):
+                out[i, j] = out[i, j] + np.float32(aik * b[kk, j])
+
+
+def _result(sm, arch, out, busy, spm_reads, spm_writes, trace=None) -> ArrayResult:
+    sr, sc, t = systolic_dims(sm.dataflow, sm.m, sm.n, sm.k)
+    per_fold = fold_cycles(sm.dataflow, sm.rows, sm.cols, t)
+    macs = sm.m * sm.n * sm.k
+    lines = arch.spm.lines
+    return ArrayResult(
+        kernel=sm.kernel.name, tiles=_tiles(sm, arch, per_fold), pe_busy_cycles=busy,
+        spm_reads_per_line=np.array(spm_reads + [0] * (lines - len(spm_reads)))[:lines],
+        spm_writes_per_line=np.array(spm_writes + [0] * (lines - len(spm_writes)))[:lines],
+        spm_conflicts_per_line=np.zeros(lines, dtype=np.int64),
+        op_counts=(("mac", macs),), link_word_hops=0, macs=macs,
+        outputs=(("C", out.ravel()),), trace=trace)
+
+
+def _sram_accesses(sm: SystolicMapping) -> tuple[list[int], list[int]]:
+    """Word reads of (ifmap, filter) SRAMs and word writes of the ofmap SRAM, per SCALE-Sim's
+    demand matrices: every operand element is read once per fold that uses it."""
+    sr, sc, t = systolic_dims(sm.dataflow, sm.m, sm.n, sm.k)
+    reads_if = reads_f = writes_o = 0
+    for r0, r1, c0, c1 in folds(sm):
+        rr, cc = r1 - r0, c1 - c0
+        if sm.dataflow == "os":
+            reads_if += rr * t
+            reads_f += t * cc
+            writes_o += rr * cc
+        elif sm.dataflow == "ws":
+            reads_f += rr * cc
+            reads_if += t * rr
+            writes_o += t * cc
+        else:
+            reads_if += rr * cc
+            reads_f += t * rr
+            writes_o += t * cc
+    return [reads_if, reads_f, 0], [0, 0, writes_o]
+
+
+def run_systolic_fast(sm: SystolicMapping, arch: ArchSpec, inputs) -> ArrayResult:
+    """Closed-form timing, numba values (fp32, k-ordered)."""
+    a, b = _operands(sm, inputs)
+    out = np.zeros((sm.m, sm.n), dtype=np.float32)
+    _matmul_k_ordered(np.ascontiguousarray(a, np.float32), np.ascontiguousarray(b, np.float32), out)
+    _, _, t = systolic_dims(sm.dataflow, sm.m, sm.n, sm.k)
+    reads, writes = _sram_accesses(sm)
+    return _result(sm, arch, out, _busy(sm, t), reads, writes)
+
+
+def run_systolic_reference(sm: SystolicMapping, arch: ArchSpec, inputs) -> ArrayResult:
+    """Cycle-by-cycle wavefront on the physical R x C array (padded folds), moving operands
+    one PE per cycle; returns the cycle count it observes, with the values."""
+    a, b = _operands(sm, inputs)
+    a = np.asarray(a, np.float32)
+    b = np.asarray(b, np.float32)
+    R, C = sm.rows, sm.cols
+    out = np.zeros((sm.m, sm.n), dtype=np.float32)
+    busy = np.zeros((R, C), dtype=np.int64)
+    _, _, T = systolic_dims(sm.dataflow, sm.m, sm.n, sm.k)
+    reads_if = reads_f = writes_o = 0
+    observed = []
+    for r0, r1, c0, c1 in folds(sm):
+        preload = 0 if sm.dataflow == "os" else R
+        # registers moving right (west->east) and down (north->south), with valid flags
+        h_val = np.zeros((R, C), np.float32)
+        h_ok = np.zeros((R, C), bool)
+        h_t = np.zeros((R, C), np.int64)
+        h_present = np.zeros((R, C), bool)
+        v_val = np.zeros((R, C), np.float32)
+        v_ok = np.zeros((R, C), bool)
+        stationary = np.zeros((R, C), np.float32)
+        cyc = 0
+        # preload: the stationary tile shifts in from the top, one row per cycle
+        for step in range(preload):
+            stationary[1:] = stationary[:-1].copy()
+            src_row = R - 1 - step  # the bottom row enters first
+            stationary[0] = 0
+            for c in range(C):
+                rr, cc = r0 + src_row, c0 + c
+                if rr < r1 and cc < c1:
+                    stationary[0, c] = _stationary_elem(sm, a, b, rr, cc)
+                    reads_f += sm.dataflow == "ws"
+                    reads_if += sm.dataflow == "is"
+            cyc += 1
+        acc = np.zeros((R, C), np.float32)  # os: outputs live in the PEs
+        while True:
+            # shift the moving operands one hop
+            for reg in (h_val, h_ok, h_t, h_present):
+                reg[:, 1:] = reg[:, :-1].copy()
+            if sm.dataflow == "os":
+                v_val[1:], v_ok[1:] = v_val[:-1].copy(), v_ok[:-1].copy()
+            # feed the west edge (and north edge for os), skewed by row / column
+            s = cyc - preload
+            for r in range(R):
+                t = s - r
+                # every row carries a token (a bubble on padded rows) so the wavefront's exit
+                # from the padded array is observed, not assumed
+                h_present[r, 0] = 0 <= t < T
+                h_t[r, 0] = t
+                h_ok[r, 0] = 0 <= t < T and r0 + r < r1
+                if h_ok[r, 0]:
+                    h_val[r, 0] = _streamed_elem(sm, a, b, r0 + r, t)
+                    reads_if += sm.dataflow != "is"
+                    reads_f += sm.dataflow == "is"
+            if sm.dataflow == "os":
+                for c in range(C):
+                    t = s - c
+                    v_ok[0, c] = 0 <= t < T and c0 + c < c1
+                    if v_ok[0, c]:
+                        v_val[0, c] = b[t, c0 + c]
+                        reads_f += 1
+            # every PE with both operands does one MAC
+            for r in range(R):
+                for c in range(C):
+                    if sm.dataflow == "os":
+                        if h_ok[r, c] and v_ok[r, c]:
+                            acc[r, c] = acc[r, c] + np.float32(h_val[r, c] * v_val[r, c])
+                            busy[r, c] += 1
+                    elif h_ok[r, c] and r0 + r < r1 and c0 + c < c1:
+                        # ws/is: partial sum of stream element t, reduced down column c in r order
+                        t = int(h_t[r, c])
+                        i, j = _output_of(sm, t, c0 + c)
+                        out[i, j] = out[i, j] + np.float32(h_val[r, c] * stationary[r, c])
+                        busy[r, c] += 1
+                        if r == r1 - r0 - 1:
+                            writes_o += 1
+            cyc += 1
+            # the fold ends when the last token of the bottom row has reached the last column
+            if h_present[R - 1, C - 1] and h_t[R - 1, C - 1] == T - 1:
+                break
+        if sm.dataflow == "os":
+            out[r0:r1, c0:c1] += acc[: r1 - r0, : c1 - c0]
+            writes_o += (r1 - r0) * (c1 - c0)
+        observed.append(cyc)
+    total = sum(observed) - 1
+    expected = closed_form_cycles(sm.dataflow, sm.m, sm.n, sm.k, R, C)
+    if total != expected:  # the stepper is the definition the closed form must equal
+        raise AssertionError(f"systolic stepper observed {total} cycles, closed form {expected}")
+    return _result(sm, arch, out, busy, [reads_if, reads_f, 0], [0, 0, writes_o])
+
+
+def _stationary_elem(sm, a, b, rr, cc):
+    # ws: filter[K-row rr, N-col cc] ; is: ifmap^T[K-row rr, M-col cc]
+    return b[rr, cc] if sm.dataflow == "ws" else a[cc, rr]
+
+
+def _streamed_elem(sm, a, b, rr, t):
+    # os: A[m=rr, k=t]; ws: A[m=t, k=rr]; is: B[k=rr, n=t]
+    if sm.dataflow == "os":
+        return a[rr, t]
+    if sm.dataflow == "ws":
+        return a[t, rr]
+    return b[rr, t]
+
+
+def _output_of(sm, t, col):
+    # ws: output (m=t, n=col); is: output (m=col, n=t)
+    return (t, col) if sm.dataflow == "ws" else (col, t)
