@@ -149,7 +149,8 @@ def _pad_delta(fmt, level_bounds, lvl, values):
             continue
         widest = (1 << spec.type.params[0]) - 1
         lo = level_bounds[k][0]
-        new_segment = np.ones(len(values), bool)
+        new_segment = np.zeros(len(values), bool)
+        new_segment[0] = True
         for c in lvl[:k]:
             new_segment[1:] |= c[1:] != c[:-1]
         previous = np.empty(len(values), _I64)

@@ -144,9 +144,7 @@ class Tensor:
         if fmt.is_dense:
             return np.array(interop.numpy_array(fmt, self.shape, self.val))
         coords, values = entries(fmt, self.shape, self._storage, keep_stored_zeros=True)
-        out = np.zeros(self.shape, self.dtype)
-        np.add.at(out, tuple(coords), values)
-        return out
+        return _scatter(self.shape, coords, values)
 
     def convert(self, *, tensor_format: TensorFormat | str, index_type=None,
                 dtype=None) -> Tensor:
@@ -160,9 +158,7 @@ class Tensor:
         if dtype is not None:
             values = values.astype(dtype)
         if fmt.is_dense:
-            dense = np.zeros(self.shape, values.dtype)
-            np.add.at(dense, tuple(coords), values)
-            return Tensor.from_dense(dense, fmt)
+            return Tensor.from_dense(_scatter(self.shape, coords, values), fmt)
         storage = build(fmt, self.shape, coords, values, index_type=index_type)
         return Tensor(fmt, self.shape, storage.pos, storage.crd, storage.val)
 
@@ -269,6 +265,15 @@ class Tensor:
                 raise ValueError(f"level {k} ({spec}) needs a pos array")
             if spec.type.stores_crd and st.crd[k] is None:
                 raise ValueError(f"level {k} ({spec}) needs a crd array")
+
+
+def _scatter(shape: tuple[int, ...], coords, values: np.ndarray) -> np.ndarray:
+    """A dense array with ``values`` added at ``coords`` (duplicates summed)."""
+    if not shape:
+        return np.array(values.sum(), values.dtype)
+    out = np.zeros(shape, values.dtype)
+    np.add.at(out, tuple(coords), values)
+    return out
 
 
 def _is_scipy_sparse(x) -> bool:
