@@ -50,12 +50,12 @@ def test_formats_are_immutable_and_pickle():
 
 
 @pytest.mark.parametrize("source", [
-    "#sparse_tensor.encoding<{ map = (i, j) -> (i : dense, j floordiv 4 : dense, "
-    "j mod 4 : structured[2, 4]) }>",
+    ("#sparse_tensor.encoding<{ map = (i, j) -> (i : dense, j floordiv 4 : dense, "
+     "j mod 4 : structured[2, 4]) }>"),
     "(i, j) -> (i : dense, j // 4 : dense, j % 4 : structured[2, 4])",
     "(i,j)->(i:dense,j/4:dense,j%4:structured[2,4])",
-    "#sparse_tensor.encoding<{ map = (d0, d1) -> (d0 : dense, d1 floordiv 4 : dense, "
-    "d1 mod 4 : structured[2, 4]), posWidth = 32, crdWidth = 8 }>",
+    ("#sparse_tensor.encoding<{ map = (d0, d1) -> (d0 : dense, d1 floordiv 4 : dense, "
+     "d1 mod 4 : structured[2, 4]), posWidth = 32, crdWidth = 8 }>"),
 ])
 def test_mlir_and_nvmath_spellings_agree(source):
     assert TensorFormat(source) == NamedFormats.NM(2, 4)
@@ -335,7 +335,8 @@ def test_every_rule_has_a_test():
 
     declared = {"syntax"}  # the parser's default rule
     for module in (parser, rules):
-        text = open(module.__file__).read()
+        with open(module.__file__) as handle:
+            text = handle.read()
         declared |= set(re.findall(r'(?:fail\(|rule=|rule = )"([a-z-]+)"', text))
     assert declared == {case[1] for case in RULE_CASES}
 

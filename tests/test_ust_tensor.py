@@ -167,7 +167,7 @@ def test_named_format_round_trip(case, data):
     assert_same_array(t.to_dense(), a)
     assert t.nse == t.val.size
     # the stored-entry walk finds exactly the nonzeros
-    coords, values = t.entries()
+    _, values = t.entries()
     assert_same_array(np.sort(values), np.sort(a[a != 0]))
     # element access agrees with the dense array wherever something is stored
     index = tuple(data.draw(st.integers(0, n - 1)) for n in a.shape)

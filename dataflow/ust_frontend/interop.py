@@ -118,7 +118,7 @@ def scipy_view(x) -> PackageView:
         pos = (np.array([0, len(x.data)], dtype=coords[0].dtype),) + (None,) * (rank - 1)
         return PackageView(fmt, shape, Storage(pos, coords, x.data), "scipy.coo", (cls,))
     if fmt_name == "dia":
-        nrows, ncols = shape
+        ncols = shape[1]
         data = x.data
         if data.shape[1] != ncols:
             padded = np.zeros((data.shape[0], ncols), data.dtype)

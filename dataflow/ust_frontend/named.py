@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 from .format import TensorFormat
 
 
-@lru_cache(maxsize=None)
+@cache
 def _fmt(source: str, name: str) -> TensorFormat:
     return TensorFormat(source, name=name)
 
@@ -46,47 +46,47 @@ class _Builders:
                     f"CSF{rank}")
 
     @staticmethod
-    def BSRRight(m: int, n: int) -> TensorFormat:  # noqa: N802 (nvmath name)
+    def BSRRight(m: int, n: int) -> TensorFormat:
         """Block sparse row with m x n blocks stored row-major (scipy's and torch's BSR)."""
         return _fmt(f"(i, j) -> (i / {m} : dense, j / {n} : compressed, i % {m} : dense, "
                     f"j % {n} : dense)", f"BSRRight({m}, {n})")
 
     @staticmethod
-    def BSRLeft(m: int, n: int) -> TensorFormat:  # noqa: N802
+    def BSRLeft(m: int, n: int) -> TensorFormat:
         """Block sparse row with m x n blocks stored column-major."""
         return _fmt(f"(i, j) -> (i / {m} : dense, j / {n} : compressed, j % {n} : dense, "
                     f"i % {m} : dense)", f"BSRLeft({m}, {n})")
 
     @staticmethod
-    def BSCRight(m: int, n: int) -> TensorFormat:  # noqa: N802
+    def BSCRight(m: int, n: int) -> TensorFormat:
         """Block sparse column with m x n blocks stored row-major."""
         return _fmt(f"(i, j) -> (j / {n} : dense, i / {m} : compressed, i % {m} : dense, "
                     f"j % {n} : dense)", f"BSCRight({m}, {n})")
 
     @staticmethod
-    def BSCLeft(m: int, n: int) -> TensorFormat:  # noqa: N802
+    def BSCLeft(m: int, n: int) -> TensorFormat:
         """Block sparse column with m x n blocks stored column-major."""
         return _fmt(f"(i, j) -> (j / {n} : dense, i / {m} : compressed, j % {n} : dense, "
                     f"i % {m} : dense)", f"BSCLeft({m}, {n})")
 
     @staticmethod
-    def BSR(m: int, n: int) -> TensorFormat:  # noqa: N802
+    def BSR(m: int, n: int) -> TensorFormat:
         """Alias of ``BSRRight``."""
         return _Builders.BSRRight(m, n)
 
     @staticmethod
-    def BSC(m: int, n: int) -> TensorFormat:  # noqa: N802
+    def BSC(m: int, n: int) -> TensorFormat:
         """Alias of ``BSCRight``."""
         return _Builders.BSCRight(m, n)
 
     @staticmethod
-    def NM(n: int, m: int) -> TensorFormat:  # noqa: N802
+    def NM(n: int, m: int) -> TensorFormat:
         """N:M structured sparsity along rows: at most n nonzeros in each group of m columns."""
         return _fmt(f"(i, j) -> (i : dense, j / {m} : dense, j % {m} : structured[{n}, {m}])",
                     f"{n}:{m}")
 
     @staticmethod
-    def DELTA(bits: int) -> TensorFormat:  # noqa: N802
+    def DELTA(bits: int) -> TensorFormat:
         """CSR whose column indices are gap-coded in ``bits`` bits."""
         return _fmt(f"(i, j) -> (i : dense, j : delta({bits}))", f"DELTA({bits})")
 

@@ -60,10 +60,10 @@ def validate(dims: Sequence[Dim], levels: Sequence[LevelSpec], source: str | Non
             if index > 0 and fmt is not LevelFormat.DENSE:
                 fail("batch-then-dense", f"{text}: the first level after the batch levels "
                      "must be dense", col)
-        if fmt is LevelFormat.SINGLETON:
-            if index == 0 or levels[index - 1].type.format not in _SINGLETON_PARENTS:
-                fail("singleton-parent", f"{text}: a singleton level must follow a compressed, "
-                     "loose_compressed, delta or singleton level", col)
+        if fmt is LevelFormat.SINGLETON and (
+                index == 0 or levels[index - 1].type.format not in _SINGLETON_PARENTS):
+            fail("singleton-parent", f"{text}: a singleton level must follow a compressed, "
+                 "loose_compressed, delta or singleton level", col)
         if fmt is LevelFormat.DELTA and not 0 < ltype.params[0] <= 64:
             fail("delta-bits", f"{text}: delta needs a bit width in 1..64", col)
         if fmt is LevelFormat.STRUCTURED:

@@ -26,7 +26,7 @@ class Tensor:
     stored value, so ``nse == len(val)``.
     """
 
-    __slots__ = ("tensor_format", "shape", "_storage", "_package", "_package_extra", "base")
+    __slots__ = ("_package", "_package_extra", "_storage", "base", "shape", "tensor_format")
 
     def __init__(self, tensor_format: TensorFormat | str, shape: Sequence[int],
                  pos: Sequence[np.ndarray | None], crd: Sequence[np.ndarray | None],
@@ -239,7 +239,7 @@ class Tensor:
             for label, array in (("pos", self.pos(k)), ("crd", self.crd(k))):
                 if array is not None:
                     stored.append(f"{label}[{array.size}] {array.dtype}")
-            lines.append(f"  level {k}: {str(spec):<28} size {sizes[k]:<6} "
+            lines.append(f"  level {k}: {spec!s:<28} size {sizes[k]:<6} "
                          f"{'  '.join(stored) or '(no storage)'}")
         lines.append(f"  val[{self.nse}] {self.dtype}   nse {self.nse}")
         return "\n".join(lines)
@@ -284,4 +284,4 @@ def _is_scipy_sparse(x) -> bool:
     return sp.issparse(x)
 
 
-__all__ = ["Tensor", "LayoutError"]
+__all__ = ["LayoutError", "Tensor"]
