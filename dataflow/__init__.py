@@ -1,1 +1,11 @@
-"""dataflow: a cycle-level simulator of a reconfigurable dataflow accelerator."""
+"""dataflow: a cycle-level simulator of a reconfigurable dataflow accelerator.
+
+Entry points: `load_arch(path)`, `simulate(workload, arch=..., **params) -> SimResult`,
+`matmul(a, b, backend="numpy"|"sim", arch=...)`.
+"""
+
+from dataflow.api import load_arch, simulate
+from dataflow.ust_frontend.ops import matmul
+
+__version__ = "0.1.0"
+__all__ = ["load_arch", "matmul", "simulate"]

@@ -81,8 +81,12 @@ def _round_up(x: int, m: int) -> int:
     return -(-x // m) * m
 
 
+MIN_TILES = 8  # enough tiles that DMA of the next overlaps compute of this one
+
+
 def tile_and_allocate(kernel: Kernel, arch: ArchSpec, max_tile_rows: int | None = None):
-    """Greedy tiles over the outer loop (as large as fit double-buffered) and SPM bases.
+    """Greedy tiles over the outer loop (as large as fit double-buffered, and at most
+    extent / MIN_TILES rows so loads overlap compute) and SPM bases.
 
     Raises MappingError naming the capacity when not even one outer index fits.
     """
@@ -101,6 +105,8 @@ def tile_and_allocate(kernel: Kernel, arch: ArchSpec, max_tile_rows: int | None 
             f"{spm.lines} x {spm.capacity_words_per_line} = {capacity} words")
     windows = _row_windows(kernel, lanes, streamed)
     extent = kernel.loops[0].extent
+    if max_tile_rows is None:
+        max_tile_rows = max(1, -(-extent // MIN_TILES))
     budget = capacity - resident_words
     tiles: list[Tile] = []
     peak = {name: 0 for name in windows}

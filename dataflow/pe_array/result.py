@@ -91,6 +91,10 @@ class SimResult:
     engine: str
     trace: tuple | None = None
     notes: tuple[str, ...] = field(default=())
+    values_match_reference: bool | None = None
+    max_abs_error: float | None = None
+    wall_seconds: float | None = None
+    mapping_summary: str = ""
 
     @property
     def time_seconds(self) -> float:
@@ -167,4 +171,8 @@ class SimResult:
                 for k in self.kernels
             ],
             "notes": list(self.notes),
+            "values_match_reference": self.values_match_reference,
+            "max_abs_error": self.max_abs_error,
+            "wall_seconds": self.wall_seconds,
+            "mapping": self.mapping_summary,
         }

@@ -1,0 +1,75 @@
+"""Command line: `dataflow simulate ...`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from dataflow.api import DEFAULT_ARCH, WORKLOADS
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="dataflow", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("simulate", help="simulate one workload on an architecture")
+    s.add_argument("--arch", default=str(DEFAULT_ARCH), help="architecture YAML (default: %(default)s)")
+    s.add_argument("--workload", choices=WORKLOADS, default="spmm")
+    s.add_argument("--m", type=int, default=256, help="rows of A and C")
+    s.add_argument("--k", type=int, default=256, help="columns of A, rows of B")
+    s.add_argument("--n", type=int, default=64, help="columns of B and C")
+    s.add_argument("--density", type=float, default=0.05, help="density of sparse A (spmm)")
+    s.add_argument("--dataflow", choices=("os", "ws", "is"), default=None,
+                   help="systolic dataflow (systolic architectures only; default os)")
+    s.add_argument("--engine", choices=("fast", "reference"), default="fast")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--json", action="store_true", help="print one JSON object")
+    return p
+
+
+def _summary(r) -> str:
+    st = r.stall_cycles
+    lines = [
+        f"dataflow simulate: {r.workload} on {r.arch} ({r.engine} engine)",
+        f"  mapping          {r.mapping_summary}",
+        f"  cycles           {r.cycles:,}  ({r.time_seconds * 1e6:,.3f} us at {r.clock_ghz:g} GHz)",
+        f"  compute cycles   {r.compute_cycles:,}",
+        "  stall cycles     " + ", ".join(f"{k} {v:,}" for k, v in st.items()),
+        f"  PE utilisation   {100 * r.pe_utilization:.1f}% busy, {100 * r.mac_utilization:.1f}% of peak MACs"
+        f" ({r.macs:,} MACs)",
+        f"  SPM              {r.spm_reads:,} row reads, {r.spm_writes:,} row writes, "
+        f"{r.spm_conflict_cycles:,} conflict cycles",
+        f"  DRAM             {r.dram_bytes_read:,} B read, {r.dram_bytes_written:,} B written",
+        f"  energy           {r.energy_total_pj / 1e6:,.3f} uJ ("
+        + ", ".join(f"{k} {v / 1e6:.3f}" for k, v in r.energy_pj) + ")",
+        f"  values           {'match' if r.values_match_reference else 'DO NOT MATCH'} the numpy "
+        f"reference (max abs error {r.max_abs_error:.3g})",
+        f"  wall time        {r.wall_seconds:.3f} s",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    from dataflow.api import simulate
+    from dataflow.arch import ArchError
+    from dataflow.dfg import DFGError
+    from dataflow.mapper import MappingError
+    from dataflow.ust_frontend import FormatError
+
+    try:
+        r = simulate(args.workload, arch=args.arch, m=args.m, k=args.k, n=args.n,
+                     density=args.density, dataflow=args.dataflow, seed=args.seed,
+                     engine=args.engine)
+    except (ArchError, MappingError, DFGError, FormatError, ValueError) as exc:
+        print(f"dataflow: error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(r.to_dict()))
+    else:
+        print(_summary(r))
+    return 0 if r.values_match_reference else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
