@@ -162,7 +162,7 @@ NAMED_CASES = {
 @given(data=st.data())
 def test_named_format_round_trip(case, data):
     fmt, a = data.draw(st.composite(lambda draw: NAMED_CASES[case](draw))())
-    t = Tensor.from_dense(a, fmt)
+    t = Tensor.from_dense(a, fmt).verify()
     assert t.tensor_format == fmt and t.shape == a.shape
     assert_same_array(t.to_dense(), a)
     assert t.nse == t.val.size
@@ -318,7 +318,7 @@ def _full_width_diagonals(a):
 def test_scipy_every_kind_is_a_view(kind):
     a = example_matrix()
     s = SCIPY_MAKERS[kind](a)
-    t = Tensor.from_package(s)
+    t = Tensor.from_package(s).verify()
     assert np.shares_memory(t.val, s.data)
     if s.format in ("csr", "csc", "bsr"):
         assert np.shares_memory(t.pos(1), s.indptr) and np.shares_memory(t.crd(1), s.indices)
@@ -340,7 +340,7 @@ def test_torch_views_share_memory():
     cases = [dense, dense.to_sparse(), dense.to_sparse_csr(), dense.to_sparse_csc(),
              dense.to_sparse_bsr((2, 2)), dense.to_sparse_bsc((2, 4))]
     for x in cases:
-        t = Tensor.from_package(x)
+        t = Tensor.from_package(x).verify()
         stored = x if x.layout == torch.strided else x.values()
         assert np.shares_memory(t.val, stored.numpy()), x.layout
         assert_same_array(t.to_dense(), a)
@@ -385,7 +385,7 @@ PAIR_FORMATS = [
 def test_convert_random_pairs(source_format, target_format, data):
     a = _matrix(data.draw, nm=(2, 4))
     source = Tensor.from_dense(a, source_format)
-    target = source.convert(tensor_format=target_format)
+    target = source.convert(tensor_format=target_format).verify()
     assert target.tensor_format == target_format
     assert_same_array(target.to_dense(), a)
     assert_same_array(target.convert(tensor_format=source_format).to_dense(), a)
@@ -488,6 +488,23 @@ def test_get_value_rejects_out_of_range_index():
     t = Tensor.from_dense(example_matrix(), NamedFormats.CSR)
     with pytest.raises(IndexError):
         t.get_value([4, 0])
+
+
+@pytest.mark.parametrize("fmt, pos, crd, val, complaint", [
+    (NamedFormats.CSR, [None, [0, 2, 1]], [None, [0, 1]], [1.0, 2.0], "non-decreasing"),
+    (NamedFormats.CSR, [None, [0, 2, 2]], [None, [1, 0]], [1.0, 2.0], "strictly increasing"),
+    (NamedFormats.CSR, [None, [0, 1, 2]], [None, [0, 5]], [1.0, 2.0], "outside the level"),
+    (NamedFormats.CSR, [None, [0, 2]], [None, [0, 1]], [1.0, 2.0], "expected 3"),
+    (NamedFormats.CSR, [None, [0, 1, 2]], [None, [0, 1]], [1.0], "val has 1 entries"),
+    (NamedFormats.NM(1, 2), [None] * 3, [None, None, [0, 2]], [1.0, 2.0], "offsets outside"),
+    (NamedFormats.DELTA(1), [None, [0, 1, 2]], [None, [2, 0]], [1.0, 2.0], "fit in 1 bits"),
+    (NamedFormats.ELL, [None, [0, 1, 1, 0]], [None, [0, 1]], [1.0, 2.0], "not ranges"),
+])
+def test_verify_names_the_broken_level(fmt, pos, crd, val, complaint):
+    arrays = [[None if a is None else np.array(a) for a in side] for side in (pos, crd)]
+    t = Tensor(fmt, (2, 2), arrays[0], arrays[1], np.array(val))
+    with pytest.raises(ValueError, match=complaint):
+        t.verify()
 
 
 def test_storage_is_checked_against_the_format():

@@ -15,6 +15,8 @@ Storage conventions (nvmath-python / MLIR):
 - singleton stores ``crd`` aligned with its parent's positions.
 - structured[n, m] stores exactly n coordinates (offsets within the group of m) per parent;
   groups with fewer nonzeros are padded with explicit zeros at the lowest free offsets.
+- batch levels are stored like dense levels: the arrays of the levels below are global (one
+  pos/crd per level across all batches), not MLIR's per-batch arrays.
 """
 
 from __future__ import annotations
@@ -265,3 +267,67 @@ def _finish(pos, crd, val, index_type) -> Storage:
     cast = [None if a is None else a.astype(index_type) for a in pos], \
            [None if a is None else a.astype(index_type) for a in crd]
     return Storage(tuple(cast[0]), tuple(cast[1]), val)
+
+
+def verify(fmt: TensorFormat, shape: Sequence[int], storage: Storage) -> None:
+    """Check the storage invariants of every level; raise ValueError naming the level."""
+    level_bounds = fmt.level_bounds(shape)
+    nparent = 1
+    for k, spec in enumerate(fmt.levels):
+        lo, hi = level_bounds[k]
+        kind, t = spec.type.format, spec.type
+        pos, crd = storage.pos[k], storage.crd[k]
+
+        def bad(what: str, k=k, spec=spec):
+            raise ValueError(f"level {k} ({spec}): {what}")
+
+        if kind in ENUMERATING:
+            nparent *= hi - lo
+            continue
+        crd = np.asarray(crd, _I64)
+        if kind is LevelFormat.SINGLETON:
+            if len(crd) < nparent:
+                bad(f"crd has {len(crd)} entries for {nparent} parent positions")
+            coords = crd[:nparent]  # a singleton level keeps its parent's positions
+        elif kind is LevelFormat.STRUCTURED:
+            n, m = t.params
+            if len(crd) != nparent * n:
+                bad(f"crd has {len(crd)} entries, expected {n} for each of {nparent} groups")
+            if len(crd) and ((crd < 0) | (crd >= m)).any():
+                bad(f"crd holds offsets outside [0, {m})")
+            nparent *= n
+            continue
+        else:
+            pos = np.asarray(pos, _I64)
+            if kind is LevelFormat.LOOSE_COMPRESSED:
+                if len(pos) != 2 * nparent:
+                    bad(f"pos has {len(pos)} entries, expected 2 x {nparent}")
+                starts, ends = pos[0::2], pos[1::2]
+                if (ends < starts).any() or (starts < 0).any() or (ends > len(crd)).any():
+                    bad("pos pairs are not ranges within crd")
+            else:
+                if len(pos) != nparent + 1:
+                    bad(f"pos has {len(pos)} entries, expected {nparent + 1}")
+                if pos[0] != 0 or (np.diff(pos) < 0).any() or pos[-1] > len(crd):
+                    bad("pos is not a non-decreasing sequence from 0 to at most len(crd)")
+                starts, ends = pos[:-1], pos[1:]
+            counts = ends - starts
+            covered = _segment_positions(starts, counts)
+            coords = decode_delta(pos, crd, lo) if kind is LevelFormat.DELTA else crd
+            if kind is LevelFormat.DELTA and ((crd[covered] < 0)
+                                              | (crd[covered] >= 1 << t.params[0])).any():
+                bad(f"a gap does not fit in {t.params[0]} bits")
+            coords = coords[covered]
+            if t.ordered and len(coords) > 1:
+                step = np.diff(coords)
+                same = np.repeat(np.arange(len(counts)), counts)
+                inner = same[1:] == same[:-1]
+                if (step[inner] < (1 if t.unique else 0)).any():
+                    bad("crd is not " + ("strictly increasing" if t.unique else "sorted")
+                        + " within a segment")
+            nparent = len(crd) if kind is LevelFormat.LOOSE_COMPRESSED else int(pos[-1])
+        if len(coords) and ((coords < lo) | (coords >= hi)).any():
+            bad(f"a coordinate lies outside the level's range [{lo}, {hi})")
+    if len(storage.val) != nparent:
+        raise ValueError(f"val has {len(storage.val)} entries, but the levels address "
+                         f"{nparent} positions")

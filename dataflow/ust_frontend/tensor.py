@@ -10,7 +10,7 @@ import numpy as np
 from . import interop
 from .format import TensorFormat, as_format
 from .levels import ENUMERATING, LevelFormat
-from .storage import LayoutError, Storage, build, decode_delta, entries
+from .storage import LayoutError, Storage, build, decode_delta, entries, verify
 
 
 class Tensor:
@@ -250,6 +250,11 @@ class Tensor:
                 f"dtype={self.dtype})")
 
     # -- checks ------------------------------------------------------------------------------
+    def verify(self) -> Tensor:
+        """Check every level's storage invariants (O(nse)); return self, raise ValueError."""
+        verify(self.tensor_format, self.shape, self._storage)
+        return self
+
     def _check_lengths(self):
         fmt, st = self.tensor_format, self._storage
         if len(self.shape) != fmt.num_dimensions:
