@@ -80,6 +80,11 @@ class TensorFormat:
 
     # -- properties --------------------------------------------------------------------------
     @property
+    def dimensions(self) -> tuple[str, ...]:
+        """nvmath-python's name for ``dims``."""
+        return self.dims
+
+    @property
     def num_dimensions(self) -> int:
         return len(self.dims)
 
