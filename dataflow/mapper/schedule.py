@@ -9,6 +9,7 @@ whose links are reserved per (link, cycle mod II), so no link is ever over capac
 
 from __future__ import annotations
 
+import functools
 import math
 
 import networkx as nx
@@ -59,6 +60,7 @@ def rec_mii(kernel: Kernel, arch: ArchSpec) -> int:
     return best
 
 
+@functools.lru_cache(maxsize=65536)
 def _neighbours(arch: ArchSpec, pe: tuple[int, int], cols_first: bool = False) -> list[tuple[int, int]]:
     rows, cols = arch.pe_array.rows, arch.pe_array.cols
     r, c = pe
@@ -74,14 +76,16 @@ def _neighbours(arch: ArchSpec, pe: tuple[int, int], cols_first: bool = False) -
                 nr, nc = nr % rows, nc % cols
             if 0 <= nr < rows and 0 <= nc < cols and (nr, nc) != pe:
                 out.append((nr, nc))
-    return out
+    return tuple(out)
 
 
+@functools.lru_cache(maxsize=65536)
 def shortest_path(arch: ArchSpec, src: tuple[int, int], dst: tuple[int, int],
                   cols_first: bool = False) -> list[tuple[int, int]]:
-    """PEs from src to dst over the interconnect (BFS; rows-first or columns-first ties)."""
+    """PEs from src to dst over the interconnect (BFS; rows-first or columns-first ties).
+    Cached: `ArchSpec` is frozen and hashable."""
     if src == dst:
-        return [src]
+        return (src,)
     prev = {src: None}
     frontier = [src]
     while frontier:
@@ -94,7 +98,7 @@ def shortest_path(arch: ArchSpec, src: tuple[int, int], dst: tuple[int, int],
                         path = [dst]
                         while prev[path[-1]] is not None:
                             path.append(prev[path[-1]])
-                        return path[::-1]
+                        return tuple(path[::-1])
                     nxt.append(nb)
         frontier = nxt
     raise MappingError(f"no route from PE {src} to PE {dst}")
