@@ -56,3 +56,12 @@ def test_console_script_runs():
     out = subprocess.run([sys.executable, "-m", "dataflow.cli", "simulate", "--m", "16", "--k", "16",
                           "--n", "8", "--json"], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout)["values_match_reference"] is True
+
+
+def test_workload_that_does_not_fit_the_spm(tmp_path, capsys):
+    small = tmp_path / "small.yaml"
+    small.write_text((ARCH_DIR / "default.yaml").read_text()
+                     .replace("capacity_words_per_line: 65536", "capacity_words_per_line: 64"))
+    assert main(["simulate", "--arch", str(small), "--m", "64", "--k", "512", "--n", "64"]) == 2
+    err = capsys.readouterr().err
+    assert "does not fit the SPM" in err and str(small) in err

@@ -44,9 +44,7 @@ def vector_nodes(kernel: Kernel) -> frozenset[int]:
     if kernel.vector_var is None:
         return frozenset()
     for n in kernel.nodes:
-        if n.addr is not None and n.addr.coef(kernel.vector_var):
-            vec.add(n.id)
-        elif n.op.value not in ("load", "gather") and any(i in vec for i in n.inputs):
+        if n.addr is not None and n.addr.coef(kernel.vector_var) or n.op.value not in ("load", "gather") and any(i in vec for i in n.inputs):
             vec.add(n.id)
     return frozenset(vec)
 
@@ -78,3 +76,31 @@ def tile_result(kernel, index, iterations, compute_cycles, stall, km: KernelMapp
     return TileResult(kernel=kernel.name, index=index, iterations=iterations,
                       compute_cycles=compute_cycles, stall_cycles_spm_conflict=stall,
                       dram_bytes_read=rd, dram_bytes_written=wr)
+
+
+class Counters:
+    """The per-kernel tallies both engines keep (they differ only in how they fill them)."""
+
+    def __init__(self, arch):
+        from dataflow.dfg.ops import Op
+
+        lines = arch.spm.lines
+        self.busy = np.zeros((arch.pe_array.rows, arch.pe_array.cols), dtype=np.int64)
+        self.reads_line = np.zeros(lines, dtype=np.int64)
+        self.writes_line = np.zeros(lines, dtype=np.int64)
+        self.conflicts_line = np.zeros(lines, dtype=np.int64)
+        self.op_counts = {op.value: 0 for op in Op}
+        self.link_word_hops = 0
+        self.tiles: list = []
+
+    def result(self, kernel: Kernel, bufs: dict[str, np.ndarray], trace=None):
+        from dataflow.pe_array.result import ArrayResult
+
+        ops = self.op_counts
+        outputs = tuple((b.name, bufs[b.name]) for b in kernel.buffers if b.role == "output")
+        return ArrayResult(kernel=kernel.name, tiles=tuple(self.tiles), pe_busy_cycles=self.busy,
+                           spm_reads_per_line=self.reads_line, spm_writes_per_line=self.writes_line,
+                           spm_conflicts_per_line=self.conflicts_line,
+                           op_counts=tuple(sorted((k, v) for k, v in ops.items() if v)),
+                           link_word_hops=self.link_word_hops, macs=ops["mul"] + ops["mac"],
+                           outputs=outputs, trace=trace)

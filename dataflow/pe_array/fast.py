@@ -19,9 +19,16 @@ from dataflow.dfg.domain import enumerate_domain
 from dataflow.dfg.ops import Op
 from dataflow.mapper.mapping import KernelMapping
 from dataflow.pe_array.common import (
-    buffer_arrays, lane_addresses, spm_base, tile_result as _tile_result, vector_nodes,
+    Counters,
+    buffer_arrays,
+    lane_addresses,
+    spm_base,
+    vector_nodes,
 )
-from dataflow.pe_array.result import ArrayResult, TileResult
+from dataflow.pe_array.common import (
+    tile_result as _tile_result,
+)
+from dataflow.pe_array.result import ArrayResult
 from dataflow.pe_array.semantics import apply_op
 from dataflow.spm.lines import line_of_row, port_cycles
 
@@ -36,14 +43,10 @@ def run_kernel_fast(km: KernelMapping, arch: ArchSpec, inputs: dict[str, np.ndar
     times = np.zeros((U, len(kernel.nodes)), dtype=np.int64)
     for p in km.placements:
         times[p.copy, p.node] = p.time
-    rows, cols = arch.pe_array.rows, arch.pe_array.cols
-    busy = np.zeros((rows, cols), dtype=np.int64)
-    reads_line = np.zeros(spm.lines, dtype=np.int64)
-    writes_line = np.zeros(spm.lines, dtype=np.int64)
-    conflicts_line = np.zeros(spm.lines, dtype=np.int64)
-    op_counts = {op.value: 0 for op in Op}
+    ct = Counters(arch)
+    busy, op_counts = ct.busy, ct.op_counts
+    tiles = ct.tiles
     link_word_hops = 0
-    tiles = []
     for ti, tile in enumerate(km.tiles):
         dom = enumerate_domain(kernel, lanes, (tile.lo, tile.hi))
         n = len(dom[kernel.loops[0].var])
@@ -66,7 +69,7 @@ def run_kernel_fast(km: KernelMapping, arch: ArchSpec, inputs: dict[str, np.ndar
             words = act if r.src in vec else np.ones(n, dtype=np.int64)
             link_word_hops += len(r.links) * int(words[copy == r.copy].sum())
         vals: dict[int, np.ndarray] = {}
-        acc_key, acc_line = [], []  # (cycle*lines+line) row accesses
+        acc_key = []  # (cycle*lines+line) row writes
         rd_key = []
         writes = []  # (cycle, k, node, addr (n,L) or (n,), vals, mask, op)
         for node in kernel.nodes:
@@ -136,18 +139,13 @@ def run_kernel_fast(km: KernelMapping, arch: ArchSpec, inputs: dict[str, np.ndar
         wr = wr.reshape(n_cycles, spm.lines)
         need = port_cycles(rd, wr, spm) - 1
         stall = int(need.max(axis=1).sum())
-        reads_line += rd.sum(axis=0)
-        writes_line += wr.sum(axis=0)
-        conflicts_line += need.sum(axis=0)
+        ct.reads_line += rd.sum(axis=0)
+        ct.writes_line += wr.sum(axis=0)
+        ct.conflicts_line += need.sum(axis=0)
         _apply_writes(writes, bufs)
         tiles.append(_tile_result(kernel, ti, n, n_cycles + stall, stall, km, arch, tile))
-    macs = op_counts["mul"] + op_counts["mac"]
-    outputs = tuple((b.name, bufs[b.name]) for b in kernel.buffers if b.role == "output")
-    return ArrayResult(kernel=kernel.name, tiles=tuple(tiles), pe_busy_cycles=busy,
-                       spm_reads_per_line=reads_line, spm_writes_per_line=writes_line,
-                       spm_conflicts_per_line=conflicts_line,
-                       op_counts=tuple(sorted((k, v) for k, v in op_counts.items() if v)),
-                       link_word_hops=link_word_hops, macs=macs, outputs=outputs)
+    ct.link_word_hops = link_word_hops
+    return ct.result(kernel, bufs)
 
 
 def _read_keys(rd_key, spm) -> np.ndarray:
@@ -179,7 +177,7 @@ def _apply_writes(writes, bufs) -> None:
     for run in np.split(np.arange(len(order)), breaks):
         if not len(run):
             continue
-        cycw, kw, nid, addr, vals, m, op, buf = writes[which[run[0]]]
+        _, _, _, addr, vals, m, op, buf = writes[which[run[0]]]
         idx = local[run]
         commit(op, bufs[buf], addr[idx][m[idx]], vals[idx][m[idx]])
 

@@ -20,7 +20,7 @@ from dataflow.arch.spec import ArchSpec
 from dataflow.dfg.domain import iterate_domain
 from dataflow.dfg.ops import Op
 from dataflow.mapper.mapping import KernelMapping
-from dataflow.pe_array.common import buffer_arrays, spm_base, tile_result, vector_nodes
+from dataflow.pe_array.common import Counters, buffer_arrays, spm_base, tile_result, vector_nodes
 from dataflow.pe_array.fast import commit
 from dataflow.pe_array.result import ArrayResult
 from dataflow.pe_array.semantics import apply_op
@@ -42,14 +42,10 @@ def run_kernel_reference(km: KernelMapping, arch: ArchSpec, inputs: dict[str, np
     routes_into: dict[tuple[int, int], list] = {}
     for r in km.routes:
         routes_into.setdefault((r.copy, r.dst), []).append(r)
-    busy = np.zeros((rows, cols), dtype=np.int64)
-    reads_line = np.zeros(spm.lines, dtype=np.int64)
-    writes_line = np.zeros(spm.lines, dtype=np.int64)
-    conflicts_line = np.zeros(spm.lines, dtype=np.int64)
-    op_counts = {op.value: 0 for op in Op}
+    ct = Counters(arch)
+    busy, op_counts, tiles = ct.busy, ct.op_counts, ct.tiles
     link_word_hops = 0
     events = []
-    tiles = []
     elapsed = 0
     for ti, tile in enumerate(km.tiles):
         iters = list(iterate_domain(kernel, lanes, (tile.lo, tile.hi)))
@@ -136,21 +132,15 @@ def run_kernel_reference(km: KernelMapping, arch: ArchSpec, inputs: dict[str, np
                 rd[int(line_of_row(row, spm))] += 1
             need = port_cycles(rd, wr, spm) - 1
             stall += int(need.max())
-            reads_line += rd
-            writes_line += wr
-            conflicts_line += need
+            ct.reads_line += rd
+            ct.writes_line += wr
+            ct.conflicts_line += need
             for k, nid, op, bname, addrs, src in sorted(pending, key=lambda e: (e[0], e[1])):
                 commit(op, bufs[bname], addrs, src)
         tiles.append(tile_result(kernel, ti, n, n_cycles + stall, stall, km, arch, tile))
         elapsed += n_cycles + stall
-    macs = op_counts["mul"] + op_counts["mac"]
-    outputs = tuple((b.name, bufs[b.name]) for b in kernel.buffers if b.role == "output")
-    return ArrayResult(kernel=kernel.name, tiles=tuple(tiles), pe_busy_cycles=busy,
-                       spm_reads_per_line=reads_line, spm_writes_per_line=writes_line,
-                       spm_conflicts_per_line=conflicts_line,
-                       op_counts=tuple(sorted((k, v) for k, v in op_counts.items() if v)),
-                       link_word_hops=link_word_hops, macs=macs, outputs=outputs,
-                       trace=tuple(events) if trace else None)
+    ct.link_word_hops = link_word_hops
+    return ct.result(kernel, bufs, tuple(events) if trace else None)
 
 
 def _address(node, env, kernel) -> int:

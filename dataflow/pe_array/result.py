@@ -36,7 +36,7 @@ class ArrayResult:
     outputs: tuple[tuple[str, np.ndarray], ...]
     trace: tuple[tuple[int, tuple[int, int], str], ...] | None = None  # (cycle, PE, op)
 
-    def same_as(self, other: "ArrayResult") -> list[str]:
+    def same_as(self, other: ArrayResult) -> list[str]:
         """Names of the fields that differ (empty when identical, values bit for bit)."""
         diffs = []
         for name in ("kernel", "tiles", "op_counts", "link_word_hops", "macs"):

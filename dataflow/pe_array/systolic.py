@@ -64,7 +64,7 @@ def closed_form_cycles(dataflow: str, m: int, n: int, k: int, rows: int, cols: i
 
 def _fold_traffic(sm: SystolicMapping, r0, r1, c0, c1, wb) -> tuple[int, int]:
     """Bytes a fold reads (its operand tiles) and writes (its outputs) from/to DRAM."""
-    sr, sc, t = systolic_dims(sm.dataflow, sm.m, sm.n, sm.k)
+    t = systolic_dims(sm.dataflow, sm.m, sm.n, sm.k)[2]
     rr, cc = r1 - r0, c1 - c0
     if sm.dataflow == "os":  # A rows x K, K x B cols; outputs rr x cc
         return (rr * t + t * cc) * wb, rr * cc * wb
@@ -106,7 +106,7 @@ def _matmul_k_ordered(a, b, out):  # pragma: no cover - compiled
 
 
 def _result(sm, arch, out, busy, spm_reads, spm_writes, trace=None) -> ArrayResult:
-    sr, sc, t = systolic_dims(sm.dataflow, sm.m, sm.n, sm.k)
+    t = systolic_dims(sm.dataflow, sm.m, sm.n, sm.k)[2]
     per_fold = fold_cycles(sm.dataflow, sm.rows, sm.cols, t)
     macs = sm.m * sm.n * sm.k
     lines = arch.spm.lines
@@ -122,7 +122,7 @@ def _result(sm, arch, out, busy, spm_reads, spm_writes, trace=None) -> ArrayResu
 def _sram_accesses(sm: SystolicMapping) -> tuple[list[int], list[int]]:
     """Word reads of (ifmap, filter) SRAMs and word writes of the ofmap SRAM, per SCALE-Sim's
     demand matrices: every operand element is read once per fold that uses it."""
-    sr, sc, t = systolic_dims(sm.dataflow, sm.m, sm.n, sm.k)
+    t = systolic_dims(sm.dataflow, sm.m, sm.n, sm.k)[2]
     reads_if = reads_f = writes_o = 0
     for r0, r1, c0, c1 in folds(sm):
         rr, cc = r1 - r0, c1 - c0
