@@ -1,18 +1,35 @@
-"""Polymorphic ops of the frontend: `matmul` on numpy / scipy / torch / UST operands.
+"""Polymorphic ops of the frontend on numpy / scipy / torch / UST operands, with plan/execute.
 
-The frontend turns operands into UST `Tensor`s (views, no copies), chooses the kernel by their
-formats (dense x dense -> GEMM, sparse x dense -> SpMM over CSR), and runs it on a backend:
-`numpy` (the reference, the definition of the op) or `sim` (lower -> map -> cycle-level engine).
+The frontend turns operands into UST `Tensor`s (views, no copies) and chooses the kernel by
+their formats: dense x dense -> GEMM, sparse x dense -> SpMM over CSR (SpMV when B is a
+vector), sparse x sparse -> SpGEMM. Every op runs on a backend: `numpy` (the reference, the
+definition of the op) or `sim` (lower -> map -> cycle-level engine).
+
+The stateful ops follow nvmath-python: `Matmul(a, b, ...)`, `.plan(...)` (the expensive,
+value-independent step; cached, see `dataflow.ust_frontend.cache`), `.execute(backend=...)`
+(as often as wanted; `.reset_operands(...)` swaps in new values of the same structure).
+`matmul`, `sddmm`, `add`, `multiply` are the one-shot function forms.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from dataflow.ust_frontend.named import NamedFormats
+from dataflow.ust_frontend.plan import Plan, PlanMismatchError, build_plan, plan_key, run_plan, signature
 from dataflow.ust_frontend.tensor import Tensor
 
 BACKENDS = ("numpy", "sim")
+
+# name -> (add, mul, zero); zero is the identity of add (what an absent entry contributes)
+SEMIRINGS: dict[str, dict] = {
+    "plus_times": {"add": np.add, "mul": np.multiply, "zero": 0.0},
+    "max_plus": {"add": np.maximum, "mul": np.add, "zero": -np.inf},
+    "min_plus": {"add": np.minimum, "mul": np.add, "zero": np.inf},
+    "max_times": {"add": np.maximum, "mul": np.multiply, "zero": -np.inf},
+}
 
 
 def as_tensor(x) -> Tensor:
@@ -21,6 +38,11 @@ def as_tensor(x) -> Tensor:
 
 def is_dense(t: Tensor) -> bool:
     return t.tensor_format.is_dense
+
+
+def _check_backend(backend: str) -> None:
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; choose one of {BACKENDS}")
 
 
 def _check_shapes(a: Tensor, b: Tensor) -> None:
@@ -38,14 +60,11 @@ def csr_arrays(a: Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def lower_matmul(a: Tensor, b: Tensor, dtype=np.float32):
-    """The `Program` for a @ b (dense GEMM or CSR SpMM)."""
+    """The `Program` for a @ b (dense GEMM or CSR SpMM; a sparse B is densified)."""
     from dataflow.dfg.lower import lower_gemm, lower_spmm_csr
 
     _check_shapes(a, b)
-    if not is_dense(b):
-        b_dense = b.to_dense()
-    else:
-        b_dense = b.to_dense()
+    b_dense = b.to_dense()
     if is_dense(a):
         return lower_gemm(a.to_dense(), b_dense, dtype)
     pos, crd, val = csr_arrays(a)
@@ -58,6 +77,65 @@ def matmul_reference(a: Tensor, b: Tensor) -> np.ndarray:
     ad = a.to_dense().astype(np.float64)
     bd = b.to_dense().astype(np.float64)
     return (ad @ bd).astype(np.float32)
+
+
+def spgemm_reference(a: Tensor, b: Tensor) -> np.ndarray:
+    """Sparse x sparse through scipy (float64 accumulate), densified, as float32."""
+    import scipy.sparse as sp
+
+    _check_shapes(a, b)
+    mats = []
+    for t in (a, b):
+        pos, crd, val = csr_arrays(t)
+        mats.append(sp.csr_matrix((np.asarray(val, np.float64), crd, pos), shape=t.shape))
+    return (mats[0] @ mats[1]).toarray().astype(np.float32)
+
+
+def _entries_csr(t: Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(pos, crd, val) of the entries that take part in a product: all of a dense operand,
+    the stored ones of a sparse operand."""
+    if is_dense(t):
+        m, k = t.shape
+        return (np.arange(0, m * k + 1, k, dtype=np.int64), np.tile(np.arange(k), m),
+                t.to_dense().ravel())
+    return csr_arrays(t)
+
+
+def semiring_matmul(a: Tensor, b: Tensor, semiring: dict) -> np.ndarray:
+    """C[i, j] = add over stored k of mul(A[i, k], B[k, j]); absent entries are `zero`.
+
+    `add`/`mul` are elementwise numpy callables; rows of A with no entries give `zero`.
+    Vectorised over rows: step t combines every row's t-th entry. Returns float64."""
+    _check_shapes(a, b)
+    add, mul, zero = semiring["add"], semiring["mul"], float(semiring.get("zero", 0.0))
+    k, n = b.shape
+    if is_dense(b):
+        bd = b.to_dense().astype(np.float64)
+    else:
+        bd = np.full((k, n), zero)
+        bp, bc, bv = csr_arrays(b)
+        bd[np.repeat(np.arange(k), np.diff(bp)), bc] = bv
+    pos, crd, val = _entries_csr(a)
+    pos, crd, val = np.asarray(pos), np.asarray(crd), np.asarray(val, np.float64)
+    counts = np.diff(pos)
+    out = np.full((a.shape[0], n), zero)
+    for t in range(int(counts.max()) if counts.size else 0):
+        rows = np.flatnonzero(counts > t)
+        p = pos[rows] + t
+        out[rows] = add(out[rows], mul(val[p][:, None], bd[crd[p], :]))
+    return out
+
+
+def _with_values(t: Tensor, fn: Callable | None) -> Tensor:
+    """`t` with `fn` applied to its stored values (same structure, so the same plan)."""
+    if fn is None:
+        return t
+    val = np.asarray(fn(np.asarray(t.val)))
+    if val.shape != t.val.shape:
+        raise ValueError(f"prolog must be elementwise: {t.val.shape} values became {val.shape}")
+    levels = range(t.num_levels)
+    return Tensor(t.tensor_format, t.shape, [t.pos(lv) for lv in levels],
+                  [t.crd(lv) for lv in levels], val)
 
 
 def _wrap_like(result: np.ndarray, like):
@@ -74,26 +152,300 @@ def _wrap_like(result: np.ndarray, like):
     return result
 
 
+class _StatefulOp:
+    """plan()/execute() shared by the stateful ops. Subclasses set `op`, `_operands()`,
+    `_lower()` (sim program from current values), `_reference()` and `_finish(raw)`."""
+
+    op = "op"
+    sim_supported = True
+
+    def __init__(self):
+        self._plan: Plan | None = None
+        self.plan_source: str | None = None  # "built", "memory" or "disk"
+        self.last_result = None  # SimResult of the last sim execute
+
+    def _signatures(self):
+        return tuple(signature(t) for t in self._operands())
+
+    def _notes(self) -> tuple[str, ...]:
+        return ()
+
+    def _sim_check(self) -> None:
+        if not self.sim_supported:
+            raise NotImplementedError(f"{self.op}: the sim backend does not run this op yet; "
+                                      "use backend='numpy'")
+
+    def plan(self, arch=None, backend: str = "sim", *, dataflow: str | None = None,
+             cache=None) -> Plan:
+        """Lower and map (sim) or record the reference (numpy); returns the `Plan`.
+
+        `arch`: ArchSpec or YAML path (default `arch_configs/default.yaml`). `cache`: a
+        `PlanCache`, None for the process default (memory + `$DATAFLOW_CACHE_DIR`), or False
+        to always build."""
+        from dataflow.ust_frontend.cache import PlanCache, default_cache
+
+        _check_backend(backend)
+        spec = None
+        if backend == "sim":
+            from dataflow.api import resolve_arch
+
+            self._sim_check()
+            spec = resolve_arch(arch)
+        sigs = self._signatures()
+        key = plan_key(self.op, backend, sigs, spec, dataflow)
+
+        def build() -> Plan:
+            return build_plan(key, self.op, backend, sigs, spec, dataflow, lower=self._lower,
+                              notes=self._notes())
+
+        if cache is False:
+            self._plan, self.plan_source = build(), "built"
+        else:
+            store: PlanCache = default_cache() if cache is None else cache
+            self._plan, self.plan_source = store.get_or_build(key, build)
+        return self._plan
+
+    def execute(self, backend: str | None = None):
+        """Run on `backend` (default: the planned one, else numpy). sim needs a sim plan for
+        the current structure (planned on the default arch if none was made)."""
+        backend = backend or (self._plan.backend if self._plan else "numpy")
+        _check_backend(backend)
+        if backend == "numpy":
+            return self._finish(self._reference())
+        self._sim_check()
+        if self._plan is None or self._plan.backend != "sim":
+            self.plan(backend="sim")
+        sigs = self._signatures()
+        if sigs != self._plan.operands:
+            raise PlanMismatchError(
+                f"{self.op}: operand structure changed since plan() "
+                f"(planned {[s.text() for s in self._plan.operands]}, now "
+                f"{[s.text() for s in sigs]}); call plan() again")
+        self.last_result = run_plan(self._plan, self._lower())
+        return self._finish(self._sim_output(self.last_result))
+
+    def _sim_output(self, res) -> np.ndarray:
+        return np.asarray(res.output)
+
+
+class Matmul(_StatefulOp):
+    """C = epilog(prolog_a(A) @ prolog_b(B)) over a semiring (default: +, *).
+
+    A, B: numpy / scipy.sparse / torch / UST Tensor. B may be a vector (SpMV/GEMV: planned as
+    n = 1). `semiring`: a name from `SEMIRINGS` or {"add", "mul", "zero"} callables (numpy
+    backend only). `prolog`: one callable for both operands or {"a": f, "b": g}, applied to
+    stored values; `epilog`: applied elementwise to the result. The result comes back in A's
+    package (a dense array; SpGEMM results too)."""
+
+    def __init__(self, a, b, *, semiring=None, prolog=None, epilog=None):
+        super().__init__()
+        if isinstance(semiring, str):
+            if semiring not in SEMIRINGS:
+                raise ValueError(f"unknown semiring {semiring!r}; choose one of {list(SEMIRINGS)}"
+                                 " or pass {'add': f, 'mul': g, 'zero': z}")
+            semiring = SEMIRINGS[semiring]
+        if semiring is not None and not {"add", "mul"} <= set(semiring):
+            raise ValueError("a semiring needs 'add' and 'mul' callables (and 'zero', the "
+                             "identity of add; default 0)")
+        if isinstance(prolog, dict) and not set(prolog) <= {"a", "b"}:
+            raise ValueError(f"prolog keys must be 'a' and/or 'b', got {sorted(prolog)}")
+        self.semiring = None if semiring is SEMIRINGS["plus_times"] else semiring
+        self.prolog, self.epilog = prolog, epilog
+        self.sim_supported = self.semiring is None
+        self.reset_operands(a, b)
+
+    def reset_operands(self, a=None, b=None) -> None:
+        """New operand values; the plan stays valid while formats, shapes and structure do."""
+        if a is not None:
+            self._a_package, self.a = a, as_tensor(a)
+        if b is not None:
+            tb = as_tensor(b)
+            self.vector = len(tb.shape) == 1
+            if self.vector:  # SpMV / GEMV: B as a k x 1 matrix (a sparse vector is densified)
+                tb = Tensor.from_package(np.ascontiguousarray(tb.to_dense()).reshape(-1, 1))
+            self.b = tb
+        _check_shapes(self.a, self.b)
+        kind = ("spgemm" if not is_dense(self.b) else "spmm") if not is_dense(self.a) else \
+            ("gemm" if is_dense(self.b) else "gemm_sparse_b")
+        if self.vector and kind in ("spmm", "gemm"):
+            kind = {"spmm": "spmv", "gemm": "gemv"}[kind]
+        self.op = f"matmul:{kind}"
+
+    def _operands(self):
+        return (self.a, self.b)
+
+    def _notes(self) -> tuple[str, ...]:
+        notes = []
+        if not is_dense(self.b):
+            notes.append("sim: B is sparse; it is densified and streamed as a dense operand "
+                         "(the engine has no sparse x sparse kernel yet)")
+        if self.vector:
+            notes.append("B is a vector: planned as an n = 1 matrix")
+        return tuple(notes)
+
+    def _prologued(self) -> tuple[Tensor, Tensor]:
+        p = self.prolog
+        fa, fb = (p.get("a"), p.get("b")) if isinstance(p, dict) else (p, p)
+        return _with_values(self.a, fa), _with_values(self.b, fb)
+
+    def _lower(self):
+        return lower_matmul(*self._prologued())
+
+    def _reference(self) -> np.ndarray:
+        a, b = self._prologued()
+        if self.semiring is not None:
+            return semiring_matmul(a, b, self.semiring)
+        if not is_dense(a) and not is_dense(b):
+            return spgemm_reference(a, b)
+        return matmul_reference(a, b)
+
+    def _finish(self, raw: np.ndarray):
+        out = np.asarray(raw)
+        if self.epilog is not None:
+            out = np.asarray(self.epilog(out))
+        out = out.astype(np.float32, copy=False)
+        if self.vector:
+            out = out.reshape(-1)
+        return _wrap_like(np.ascontiguousarray(out), self._a_package)
+
+
+class Sddmm(_StatefulOp):
+    """C = mask ⊙ (A @ B) on the mask's stored entries: C.val[p] = mask.val[p] * (A[i] . B[:, j]).
+
+    A (m x k) and B (k x n) dense, mask (m x n) sparse in any format; the result is a CSR
+    `Tensor` with the mask's structure. sim lowers to the SDDMM kernel of
+    `dataflow.dfg.lower_sddmm`."""
+
+    op = "sddmm"
+
+    def __init__(self, a, b, mask, *, epilog=None):
+        super().__init__()
+        self.epilog = epilog
+        self.reset_operands(a, b, mask)
+
+    def reset_operands(self, a=None, b=None, mask=None) -> None:
+        if a is not None:
+            self.a = as_tensor(a)
+        if b is not None:
+            self.b = as_tensor(b)
+        if mask is not None:
+            self.mask = as_tensor(mask)
+        _check_shapes(self.a, self.b)
+        if tuple(self.mask.shape) != (self.a.shape[0], self.b.shape[1]):
+            raise ValueError(f"sddmm mask shape {self.mask.shape} != A @ B shape "
+                             f"{(self.a.shape[0], self.b.shape[1])}")
+        self._csr = csr_arrays(self.mask)
+
+    def _operands(self):
+        return (self.a, self.b, self.mask)
+
+    def _lower(self):
+        from dataflow.dfg.lower_sddmm import lower_sddmm_csr
+
+        pos, crd, val = self._csr
+        return lower_sddmm_csr(self.a.to_dense(), self.b.to_dense(), pos, crd, val)
+
+    def _reference(self) -> np.ndarray:
+        pos, crd, val = self._csr
+        rows = np.repeat(np.arange(self.mask.shape[0]), np.diff(pos))
+        ad = self.a.to_dense().astype(np.float64)
+        bd = self.b.to_dense().astype(np.float64)
+        return np.asarray(val, np.float64) * np.einsum("pk,kp->p", ad[rows], bd[:, crd])
+
+    def _sim_output(self, res) -> np.ndarray:
+        return np.asarray(res.output).reshape(-1)
+
+    def _finish(self, raw: np.ndarray) -> Tensor:
+        val = np.asarray(raw)
+        if self.epilog is not None:
+            val = np.asarray(self.epilog(val))
+        pos, crd, _ = self._csr
+        return Tensor(NamedFormats.CSR, self.mask.shape, [None, pos], [None, crd],
+                      val.astype(np.float32))
+
+
+class Elementwise(_StatefulOp):
+    """`add` (union of stored entries) or `multiply` (intersection) of two same-shape
+    tensors; numpy backend only. Two sparse 2-D operands give a sparse CSR result (a scipy
+    matrix when A is scipy, else a UST Tensor); otherwise a dense array in A's package."""
+
+    sim_supported = False
+    _FNS = {"add": "__add__", "multiply": "multiply"}
+
+    def __init__(self, kind: str, a, b):
+        super().__init__()
+        if kind not in self._FNS:
+            raise ValueError(f"unknown elementwise op {kind!r}; choose one of {list(self._FNS)}")
+        self.kind, self.op = kind, f"elementwise:{kind}"
+        self._a_package, self.a, self.b = a, as_tensor(a), as_tensor(b)
+        if tuple(self.a.shape) != tuple(self.b.shape):
+            raise ValueError(f"{kind}: shapes differ, {self.a.shape} vs {self.b.shape}")
+
+    def _operands(self):
+        return (self.a, self.b)
+
+    def _lower(self):  # pragma: no cover - sim_supported is False
+        raise NotImplementedError
+
+    def _reference(self):
+        if not is_dense(self.a) and not is_dense(self.b) and len(self.a.shape) == 2:
+            import scipy.sparse as sp
+
+            mats = []
+            for t in (self.a, self.b):
+                pos, crd, val = csr_arrays(t)
+                mats.append(sp.csr_matrix((val, crd, pos), shape=t.shape))
+            out = getattr(mats[0], self._FNS[self.kind])(mats[1])
+            return sp.csr_matrix(out)
+        ad, bd = self.a.to_dense(), self.b.to_dense()
+        return np.add(ad, bd) if self.kind == "add" else np.multiply(ad, bd)
+
+    def _finish(self, raw):
+        import scipy.sparse as sp
+
+        if sp.issparse(raw):
+            raw.sort_indices()
+            return raw if sp.issparse(self._a_package) else Tensor.from_package(raw)
+        return _wrap_like(np.ascontiguousarray(raw), self._a_package)
+
+
+# --- function forms ------------------------------------------------------------------------
+
 def matmul(a, b, backend: str = "numpy", arch=None, dataflow: str | None = None,
-           return_result: bool = False):
-    """a @ b on `backend`; the product comes back in the operands' package.
+           return_result: bool = False, *, semiring=None, prolog=None, epilog=None, cache=None):
+    """a @ b on `backend`; the product comes back in A's package.
 
     `arch` (an ArchSpec or a YAML path; default `arch_configs/default.yaml`) is used by the
-    `sim` backend. With `return_result=True` returns (product, SimResult or None).
-    """
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown backend {backend!r}; choose one of {BACKENDS}")
-    ta, tb = as_tensor(a), as_tensor(b)
-    if backend == "numpy":
-        out, res = matmul_reference(ta, tb), None
-    else:
-        from dataflow.api import resolve_arch
-        from dataflow.mapper import map_program
-        from dataflow.pe_array.simulate import simulate_mapping
+    `sim` backend, whose plan comes from the plan cache (`cache`, see `Matmul.plan`). With
+    `return_result=True` returns (product, SimResult or None)."""
+    _check_backend(backend)
+    op = Matmul(a, b, semiring=semiring, prolog=prolog, epilog=epilog)
+    if backend == "sim":
+        op.plan(arch=arch, backend="sim", dataflow=dataflow, cache=cache)
+    out = op.execute(backend)
+    return (out, op.last_result) if return_result else out
 
-        arch = resolve_arch(arch)
-        prog = lower_matmul(ta, tb)
-        res = simulate_mapping(map_program(prog, arch, dataflow=dataflow))
-        out = res.output
-    out = _wrap_like(np.asarray(out), a)
-    return (out, res) if return_result else out
+
+def sddmm(a, b, mask, backend: str = "numpy", arch=None, dataflow: str | None = None, *,
+          epilog=None, cache=None) -> Tensor:
+    """mask ⊙ (a @ b) on the mask's entries, as a CSR `Tensor` (see `Sddmm`)."""
+    _check_backend(backend)
+    op = Sddmm(a, b, mask, epilog=epilog)
+    if backend == "sim":
+        op.plan(arch=arch, backend="sim", dataflow=dataflow, cache=cache)
+    return op.execute(backend)
+
+
+def add(a, b):
+    """a + b (numpy backend)."""
+    return Elementwise("add", a, b).execute("numpy")
+
+
+def multiply(a, b):
+    """a * b elementwise (numpy backend)."""
+    return Elementwise("multiply", a, b).execute("numpy")
+
+
+__all__ = ["BACKENDS", "Elementwise", "Matmul", "PlanMismatchError", "SEMIRINGS", "Sddmm",
+           "add", "as_tensor", "lower_matmul", "matmul", "matmul_reference", "multiply",
+           "sddmm", "semiring_matmul", "spgemm_reference"]

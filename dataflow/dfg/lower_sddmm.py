@@ -1,0 +1,64 @@
+"""Lowering of SDDMM: C.val[p] = M.val[p] * sum_kk A[i, kk] * B[kk, M.crd[p]] over a CSR mask M.
+
+One kernel, loops i (dense rows), p (the mask row's stored entries), kk (the reduction,
+innermost, so the dot product stays in the accumulator register until p moves on). B is
+streamed transposed (n x k) so the gather B^T[crd, kk] reads one contiguous row per entry.
+Scalar (no vector loop): the reduction runs along kk, and a vector ACC over kk would need a
+cross-lane reduction the engine does not model.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dataflow.dfg.graph import Addr, Buffer, DFGError, Kernel, Loop, Node, Program
+from dataflow.dfg.lower import run_passes
+from dataflow.dfg.ops import Op
+
+
+def sddmm_csr_kernel(m: int, k: int, n: int, pos: np.ndarray, name: str = "sddmm_csr") -> Kernel:
+    nnz = int(pos[-1])
+    nodes = (
+        Node(0, Op.LOAD, buffer="M_val", addr=Addr((("p", 1),)), name="mval"),
+        Node(1, Op.LOAD, buffer="M_crd", addr=Addr((("p", 1),)), name="crd"),
+        Node(2, Op.LOAD, buffer="A", addr=Addr((("i", k), ("kk", 1))), name="a"),
+        Node(3, Op.GATHER, (1,), buffer="BT", addr=Addr((("kk", 1),), index_stride=k),
+             name="BT[crd]"),
+        Node(4, Op.MUL, (2, 3), name="a*b"),
+        Node(5, Op.MUL, (4, 0), name="*mval"),
+        Node(6, Op.ACC, (5,), buffer="C_val", addr=Addr((("p", 1),)), name="C+="),
+    )
+    return Kernel(
+        name=name,
+        loops=(Loop("i", m), Loop("p", pos="M_pos", parent="i"), Loop("kk", k)),
+        nodes=nodes,
+        buffers=(Buffer("M_val", nnz), Buffer("M_crd", nnz), Buffer("A", m * k),
+                 Buffer("BT", n * k), Buffer("C_val", nnz, "output")),
+        carried=((6, 6, 1),),
+        domain_arrays=(("M_pos", np.asarray(pos, dtype=np.int64)),),
+    )
+
+
+def lower_sddmm_csr(a: np.ndarray, b: np.ndarray, pos: np.ndarray, crd: np.ndarray,
+                    val: np.ndarray, dtype=np.float32) -> Program:
+    """SDDMM program for dense A (m x k), dense B (k x n) and a CSR mask (pos, crd, val) of
+    shape m x n. The output `C_val` holds one value per mask entry (the mask's structure)."""
+    if a.ndim != 2 or b.ndim != 2:
+        raise DFGError(f"sddmm takes matrices; got A {a.shape}, B {b.shape}")
+    (m, k), (k2, n) = a.shape, b.shape
+    if k != k2:
+        raise DFGError(f"sddmm shapes do not agree: A is {m}x{k}, B is {k2}x{n} ({k} != {k2})")
+    if len(pos) != m + 1 or len(crd) != len(val) or int(pos[-1]) != len(crd):
+        raise DFGError(f"malformed CSR mask: pos has {len(pos)} entries for {m} rows, "
+                       f"crd {len(crd)}, val {len(val)}")
+    if len(crd) and (int(np.max(crd)) >= n or int(np.min(crd)) < 0):
+        raise DFGError(f"CSR mask column out of range [0, {n})")
+    nnz = len(val)
+    prog = Program(
+        name=f"sddmm_csr_{m}x{k}x{n}_nnz{nnz}", kernels=(sddmm_csr_kernel(m, k, n, pos),),
+        inputs=(("M_val", np.asarray(val, dtype=dtype)), ("M_crd", np.asarray(crd, dtype=np.int64)),
+                ("A", np.ascontiguousarray(a, dtype=dtype).ravel()),
+                ("BT", np.ascontiguousarray(np.asarray(b).T, dtype=dtype).ravel())),
+        outputs=(("C_val", (nnz,)),), dtype=np.dtype(dtype).name, macs=nnz * k,
+    )
+    return run_passes(prog)
