@@ -244,6 +244,15 @@ class Tensor:
         lines.append(f"  val[{self.nse}] {self.dtype}   nse {self.nse}")
         return "\n".join(lines)
 
+    def draw(self, ax=None, **kwargs):
+        """A matplotlib Figure of the sparsity pattern, the levels and their storage arrays.
+
+        See ``dataflow.ust_frontend.draw.draw`` for the keyword arguments.
+        """
+        from .draw import draw
+
+        return draw(self, ax=ax, **kwargs)
+
     def __repr__(self) -> str:
         name = self.tensor_format.name or str(self.tensor_format)
         return (f"Tensor(shape={self.shape}, format={name!r}, nse={self.nse}, "
