@@ -1,0 +1,208 @@
+"""Frontend ops: matmul (GEMM, GEMV, SpMM, SpMV, SpGEMM), sddmm, add/multiply, with
+plan/execute, semirings and prolog/epilog; numpy is the definition, sim is held to it."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dataflow.testing import assert_close
+from dataflow.ust_frontend import NamedFormats, Tensor
+from dataflow.ust_frontend.cache import PlanCache
+from dataflow.ust_frontend.ops import (
+    Matmul, PlanMismatchError, Sddmm, add, matmul, multiply, sddmm, semiring_matmul,
+)
+
+
+@pytest.fixture
+def cache(tmp_path):
+    return PlanCache(tmp_path / "plans")
+
+
+@pytest.fixture(autouse=True)
+def _private_default_cache(tmp_path, monkeypatch):
+    # function forms use the default cache; keep it out of the user's ~/.cache
+    monkeypatch.setenv("DATAFLOW_CACHE_DIR", str(tmp_path / "default"))
+
+
+def rand(shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def rand_sparse(m, n, density=0.3, seed=1, fmt="csr"):
+    return sp.random(m, n, density=density, format=fmt, dtype=np.float32, random_state=seed)
+
+
+def dense64(x):
+    return x.toarray().astype(np.float64) if sp.issparse(x) else np.asarray(x, np.float64)
+
+
+CASES = {
+    "gemm": (lambda: rand((12, 10)), lambda: rand((10, 6), 1)),
+    "gemv": (lambda: rand((12, 10)), lambda: rand((10,), 1)),
+    "spmm_csr": (lambda: rand_sparse(12, 10), lambda: rand((10, 6), 1)),
+    "spmm_coo": (lambda: Tensor.from_package(rand_sparse(12, 10, fmt="coo")), lambda: rand((10, 6), 1)),
+    "spmm_csc": (lambda: rand_sparse(12, 10, fmt="csc"), lambda: rand((10, 6), 1)),
+    "spmv": (lambda: rand_sparse(12, 10), lambda: rand((10,), 1)),
+    "spgemm": (lambda: rand_sparse(12, 10), lambda: rand_sparse(10, 6, seed=3)),
+}
+
+
+@pytest.mark.parametrize("backend", ["numpy", "sim"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_matmul_kinds_match_definition(case, backend, cache):
+    ma, mb = CASES[case]
+    a, b = ma(), mb()
+    op = Matmul(a, b)
+    if backend == "sim":
+        op.plan(backend="sim", cache=cache)
+    out = op.execute(backend)
+    out = out.to_dense() if isinstance(out, Tensor) else out
+    ad = a.to_dense() if isinstance(a, Tensor) else dense64(a)
+    expect = ad.astype(np.float64) @ dense64(b)
+    assert_close(out, expect, dtype=np.float32)
+    assert op.op.startswith("matmul:")
+    if backend == "sim":
+        assert op.last_result.cycles > 0
+
+
+def test_kind_names_and_notes(cache):
+    assert Matmul(rand_sparse(4, 5), rand((5,))).op == "matmul:spmv"
+    assert Matmul(rand((4, 5)), rand((5,))).op == "matmul:gemv"
+    op = Matmul(rand_sparse(4, 5), rand_sparse(5, 3))
+    assert op.op == "matmul:spgemm"
+    plan = op.plan(cache=cache)
+    assert any("densified" in n for n in plan.notes)
+    assert "spmm_csr" in plan.summary  # the engine runs SpMM over a densified B
+
+
+def test_plan_survives_new_values_and_rejects_new_structure(cache):
+    s = rand_sparse(12, 10)
+    op = Matmul(s, rand((10, 6), 1))
+    plan = op.plan(cache=cache)
+    first = op.execute("sim")
+    s2 = s.copy()
+    s2.data = s2.data * 3 - 1  # same pos/crd, new values
+    b2 = rand((10, 6), 7)
+    op.reset_operands(s2, b2)
+    second = op.execute("sim")
+    assert op._plan is plan and cache.stats.builds == 1
+    assert_close(second, s2.toarray().astype(np.float64) @ b2)
+    assert not np.allclose(first, second)
+    op.reset_operands(rand_sparse(12, 10, seed=9))  # another sparsity pattern
+    with pytest.raises(PlanMismatchError, match="structure changed"):
+        op.execute("sim")
+
+
+def test_execute_without_plan_plans_on_default_arch():
+    op = Matmul(rand((4, 4)), rand((4, 4), 1))
+    out = op.execute("sim")
+    assert op._plan.backend == "sim" and op._plan.arch.name
+    assert_close(out, rand((4, 4)).astype(np.float64) @ rand((4, 4), 1))
+
+
+def test_numpy_plan_maps_nothing(cache):
+    plan = Matmul(rand((3, 4)), rand((4, 2))).plan(backend="numpy", cache=cache)
+    assert plan.kernel_mappings == () and "numpy reference" in plan.summary
+    with pytest.raises(PlanMismatchError, match="only 'sim' plans"):
+        plan.bind(None)
+
+
+def test_semirings_numpy_and_sim_refuses():
+    s, b = rand_sparse(8, 6), rand((6, 5), 1)
+    d = s.toarray()
+    got = Matmul(s, b, semiring="min_plus").execute("numpy")
+    # absent entries of A take no part; a row with none gives the semiring zero (+inf)
+    expect = np.where(d[:, :, None] != 0, d[:, :, None] + b[None], np.inf).min(axis=1)
+    assert_close(np.where(np.isinf(expect), 0, got), np.where(np.isinf(expect), 0, expect))
+    assert np.array_equal(np.isinf(got), np.isinf(expect))
+    custom = {"add": np.maximum, "mul": lambda x, y: x * y, "zero": -np.inf}
+    got = Matmul(rand((4, 3)), rand((3, 2), 1), semiring=custom).execute("numpy")
+    assert_close(got, (rand((4, 3))[:, :, None] * rand((3, 2), 1)[None]).max(axis=1))
+    op = Matmul(s, b, semiring="max_plus")
+    with pytest.raises(NotImplementedError, match="sim backend"):
+        op.plan(backend="sim")
+    with pytest.raises(NotImplementedError, match="sim backend"):
+        op.execute("sim")
+    with pytest.raises(ValueError, match="unknown semiring"):
+        Matmul(s, b, semiring="tropical")
+    with pytest.raises(ValueError, match="'add' and 'mul'"):
+        Matmul(s, b, semiring={"add": np.add})
+
+
+@settings(max_examples=25, deadline=None)
+@given(m=st.integers(1, 6), k=st.integers(1, 6), n=st.integers(1, 4),
+       density=st.floats(0.0, 1.0), seed=st.integers(0, 2**16))
+def test_plus_times_semiring_is_matmul(m, k, n, density, seed):
+    a = Tensor.from_package(rand_sparse(m, k, density, seed))
+    b = Tensor.from_package(rand((k, n), seed))
+    assert_close(semiring_matmul(a, b, {"add": np.add, "mul": np.multiply}),
+                 a.to_dense().astype(np.float64) @ b.to_dense())
+
+
+@pytest.mark.parametrize("backend", ["numpy", "sim"])
+def test_prolog_and_epilog(backend, cache):
+    s, b = rand_sparse(10, 8), rand((8, 4), 1)
+    relu = lambda x: np.maximum(x, 0)  # noqa: E731
+    op = Matmul(s, b, prolog={"a": np.abs}, epilog=relu)
+    if backend == "sim":
+        op.plan(cache=cache)
+    assert_close(op.execute(backend), relu(np.abs(s.toarray()).astype(np.float64) @ b))
+    both = Matmul(s, b, prolog=lambda v: 2 * v)
+    assert_close(both.execute(backend), 4 * (s.toarray().astype(np.float64) @ b))
+    with pytest.raises(ValueError, match="prolog keys"):
+        Matmul(s, b, prolog={"c": np.abs})
+
+
+@pytest.mark.parametrize("backend", ["numpy", "sim"])
+def test_sddmm(backend, cache):
+    a, b = rand((9, 7)), rand((7, 6), 1)
+    mask = rand_sparse(9, 6, 0.4, seed=5, fmt="coo")  # any format: read through CSR
+    out = sddmm(a, b, mask, backend=backend, cache=cache)
+    assert out.tensor_format == NamedFormats.CSR
+    csr = mask.tocsr()
+    assert np.array_equal(out.pos(1), csr.indptr) and np.array_equal(out.crd(1), csr.indices)
+    assert_close(out.to_dense(), csr.toarray() * (a.astype(np.float64) @ b))
+    op = Sddmm(a, b, mask)
+    with pytest.raises(ValueError, match="mask shape"):
+        op.reset_operands(mask=rand_sparse(9, 5))
+
+
+def test_sddmm_sim_reports_cycles(cache):
+    op = Sddmm(rand((6, 5)), rand((5, 4), 1), rand_sparse(6, 4, 0.5))
+    op.plan(cache=cache)
+    op.execute("sim")
+    # two multiplies per (entry, kk) iteration: a*b, then the mask value
+    assert op.last_result.cycles > 0 and op.last_result.macs == 2 * op.mask.nse * 5
+
+
+def test_elementwise():
+    s, t = rand_sparse(6, 5, seed=1), rand_sparse(6, 5, seed=2)
+    got = add(s, t)
+    assert sp.issparse(got)
+    assert_close(got.toarray(), s.toarray() + t.toarray())
+    got = multiply(Tensor.from_package(s), Tensor.from_package(t))
+    assert isinstance(got, Tensor) and not got.tensor_format.is_dense
+    assert_close(got.to_dense(), s.toarray() * t.toarray())
+    d = rand((6, 5))
+    assert_close(add(d, s), d + s.toarray())
+    assert_close(multiply(d, d), d * d)
+    with pytest.raises(ValueError, match="shapes differ"):
+        add(d, rand((5, 6)))
+
+
+def test_elementwise_sim_refuses():
+    from dataflow.ust_frontend.ops import Elementwise
+
+    with pytest.raises(NotImplementedError, match="sim backend"):
+        Elementwise("add", rand((2, 2)), rand((2, 2))).execute("sim")
+
+
+def test_function_form_torch_and_default_cache(tmp_path):
+    torch = pytest.importorskip("torch")
+    a, b = torch.randn(6, 5), torch.randn(5, 3)
+    out, res = matmul(a, b, backend="sim", return_result=True)
+    assert isinstance(out, torch.Tensor) and res.cycles > 0
+    assert_close(out.numpy(), (a.double() @ b.double()).numpy())
+    assert list((tmp_path / "default").glob("*.plan"))  # went through the default disk cache
