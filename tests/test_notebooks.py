@@ -1,15 +1,19 @@
 """Every notebook under notebooks/ executes top to bottom without an error.
 
-Each notebook runs in a fresh ``python3`` kernel (ipykernel; jupyter_client maps the spec's
-``python`` to this interpreter, and ipykernel's native ``python3`` kernel is available even
-when no kernelspec is installed) with ``MPLBACKEND=Agg``, its working directory the notebook's
-folder, and a time limit of 300 s per notebook (each cell gets what the notebook has left).
+Each notebook runs in a fresh ipykernel ``python3`` kernel on *this* interpreter: the test
+writes its own ``python3`` kernelspec (``sys.executable -m ipykernel_launcher``) into a temporary
+folder, so neither a missing kernelspec (no ``python -m ipykernel install`` is needed) nor a
+user-level one pointing at another Python can get in the way. The kernel gets
+``MPLBACKEND=Agg``, the repository on ``PYTHONPATH`` and the notebook's folder as its working
+directory, and a time limit of 300 s per notebook (each cell gets what the notebook has left).
 nbclient, nbformat and ipykernel come with the ``dev`` extra; without them the test fails.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -25,9 +29,25 @@ def test_notebooks_exist():
     assert NOTEBOOKS, f"no notebooks found in {NOTEBOOK_DIR}"
 
 
+def _kernel_manager(spec_root: Path):
+    """An AsyncKernelManager for a ``python3`` kernel running this interpreter."""
+    from jupyter_client.kernelspec import KernelSpecManager
+    from jupyter_client.manager import AsyncKernelManager
+
+    spec_dir = spec_root / "python3"
+    spec_dir.mkdir(parents=True)
+    (spec_dir / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "Python 3 (tests)",
+        "language": "python",
+    }))
+    ksm = KernelSpecManager(kernel_dirs=[str(spec_root)], ensure_native_kernel=False)
+    return AsyncKernelManager(kernel_name="python3", kernel_spec_manager=ksm)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
-def test_notebook_executes(path: Path, monkeypatch):
+def test_notebook_executes(path: Path, monkeypatch, tmp_path):
     import ipykernel  # noqa: F401  (the kernel the notebooks run in)
     import nbclient
     import nbformat
@@ -42,7 +62,8 @@ def test_notebook_executes(path: Path, monkeypatch):
     nb = nbformat.read(path, as_version=4)
     deadline = time.monotonic() + TIMEOUT_S
     client = nbclient.NotebookClient(
-        nb, timeout=TIMEOUT_S, kernel_name="python3",
+        nb, km=_kernel_manager(tmp_path / "kernels"), kernel_name="python3",
+        timeout=TIMEOUT_S,
         timeout_func=lambda cell: max(1, int(deadline - time.monotonic())),
         resources={"metadata": {"path": str(path.parent)}})
     try:
