@@ -16,13 +16,11 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "scalesim"))
 
-import dataflow  # noqa: E402
-from dataflow.api import DEFAULT_ARCH, ROOT  # noqa: E402
+import dataflow
+from dataflow.api import DEFAULT_ARCH, ROOT
 
 
 def machine() -> str:

@@ -14,7 +14,7 @@ def default_dict() -> dict:
     return yaml.safe_load((ARCH_DIR / "default.yaml").read_text())
 
 
-def variant(**changes) -> "object":
+def variant(**changes) -> object:
     """The default arch with dotted-key changes, e.g. variant(**{"spm.lines": 2})."""
     d = copy.deepcopy(default_dict())
     for key, value in changes.items():

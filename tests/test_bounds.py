@@ -4,7 +4,6 @@ import math
 
 import numpy as np
 import pytest
-import scipy.sparse as sp
 
 import dataflow
 from dataflow.dfg.lower import lower_gemm

@@ -80,8 +80,12 @@ bandwidth that stalls, SCALE-Sim adds the stall cycles on top.
 
 from __future__ import annotations
 
-__all__ = ["scalesim_mapping", "scalesim_folds", "scalesim_cycles_per_fold",
-           "scalesim_compute_cycles"]
+__all__ = [
+    "scalesim_compute_cycles",
+    "scalesim_cycles_per_fold",
+    "scalesim_folds",
+    "scalesim_mapping",
+]
 
 
 def _ceil_div(a: int, b: int) -> int:

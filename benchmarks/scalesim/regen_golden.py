@@ -24,7 +24,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-import run_scalesim as rs  # noqa: E402
+import run_scalesim as rs
 
 REPO_ROOT = HERE.parents[1]
 DEFAULT_OUT = REPO_ROOT / "tests" / "data" / "scalesim_golden.json"
@@ -68,9 +68,10 @@ def main(argv=None):
 
     inproc = _have_inprocess_scalesim()
     if inproc:
+        from importlib.metadata import version
+
         import numpy
         import scalesim  # noqa: F401
-        from importlib.metadata import version
         ss_version = version("scalesim")
         np_version = numpy.__version__
         py = sys.executable
@@ -83,7 +84,7 @@ def main(argv=None):
         ss_version, np_version = subprocess.check_output(
             [py, "-c", "import numpy; from importlib.metadata import version; "
                        "print(version('scalesim'), numpy.__version__)"], text=True).split()
-        run = lambda m, n, k, df, r, c: rs.run_scalesim_subprocess(m, n, k, df, r, c, python=py)  # noqa: E731
+        run = lambda m, n, k, df, r, c: rs.run_scalesim_subprocess(m, n, k, df, r, c, python=py)
     if ss_version != rs.SCALESIM_VERSION:
         sys.exit(f"expected scalesim {rs.SCALESIM_VERSION}, found {ss_version}")
 

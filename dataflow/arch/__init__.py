@@ -2,7 +2,14 @@
 
 from dataflow.arch.load import ArchError, arch_from_dict, arch_to_dict, load_arch
 from dataflow.arch.spec import (
-    AreaTable, ArchSpec, DRAMSpec, EnergyTable, FunctionalUnit, InterconnectSpec, PEArraySpec, SPMSpec,
+    ArchSpec,
+    AreaTable,
+    DRAMSpec,
+    EnergyTable,
+    FunctionalUnit,
+    InterconnectSpec,
+    PEArraySpec,
+    SPMSpec,
 )
 
 __all__ = [

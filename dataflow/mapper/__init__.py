@@ -3,7 +3,14 @@
 from dataflow.mapper.legality import check_mapping
 from dataflow.mapper.map import map_kernel, map_program
 from dataflow.mapper.mapping import (
-    KernelMapping, Mapping, MappingError, Placement, Route, SPMAllocation, SystolicMapping, Tile,
+    KernelMapping,
+    Mapping,
+    MappingError,
+    Placement,
+    Route,
+    SPMAllocation,
+    SystolicMapping,
+    Tile,
 )
 
 __all__ = [
