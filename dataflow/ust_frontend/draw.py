@@ -77,10 +77,10 @@ def draw(tensor, ax=None, *, max_items: int = 24, title: str | None = None):
         for label, array in (("pos", pos[k]), ("crd", crd[k])):
             if array is not None:
                 rows.append((label, y, (k, array)))
-                y += 1.2
+                y += 1.35
         y += 0.2
     rows.append(("val", y, val))
-    y += 1.2
+    y += 1.35
     total_h = y
     total_w = _LABEL_WIDTH + max(widest, pattern["width"] + 2.0 if pattern else 0, 12)
     # a 9-point monospace character is about 0.235 box units wide at this scale
