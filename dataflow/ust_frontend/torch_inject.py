@@ -1,0 +1,356 @@
+"""PyTorch injection: swap the linear layers of an unchanged `nn.Module` for UST-backed ones.
+
+`inject(model, backend="sim")` replaces, in place:
+- every `nn.Linear` by a `UstLinear` whose weight is a UST `Tensor` (CSR when pruned or
+  sparse, dense otherwise) and whose forward computes y = x @ W^T + b as the SpMM/GEMM
+  W @ x^T on the chosen backend (`numpy` reference or `sim`, the cycle-level engine);
+- every `nn.MultiheadAttention` (packed q/k/v weights, no bias_k/bias_v, no add_zero_attn)
+  by a `UstMultiheadAttention`: its q, k, v and output projections are `UstLinear`s, while
+  the two activation x activation products (Q K^T and P V) and the softmax stay in torch.
+  MHA is replaced whole because `F.multi_head_attention_forward` reads `out_proj.weight`
+  directly, so a swapped `out_proj` alone would be bypassed. An MHA of another kind is left
+  as it is, and the report lists it (with its `out_proj`) under `left_in_torch`.
+
+Fused torch fast paths (`TransformerEncoderLayer` in eval mode, `TransformerEncoder`'s nested
+tensors) read weights directly and would bypass the engine; each injected module carries a
+no-op forward pre-hook, torch's documented reason to take the unfused path, and an
+injected `TransformerEncoder` gets `use_nested_tensor = False`. Results are identical.
+
+Inference only: the forward passes values through numpy, so no gradients flow. torch is
+imported lazily (an optional extra, `torch==2.13.0`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from dataflow.ust_frontend.tensor import Tensor
+
+SPARSE_THRESHOLD = 0.25  # a weight with at least this fraction of zeros is stored as CSR
+
+
+@dataclass
+class LayerStats:
+    """One engine-backed projection: static facts, then counters summed over forward passes
+    (cycles at the array clock, energy in pJ). Counters stay 0 on the numpy backend."""
+
+    name: str
+    shape: tuple[int, int]  # (out_features, in_features)
+    tensor_format: str  # "CSR" or "dense"
+    nnz: int
+    backend: str
+    calls: int = 0
+    cycles: int = 0
+    energy_pj: float = 0.0
+    macs: int = 0
+
+    @property
+    def density(self) -> float:
+        return self.nnz / max(1, self.shape[0] * self.shape[1])
+
+    def row(self) -> dict:
+        return {"layer": self.name, "shape": self.shape, "format": self.tensor_format,
+                "nnz": self.nnz, "density": round(self.density, 4), "backend": self.backend,
+                "calls": self.calls, "cycles": self.cycles, "energy_pj": self.energy_pj,
+                "macs": self.macs}
+
+
+@dataclass
+class InjectionReport:
+    """What `inject` swapped, and the engine's counters after forward passes."""
+
+    layers: dict[str, LayerStats] = field(default_factory=dict)
+    left_in_torch: list[tuple[str, str]] = field(default_factory=list)  # (name, why)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def total_cycles(self) -> int:
+        return sum(s.cycles for s in self.layers.values())
+
+    @property
+    def total_energy_pj(self) -> float:
+        return sum(s.energy_pj for s in self.layers.values())
+
+    def rows(self) -> list[dict]:
+        return [s.row() for s in self.layers.values()]
+
+    def reset(self) -> None:
+        for s in self.layers.values():
+            s.calls, s.cycles, s.energy_pj, s.macs = 0, 0, 0.0, 0
+
+    def table(self) -> str:
+        head = f"{'layer':32} {'shape':>10} {'format':>6} {'nnz':>7} {'calls':>5} " \
+               f"{'cycles':>10} {'energy pJ':>12}"
+        lines = [head]
+        for s in self.layers.values():
+            lines.append(f"{s.name:32} {f'{s.shape[0]}x{s.shape[1]}':>10} {s.tensor_format:>6} "
+                         f"{s.nnz:>7} {s.calls:>5} {s.cycles:>10} {s.energy_pj:>12.1f}")
+        lines.append(f"{'total':32} {'':>10} {'':>6} {'':>7} {'':>5} {self.total_cycles:>10} "
+                     f"{self.total_energy_pj:>12.1f}")
+        lines += [f"left in torch: {n} ({why})" for n, why in self.left_in_torch]
+        lines += [f"note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Where UST-backed modules run: backend, arch (ArchSpec), dataflow, plan cache."""
+
+    backend: str
+    arch: object
+    dataflow: str | None
+    cache: object
+
+
+def _weight_tensor(w: np.ndarray, weight_format: str | None) -> Tensor:
+    from dataflow.ust_frontend.named import NamedFormats
+
+    w = np.ascontiguousarray(w, dtype=np.float32)
+    if weight_format is None:
+        zeros = 1.0 - np.count_nonzero(w) / max(1, w.size)
+        weight_format = "csr" if zeros >= SPARSE_THRESHOLD else "dense"
+    if weight_format == "csr":
+        return Tensor.from_dense(w, NamedFormats.CSR)
+    if weight_format == "dense":
+        return Tensor.from_package(w)
+    raise ValueError(f"weight_format must be 'csr', 'dense' or None (by sparsity), "
+                     f"got {weight_format!r}")
+
+
+def _no_op_hook(module, args):
+    return None
+
+
+def _modules():
+    import torch
+    from torch import nn
+
+    class UstLinear(nn.Module):
+        """y = x @ W^T + b with W a UST Tensor, run as W @ x^T on the configured backend."""
+
+        def __init__(self, weight: Tensor, bias, config: EngineConfig, stats: LayerStats):
+            super().__init__()
+            self.out_features, self.in_features = weight.shape
+            self.weight_ust = weight
+            self.register_buffer("bias", None if bias is None else bias.detach().clone())
+            self.config, self.stats = config, stats
+            self.register_forward_pre_hook(_no_op_hook)  # keeps torch's fused paths off
+
+        def dense_weight(self):
+            return torch.from_numpy(self.weight_ust.to_dense())
+
+        def forward(self, x):
+            from dataflow.ust_frontend.ops import Matmul
+
+            lead = x.shape[:-1]
+            xt = np.ascontiguousarray(
+                x.detach().reshape(-1, self.in_features).cpu().numpy().astype(np.float32).T)
+            op = Matmul(self.weight_ust, xt)
+            cfg = self.config
+            if cfg.backend == "sim":
+                op.plan(arch=cfg.arch, backend="sim", dataflow=cfg.dataflow, cache=cfg.cache)
+            y = op.execute(cfg.backend).to_dense().T  # a Tensor, like W; tokens x out
+            self.stats.calls += 1
+            if op.last_result is not None:
+                self.stats.cycles += int(op.last_result.cycles)
+                self.stats.energy_pj += float(op.last_result.energy_total_pj)
+                self.stats.macs += int(op.last_result.macs)
+            out = torch.from_numpy(np.ascontiguousarray(y)).to(x.dtype)
+            if self.bias is not None:
+                out = out + self.bias.to(x.dtype)
+            return out.reshape(*lead, self.out_features)
+
+        def extra_repr(self) -> str:
+            return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                    f"format={self.stats.tensor_format}, nnz={self.stats.nnz}, "
+                    f"backend={self.config.backend}")
+
+    class UstMultiheadAttention(nn.Module):
+        """`nn.MultiheadAttention` with its four projections as `UstLinear`s; the attention
+        products and softmax in torch. Same call signature and return value."""
+
+        def __init__(self, mha, projections: dict):
+            super().__init__()
+            self.embed_dim, self.num_heads = mha.embed_dim, mha.num_heads
+            self.head_dim = mha.embed_dim // mha.num_heads
+            self.batch_first, self.dropout = mha.batch_first, mha.dropout
+            self._qkv_same_embed_dim = True
+            self.in_proj_bias = None if mha.in_proj_bias is None else mha.in_proj_bias.detach()
+            self.q_proj, self.k_proj = projections["q"], projections["k"]
+            self.v_proj, self.out_proj = projections["v"], projections["out"]
+            self.register_forward_pre_hook(_no_op_hook)
+            self.train(mha.training)  # a new Module starts in training mode: dropout on
+
+        def _heads(self, x):
+            n, length, _ = x.shape
+            return x.reshape(n, length, self.num_heads, self.head_dim).transpose(1, 2)
+
+        def forward(self, query, key, value, key_padding_mask=None, need_weights=True,
+                    attn_mask=None, average_attn_weights=True, is_causal=False):
+            if not self.batch_first:
+                query, key, value = (t.transpose(0, 1) for t in (query, key, value))
+            q = self._heads(self.q_proj(query))
+            k = self._heads(self.k_proj(key))
+            v = self._heads(self.v_proj(value))
+            n, h, length, _ = q.shape
+            s = k.shape[2]
+            scores = q @ k.transpose(-2, -1) / (self.head_dim ** 0.5)
+            if attn_mask is None and is_causal:
+                attn_mask = torch.ones(length, s, dtype=torch.bool).triu(1)
+            if attn_mask is not None and attn_mask.dim() == 3:  # (N * heads, L, S)
+                attn_mask = attn_mask.reshape(n, h, length, s)
+            if key_padding_mask is not None:
+                key_padding_mask = key_padding_mask.reshape(n, 1, 1, s)
+            for mask in (attn_mask, key_padding_mask):  # bool: True masks out; float: added
+                if mask is None:
+                    continue
+                if mask.dtype == torch.bool:
+                    scores = scores.masked_fill(mask, float("-inf"))
+                else:
+                    scores = scores + mask.to(scores.dtype)
+            weights = torch.softmax(scores, dim=-1)
+            if self.training and self.dropout > 0:
+                weights = torch.nn.functional.dropout(weights, p=self.dropout)
+            out = (weights @ v).transpose(1, 2).reshape(n, length, self.embed_dim)
+            out = self.out_proj(out)
+            if not self.batch_first:
+                out = out.transpose(0, 1)
+            if not need_weights:
+                return out, None
+            return out, (weights.mean(dim=1) if average_attn_weights else weights)
+
+    return UstLinear, UstMultiheadAttention
+
+
+def _mha_supported(mha) -> str | None:
+    """None if `UstMultiheadAttention` reproduces `mha`, else why not."""
+    if not mha._qkv_same_embed_dim:
+        return "separate q/k/v projection weights (kdim/vdim) are not handled"
+    if mha.bias_k is not None or mha.add_zero_attn:
+        return "bias_k/bias_v or add_zero_attn are not handled"
+    return None
+
+
+def inject(model, backend: str = "sim", arch=None, prune=None, *, dataflow: str | None = None,
+           cache=None, weight_format: str | None = None) -> InjectionReport:
+    """Swap `model`'s linear layers (and whole MHA blocks, see the module doc) in place.
+
+    `prune`: None, a fraction for magnitude pruning (`prune_model`), or "n:m" (e.g. "2:4",
+    `prune_n_m`), applied to the weights first. `weight_format`: None (CSR when at least
+    `SPARSE_THRESHOLD` of a weight is zero), "csr" or "dense". `arch`: ArchSpec or YAML path
+    for `sim`. `cache`: a `PlanCache` (None: the default one; False: plan every call).
+    Returns the report whose counters fill in as the model runs."""
+    from torch import nn
+
+    from dataflow.ust_frontend.ops import BACKENDS
+
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; choose one of {BACKENDS}")
+    if isinstance(prune, str):
+        n, m = (int(v) for v in prune.split(":"))
+        prune_n_m(model, n, m)
+    elif prune is not None:
+        prune_model(model, float(prune))
+    spec = None
+    if backend == "sim":
+        from dataflow.api import resolve_arch
+
+        spec = resolve_arch(arch)
+    config = EngineConfig(backend, spec, dataflow, cache)
+    UstLinear, UstMHA = _modules()
+    report = InjectionReport()
+
+    def ust_linear(name, weight, bias):
+        w = _weight_tensor(weight.detach().cpu().numpy(), weight_format)
+        fmt = "dense" if w.tensor_format.is_dense else "CSR"
+        stats = LayerStats(name, tuple(w.shape), fmt, int(np.count_nonzero(w.val)), backend)
+        report.layers[name] = stats
+        return UstLinear(w, bias, config, stats)
+
+    def walk(module, prefix):
+        for child_name, child in list(module.named_children()):
+            name = f"{prefix}{child_name}"
+            if isinstance(child, nn.MultiheadAttention):
+                why = _mha_supported(child)
+                if why:
+                    report.left_in_torch.append((name, why))
+                    report.left_in_torch.append((f"{name}.out_proj", "inside an MHA left in torch"))
+                    continue
+                e = child.embed_dim
+                wq, wk, wv = child.in_proj_weight.split(e)
+                bq, bk, bv = child.in_proj_bias.split(e) if child.in_proj_bias is not None \
+                    else (None, None, None)
+                projections = {
+                    "q": ust_linear(f"{name}.in_proj[q]", wq, bq),
+                    "k": ust_linear(f"{name}.in_proj[k]", wk, bk),
+                    "v": ust_linear(f"{name}.in_proj[v]", wv, bv),
+                    "out": ust_linear(f"{name}.out_proj", child.out_proj.weight, child.out_proj.bias),
+                }
+                setattr(module, child_name, UstMHA(child, projections))
+            elif isinstance(child, nn.Linear):
+                setattr(module, child_name, ust_linear(name, child.weight, child.bias))
+            else:
+                walk(child, f"{name}.")
+        if isinstance(module, nn.TransformerEncoder) and getattr(module, "use_nested_tensor", False):
+            module.use_nested_tensor = False
+            report.notes.append(f"{prefix.rstrip('.') or '<model>'}: use_nested_tensor set to "
+                                "False (the nested fast path reads weights directly)")
+
+    walk(model, "")
+    return report
+
+
+def _linear_weights(model):
+    """(name, weight Parameter) of every Linear and packed MHA in_proj weight."""
+    from torch import nn
+
+    for name, mod in model.named_modules():
+        if isinstance(mod, nn.Linear):
+            yield name, mod.weight
+        elif isinstance(mod, nn.MultiheadAttention) and mod.in_proj_weight is not None:
+            yield f"{name}.in_proj_weight", mod.in_proj_weight
+
+
+def prune_model(model, amount: float) -> dict[str, float]:
+    """Magnitude pruning, in place: zero the `amount` fraction of smallest |w| of each linear
+    weight (per layer; ties at the threshold may prune a few more). Returns name -> fraction
+    of zeros after pruning."""
+    import torch
+
+    if not 0.0 <= amount < 1.0:
+        raise ValueError(f"prune amount must be in [0, 1), got {amount}")
+    out = {}
+    with torch.no_grad():
+        for name, w in _linear_weights(model):
+            k = int(round(amount * w.numel()))
+            if k:
+                thresh = w.abs().flatten().kthvalue(k).values
+                w.masked_fill_(w.abs() <= thresh, 0.0)
+            out[name] = float((w == 0).float().mean())
+    return out
+
+
+def prune_n_m(model, n: int = 2, m: int = 4) -> dict[str, float]:
+    """Structured N:M pruning, in place: in every group of `m` consecutive weights along the
+    input dimension keep the `n` largest |w|. Every in_features must divide by m."""
+    import torch
+
+    if not 0 < n <= m:
+        raise ValueError(f"N:M pruning needs 0 < n <= m, got {n}:{m}")
+    out = {}
+    with torch.no_grad():
+        for name, w in _linear_weights(model):
+            if w.shape[-1] % m:
+                raise ValueError(f"{name}: in_features {w.shape[-1]} is not a multiple of m={m}")
+            groups = w.reshape(-1, m)
+            drop = groups.abs().argsort(dim=1)[:, : m - n]
+            groups.scatter_(1, drop, 0.0)
+            out[name] = float((w == 0).float().mean())
+    return out
+
+
+def prune_2_4(model) -> dict[str, float]:
+    """2:4 structured sparsity (NVIDIA's sparse tensor core pattern); see `prune_n_m`."""
+    return prune_n_m(model, 2, 4)
