@@ -26,9 +26,9 @@ import scipy.sparse as sp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dataflow.api import resolve_arch  # noqa: E402
-from dataflow.ust_frontend.cache import PlanCache  # noqa: E402
-from dataflow.ust_frontend.ops import Matmul, Sddmm  # noqa: E402
+from dataflow.api import resolve_arch
+from dataflow.ust_frontend.cache import PlanCache
+from dataflow.ust_frontend.ops import Matmul, Sddmm
 
 
 def machine() -> str:
@@ -94,12 +94,12 @@ def main(argv=None) -> int:
             cold = min(colds)
             warm_cache = PlanCache(Path(tmp) / "cold0")
             op.plan(arch=arch, cache=warm_cache)  # disk -> memory
-            mem = best(lambda: op.plan(arch=arch, cache=warm_cache), args.repeats)
+            mem = best(lambda op=op, c=warm_cache: op.plan(arch=arch, cache=c), args.repeats)
             assert op.plan_source == "memory"
-            disk = best(lambda: op.plan(arch=arch, cache=PlanCache(Path(tmp) / "cold0")),
+            disk = best(lambda op=op, d=Path(tmp) / "cold0": op.plan(arch=arch, cache=PlanCache(d)),
                         args.repeats)
             assert op.plan_source == "disk"
-            exe = best(lambda: op.execute("sim"), 1)
+            exe = best(lambda op=op: op.execute("sim"), 1)
         print(f"{name:30} {cold * 1e3:9.2f} {mem * 1e3:8.3f} {disk * 1e3:8.3f} "
               f"{cold / mem:8.0f}x {cold / disk:8.0f}x {exe * 1e3:8.2f}")
     print("cold = lower + map (+ write the cache file); mem/disk = key (hash of pos/crd + arch) "

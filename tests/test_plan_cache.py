@@ -13,7 +13,12 @@ import scipy.sparse as sp
 
 from dataflow.testing import assert_close
 from dataflow.ust_frontend.cache import (
-    ENV_VAR, FORMAT_VERSION, PlanCache, code_fingerprint, default_cache, header,
+    ENV_VAR,
+    FORMAT_VERSION,
+    PlanCache,
+    code_fingerprint,
+    default_cache,
+    header,
 )
 from dataflow.ust_frontend.ops import Matmul
 from tests.archs import small_systolic, variant

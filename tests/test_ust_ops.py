@@ -11,7 +11,14 @@ from dataflow.testing import assert_close
 from dataflow.ust_frontend import NamedFormats, Tensor
 from dataflow.ust_frontend.cache import PlanCache
 from dataflow.ust_frontend.ops import (
-    Matmul, PlanMismatchError, Sddmm, add, matmul, multiply, sddmm, semiring_matmul,
+    Matmul,
+    PlanMismatchError,
+    Sddmm,
+    add,
+    matmul,
+    multiply,
+    sddmm,
+    semiring_matmul,
 )
 
 
@@ -144,7 +151,7 @@ def test_plus_times_semiring_is_matmul(m, k, n, density, seed):
 @pytest.mark.parametrize("backend", ["numpy", "sim"])
 def test_prolog_and_epilog(backend, cache):
     s, b = rand_sparse(10, 8), rand((8, 4), 1)
-    relu = lambda x: np.maximum(x, 0)  # noqa: E731
+    relu = lambda x: np.maximum(x, 0)
     op = Matmul(s, b, prolog={"a": np.abs}, epilog=relu)
     if backend == "sim":
         op.plan(cache=cache)

@@ -32,6 +32,9 @@ SUFFIX = ".plan"
 # sources whose changes can change a plan: a file written by other code is stale
 _FINGERPRINT_DIRS = ("dfg", "mapper", "arch")
 _FINGERPRINT_FILES = ("ust_frontend/plan.py",)
+# what a truncated or corrupt pickle stream raises
+_UNPICKLE_ERRORS = (pickle.UnpicklingError, EOFError, AttributeError, ImportError, IndexError,
+                    KeyError, TypeError, ValueError, OverflowError, MemoryError)
 
 
 @cache
@@ -139,7 +142,7 @@ class PlanCache:
             return None
         try:
             plan = pickle.loads(blob[len(want):])
-        except Exception as exc:  # truncated or corrupt pickles raise many types
+        except _UNPICKLE_ERRORS as exc:
             self._discard(path, f"corrupt: {type(exc).__name__}: {exc}")
             return None
         if not isinstance(plan, Plan) or plan.key != key:

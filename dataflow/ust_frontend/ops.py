@@ -14,11 +14,19 @@ value-independent step; cached, see `dataflow.ust_frontend.cache`), `.execute(ba
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import ClassVar
 
 import numpy as np
 
 from dataflow.ust_frontend.named import NamedFormats
-from dataflow.ust_frontend.plan import Plan, PlanMismatchError, build_plan, plan_key, run_plan, signature
+from dataflow.ust_frontend.plan import (
+    Plan,
+    PlanMismatchError,
+    build_plan,
+    plan_key,
+    run_plan,
+    signature,
+)
 from dataflow.ust_frontend.tensor import Tensor
 
 BACKENDS = ("numpy", "sim")
@@ -370,7 +378,7 @@ class Elementwise(_StatefulOp):
     matrix when A is scipy, else a UST Tensor); otherwise a dense array in A's package."""
 
     sim_supported = False
-    _FNS = {"add": "__add__", "multiply": "multiply"}
+    _FNS: ClassVar[dict[str, str]] = {"add": "__add__", "multiply": "multiply"}
 
     def __init__(self, kind: str, a, b):
         super().__init__()
@@ -446,6 +454,20 @@ def multiply(a, b):
     return Elementwise("multiply", a, b).execute("numpy")
 
 
-__all__ = ["BACKENDS", "Elementwise", "Matmul", "PlanMismatchError", "SEMIRINGS", "Sddmm",
-           "add", "as_tensor", "lower_matmul", "matmul", "matmul_reference", "multiply",
-           "sddmm", "semiring_matmul", "spgemm_reference"]
+__all__ = [
+    "BACKENDS",
+    "SEMIRINGS",
+    "Elementwise",
+    "Matmul",
+    "PlanMismatchError",
+    "Sddmm",
+    "add",
+    "as_tensor",
+    "lower_matmul",
+    "matmul",
+    "matmul_reference",
+    "multiply",
+    "sddmm",
+    "semiring_matmul",
+    "spgemm_reference",
+]

@@ -78,9 +78,10 @@ class Plan:
         return Mapping(program=program, arch=self.arch, kernels=self.kernel_mappings)
 
     def describe(self) -> str:
-        lines = [f"plan {self.key[:16]}  op={self.op} backend={self.backend} "
-                 f"dataflow={self.dataflow or '-'} arch={self.arch.name if self.arch else '-'} "
-                 f"({self.plan_seconds * 1e3:.1f} ms to build)"]
+        arch = self.arch.name if self.arch else "-"
+        lines = [(f"plan {self.key[:16]}  op={self.op} backend={self.backend} "
+                  f"dataflow={self.dataflow or '-'} arch={arch} "
+                  f"({self.plan_seconds * 1e3:.1f} ms to build)")]
         lines += [f"  operand {i}: {s.text()}" for i, s in enumerate(self.operands)]
         lines += ["  " + s for s in self.summary.splitlines()]
         lines += [f"  note: {n}" for n in self.notes]

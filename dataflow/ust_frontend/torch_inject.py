@@ -324,7 +324,7 @@ def prune_model(model, amount: float) -> dict[str, float]:
     out = {}
     with torch.no_grad():
         for name, w in _linear_weights(model):
-            k = int(round(amount * w.numel()))
+            k = round(amount * w.numel())
             if k:
                 thresh = w.abs().flatten().kthvalue(k).values
                 w.masked_fill_(w.abs() <= thresh, 0.0)
