@@ -161,6 +161,34 @@ def test_directory_from_argument_and_env(tmp_path, monkeypatch):
     assert PlanCache().directory == PlanCache("~/.cache/dataflow/plans").directory
 
 
+def test_memory_tier_is_bounded_lru(tmp_path):
+    cache = PlanCache(tmp_path, disk=False, max_memory_entries=2)
+    b = np.ones((10, 2), np.float32)
+    ops = [Matmul(operands(seed)[0], b) for seed in (1, 2, 3)]
+    for op in ops[:2]:
+        op.plan(cache=cache)
+    ops[0].plan(cache=cache)  # touch: ops[1] is now the least recently used
+    ops[2].plan(cache=cache)
+    assert ops[0]._plan.key in cache and ops[2]._plan.key in cache
+    assert ops[1]._plan.key not in cache
+    ops[1].plan(cache=cache)
+    assert ops[1].plan_source == "built" and cache.stats.builds == 4
+    with pytest.raises(ValueError, match="max_memory_entries"):
+        PlanCache(tmp_path, max_memory_entries=0)
+
+
+def test_function_form_second_call_skips_planning(tmp_path):
+    from dataflow.ust_frontend.ops import matmul
+
+    cache = PlanCache(tmp_path)
+    a, b = operands()
+    first = matmul(a, b, backend="sim", cache=cache)
+    second, res = matmul(a, b * 2, backend="sim", cache=cache, return_result=True)
+    assert cache.stats.builds == 1 and cache.stats.memory_hits == 1
+    assert_close(second, 2 * first)
+    assert res.cycles > 0
+
+
 def test_cache_false_always_builds(tmp_path):
     a, b = operands()
     op = Matmul(a, b)

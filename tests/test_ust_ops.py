@@ -102,6 +102,19 @@ def test_plan_survives_new_values_and_rejects_new_structure(cache):
         op.execute("sim")
 
 
+@pytest.mark.parametrize("dataflow", ["os", "ws", "is"])
+def test_gemm_plan_on_a_systolic_array(dataflow, cache):
+    from tests.archs import small_systolic
+
+    a, b = rand((9, 6)), rand((6, 5), 1)
+    op = Matmul(a, b)
+    plan = op.plan(arch=small_systolic(4, 4), dataflow=dataflow, cache=cache)
+    assert plan.dataflow == dataflow and f"systolic {dataflow}" in plan.summary
+    assert_close(op.execute("sim"), a.astype(np.float64) @ b)
+    op.reset_operands(b=rand((6, 5), 2))
+    assert_close(op.execute("sim"), a.astype(np.float64) @ rand((6, 5), 2))
+
+
 def test_execute_without_plan_plans_on_default_arch():
     op = Matmul(rand((4, 4)), rand((4, 4), 1))
     out = op.execute("sim")

@@ -18,6 +18,7 @@ import hashlib
 import os
 import pickle
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
@@ -74,16 +75,21 @@ class CacheStats:
 class PlanCache:
     """Plans by key: memory first, then disk, else build (and store in both).
 
-    `memory=False` / `disk=False` switch a tier off (the benchmark uses them to time each).
+    `memory=False` / `disk=False` switch a tier off. The memory tier keeps the
+    `max_memory_entries` most recently used plans (a long-running process, e.g. an injected
+    model fed varying token counts, must not grow without bound).
     """
 
     def __init__(self, directory: str | os.PathLike | None = None, *, memory: bool = True,
-                 disk: bool = True):
+                 disk: bool = True, max_memory_entries: int = 256):
+        if max_memory_entries < 1:
+            raise ValueError(f"max_memory_entries must be >= 1, got {max_memory_entries}")
         self.directory = resolve_cache_dir(directory)
         self.use_memory = memory
         self.use_disk = disk
+        self.max_memory_entries = max_memory_entries
         self.stats = CacheStats()
-        self._plans: dict[str, Plan] = {}
+        self._plans: OrderedDict[str, Plan] = OrderedDict()
 
     def path_for(self, key: str) -> Path:
         return self.directory / f"{key}{SUFFIX}"
@@ -92,24 +98,31 @@ class PlanCache:
         """(plan, source) with source one of "memory", "disk", "built"."""
         if self.use_memory and key in self._plans:
             self.stats.memory_hits += 1
+            self._plans.move_to_end(key)
             return self._plans[key], "memory"
         if self.use_disk:
             plan = self._load(key)
             if plan is not None:
                 self.stats.disk_hits += 1
-                if self.use_memory:
-                    self._plans[key] = plan
+                self._remember(plan)
                 return plan, "disk"
         plan = build()
         self.stats.builds += 1
         if plan.key != key:
             raise ValueError(f"plan builder returned a plan for key {plan.key[:12]}, "
                              f"asked for {key[:12]}")
-        if self.use_memory:
-            self._plans[key] = plan
+        self._remember(plan)
         if self.use_disk:
             self._store(plan)
         return plan, "built"
+
+    def _remember(self, plan: Plan) -> None:
+        if not self.use_memory:
+            return
+        self._plans[plan.key] = plan
+        self._plans.move_to_end(plan.key)
+        while len(self._plans) > self.max_memory_entries:
+            self._plans.popitem(last=False)
 
     def clear_memory(self) -> None:
         self._plans.clear()
