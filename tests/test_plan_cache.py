@@ -189,6 +189,13 @@ def test_function_form_second_call_skips_planning(tmp_path):
     assert res.cycles > 0
 
 
+def test_unwritable_directory_fails_loudly(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(OSError, match="cannot write .*DATAFLOW_CACHE_DIR"):
+        Matmul(*operands()).plan(cache=PlanCache(blocker / "plans"))
+
+
 def test_cache_false_always_builds(tmp_path):
     a, b = operands()
     op = Matmul(a, b)

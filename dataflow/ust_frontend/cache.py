@@ -168,14 +168,18 @@ class PlanCache:
         path.unlink(missing_ok=True)
 
     def _store(self, plan: Plan) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
         final = self.path_for(plan.key)
         tmp = final.with_name(f".{final.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
         try:
+            self.directory.mkdir(parents=True, exist_ok=True)
             with open(tmp, "wb") as f:
                 f.write(header())
                 pickle.dump(plan, f, protocol=pickle.HIGHEST_PROTOCOL)
-            os.replace(tmp, final)
+            os.replace(tmp, final)  # atomic: readers see the old file or the whole new one
+        except OSError as exc:
+            raise OSError(f"plan cache: cannot write {final} ({exc}); point ${ENV_VAR} or "
+                          "PlanCache(directory=...) at a writable folder, or use "
+                          "PlanCache(disk=False)") from exc
         finally:
             tmp.unlink(missing_ok=True)
         self.stats.disk_writes += 1
