@@ -140,7 +140,7 @@ class PlanCache:
         path = self.path_for(key)
         try:
             blob = path.read_bytes()
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return None
         except OSError as exc:
             self._discard(path, f"unreadable ({exc})")
@@ -165,7 +165,10 @@ class PlanCache:
 
     def _discard(self, path: Path, reason: str) -> None:
         self.stats.discarded.append(f"{path.name}: {reason}")
-        path.unlink(missing_ok=True)
+        try:
+            path.unlink(missing_ok=True)
+        except OSError:
+            pass  # the rebuilt plan's write replaces it, or says why it cannot
 
     def _store(self, plan: Plan) -> None:
         final = self.path_for(plan.key)
