@@ -14,6 +14,7 @@ kept in `stats.discarded`. Pickle runs code on load: the directory is trusted li
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import pickle
@@ -165,10 +166,8 @@ class PlanCache:
 
     def _discard(self, path: Path, reason: str) -> None:
         self.stats.discarded.append(f"{path.name}: {reason}")
-        try:
+        with contextlib.suppress(OSError):  # the rebuilt plan's write replaces it or says why not
             path.unlink(missing_ok=True)
-        except OSError:
-            pass  # the rebuilt plan's write replaces it, or says why it cannot
 
     def _store(self, plan: Plan) -> None:
         final = self.path_for(plan.key)
@@ -184,7 +183,8 @@ class PlanCache:
                           "PlanCache(directory=...) at a writable folder, or use "
                           "PlanCache(disk=False)") from exc
         finally:
-            tmp.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # gone after os.replace, or never made
+                tmp.unlink(missing_ok=True)
         self.stats.disk_writes += 1
 
 
