@@ -189,6 +189,14 @@ def test_sddmm(backend, cache):
         op.reset_operands(mask=rand_sparse(9, 5))
 
 
+@pytest.mark.parametrize("backend", ["numpy", "sim"])
+def test_sddmm_prolog_epilog(backend, cache):
+    a, b, mask = rand((5, 4)), rand((4, 6), 1), rand_sparse(5, 6, 0.5, seed=3)
+    out = sddmm(a, b, mask, backend=backend, cache=cache, prolog={"b": np.abs},
+                epilog=lambda v: v * 10)
+    assert_close(out.to_dense(), 10 * mask.toarray() * (a.astype(np.float64) @ np.abs(b)))
+
+
 def test_sddmm_sim_reports_cycles(cache):
     op = Sddmm(rand((6, 5)), rand((5, 4), 1), rand_sparse(6, 4, 0.5))
     op.plan(cache=cache)

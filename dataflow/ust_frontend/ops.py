@@ -321,14 +321,17 @@ class Sddmm(_StatefulOp):
     """C = mask ⊙ (A @ B) on the mask's stored entries: C.val[p] = mask.val[p] * (A[i] . B[:, j]).
 
     A (m x k) and B (k x n) dense, mask (m x n) sparse in any format; the result is a CSR
-    `Tensor` with the mask's structure. sim lowers to the SDDMM kernel of
-    `dataflow.dfg.lower_sddmm`."""
+    `Tensor` with the mask's structure. `prolog` ({"a": f, "b": g} or one callable for both)
+    maps A and B elementwise first; `epilog` maps the result's values. sim lowers to the SDDMM
+    kernel of `dataflow.dfg.lower_sddmm`; custom semirings are not offered for SDDMM."""
 
     op = "sddmm"
 
-    def __init__(self, a, b, mask, *, epilog=None):
+    def __init__(self, a, b, mask, *, prolog=None, epilog=None):
         super().__init__()
-        self.epilog = epilog
+        if isinstance(prolog, dict) and not set(prolog) <= {"a", "b"}:
+            raise ValueError(f"prolog keys must be 'a' and/or 'b', got {sorted(prolog)}")
+        self.prolog, self.epilog = prolog, epilog
         self.reset_operands(a, b, mask)
 
     def reset_operands(self, a=None, b=None, mask=None) -> None:
@@ -347,17 +350,21 @@ class Sddmm(_StatefulOp):
     def _operands(self):
         return (self.a, self.b, self.mask)
 
+    def _dense_ab(self) -> tuple[np.ndarray, np.ndarray]:
+        p = self.prolog
+        fa, fb = (p.get("a"), p.get("b")) if isinstance(p, dict) else (p, p)
+        return _with_values(self.a, fa).to_dense(), _with_values(self.b, fb).to_dense()
+
     def _lower(self):
         from dataflow.dfg.lower_sddmm import lower_sddmm_csr
 
         pos, crd, val = self._csr
-        return lower_sddmm_csr(self.a.to_dense(), self.b.to_dense(), pos, crd, val)
+        return lower_sddmm_csr(*self._dense_ab(), pos, crd, val)
 
     def _reference(self) -> np.ndarray:
         pos, crd, val = self._csr
         rows = np.repeat(np.arange(self.mask.shape[0]), np.diff(pos))
-        ad = self.a.to_dense().astype(np.float64)
-        bd = self.b.to_dense().astype(np.float64)
+        ad, bd = (x.astype(np.float64) for x in self._dense_ab())
         return np.asarray(val, np.float64) * np.einsum("pk,kp->p", ad[rows], bd[:, crd])
 
     def _sim_output(self, res) -> np.ndarray:
@@ -435,10 +442,10 @@ def matmul(a, b, backend: str = "numpy", arch=None, dataflow: str | None = None,
 
 
 def sddmm(a, b, mask, backend: str = "numpy", arch=None, dataflow: str | None = None, *,
-          epilog=None, cache=None) -> Tensor:
+          prolog=None, epilog=None, cache=None) -> Tensor:
     """mask ⊙ (a @ b) on the mask's entries, as a CSR `Tensor` (see `Sddmm`)."""
     _check_backend(backend)
-    op = Sddmm(a, b, mask, epilog=epilog)
+    op = Sddmm(a, b, mask, prolog=prolog, epilog=epilog)
     if backend == "sim":
         op.plan(arch=arch, backend="sim", dataflow=dataflow, cache=cache)
     return op.execute(backend)
