@@ -1,7 +1,11 @@
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
+
+# plans made by the tests go to a throw-away folder, never to the user's ~/.cache
+os.environ.setdefault("DATAFLOW_CACHE_DIR", tempfile.mkdtemp(prefix="dataflow-test-plans-"))
 
 ROOT = Path(__file__).resolve().parent.parent
 ARCH_DIR = ROOT / "arch_configs"
