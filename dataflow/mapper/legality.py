@@ -67,11 +67,9 @@ def check_kernel_mapping(km: KernelMapping, arch) -> None:
     # overlapping iteration (ceil(lifetime / II)).
     regs = Counter()
     for r in km.routes:
-        src = km.placement_map[(r.copy, r.src)]
         dst = km.placement_map[(r.copy, r.dst)]
         arrive = r.depart + len(r.links) * hop
         regs[dst.pe] += max(1, -(-(dst.time - arrive + 1) // ii))
-        del src
     for pe, n in regs.items():
         if n > arch.pe_array.register_file_entries:
             raise MappingError(f"{where}: PE {pe} needs {n} registers, more than "

@@ -27,13 +27,8 @@ def classify_buffers(kernel: Kernel) -> dict[str, bool]:
             moving.add(lp.var)
     streamed = {b.name: False for b in kernel.buffers}
     for n in kernel.nodes:
-        if not n.op.is_memory:
-            continue
-        if n.op in (Op.GATHER, Op.SCATTER):
-            streamed[n.buffer] = False
-            continue
-        if any(v in moving and c for v, c in n.addr.terms):
-            streamed[n.buffer] = streamed.get(n.buffer, False) or True
+        if n.op in (Op.LOAD, Op.STORE, Op.ACC) and any(v in moving and c for v, c in n.addr.terms):
+            streamed[n.buffer] = True
     # a buffer touched by any indirect access must be whole
     for n in kernel.nodes:
         if n.op in (Op.GATHER, Op.SCATTER):

@@ -30,13 +30,6 @@ def buffer_arrays(kernel: Kernel, inputs: dict[str, np.ndarray], dtype) -> dict[
     return out
 
 
-def active_lanes(kernel: Kernel, lanes: int, vec_value):
-    """Number of lanes in use for a vector iteration starting at element `vec_value`."""
-    if kernel.vector_var is None:
-        return 1
-    return np.minimum(lanes, kernel.vector_extent - vec_value)
-
-
 def vector_nodes(kernel: Kernel) -> frozenset[int]:
     """Nodes whose value is a SIMD vector: memory nodes addressed by the vector variable, and
     anything computed from a vector."""

@@ -97,8 +97,8 @@ def run_kernel_fast(km: KernelMapping, arch: ArchSpec, inputs: dict[str, np.ndar
                 # accumulate in the PE's register; one SPM read-modify-write per run of
                 # same-address iterations on a copy
                 flush = np.ones(n, dtype=bool)
-                flush[:-1] = (a[1:, 0] != a[:-1, 0]) | (copy[1:] != copy[:-1]) if is_vec else \
-                    (a[1:] != a[:-1]) | (copy[1:] != copy[:-1])
+                lane0 = addr[:, 0]
+                flush[:-1] = (lane0[1:] != lane0[:-1]) | (copy[1:] != copy[:-1])
                 run = np.concatenate(([0], np.cumsum(flush[:-1])))
                 src = np.asarray(vals[node.inputs[0]])
                 src = np.broadcast_to(src if src.ndim == 2 else src.reshape(-1, 1), addr.shape)

@@ -31,5 +31,3 @@ def apply_op(op: Op, args: list[np.ndarray], dtype, const: float = 0.0) -> np.nd
         return np.exp(a[0])
     raise NotImplementedError(f"no arithmetic semantics for {op.value}")
 
-
-ELEMENT_OPS_MAC = (Op.MUL, Op.MAC)
