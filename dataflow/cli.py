@@ -6,7 +6,21 @@ import argparse
 import json
 import sys
 
-from dataflow.api import DEFAULT_ARCH, WORKLOADS
+from dataflow.api import DEFAULT_ARCH
+from dataflow.workloads import all_params, workloads
+
+#: Modules adding subcommands: each has `add_parser(subparsers)` that calls
+#: `parser.set_defaults(func=handler)`; `handler(args) -> int` is the exit code.
+COMMAND_MODULES: tuple[str, ...] = ()
+
+
+#: Errors every subcommand turns into one line on stderr and exit code 2.
+def user_errors() -> tuple[type[Exception], ...]:
+    from dataflow.arch import ArchError
+    from dataflow.dfg import DFGError
+    from dataflow.mapper import MappingError
+    from dataflow.ust_frontend import FormatError
+    return (ArchError, MappingError, DFGError, FormatError, ValueError, FileNotFoundError)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -14,16 +28,21 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("simulate", help="simulate one workload on an architecture")
     s.add_argument("--arch", default=str(DEFAULT_ARCH), help="architecture YAML (default: %(default)s)")
-    s.add_argument("--workload", choices=WORKLOADS, default="spmm")
-    s.add_argument("--m", type=int, default=256, help="rows of A and C")
-    s.add_argument("--k", type=int, default=256, help="columns of A, rows of B")
-    s.add_argument("--n", type=int, default=64, help="columns of B and C")
-    s.add_argument("--density", type=float, default=0.05, help="density of sparse A (spmm)")
-    s.add_argument("--dataflow", choices=("os", "ws", "is"), default=None,
-                   help="systolic dataflow (systolic architectures only; default os)")
+    reg = workloads()
+    s.add_argument("--workload", choices=sorted(reg), default="spmm",
+                   help="; ".join(f"{w.name}: {w.help}" for w in reg.values()))
+    for prm in all_params().values():
+        users = [w.name for w in reg.values() if any(q.name == prm.name for q in w.params)]
+        kw = {"choices": [c for c in prm.choices if c is not None]} if prm.choices else {}
+        # default None: the workload fills its own default, and only flags given are passed
+        s.add_argument(prm.flag, dest=prm.name, type=prm.type, default=None,
+                       help=f"{prm.help} [{', '.join(users)}]", **kw)
     s.add_argument("--engine", choices=("fast", "reference"), default="fast")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--json", action="store_true", help="print one JSON object")
+    import importlib
+    for mod in COMMAND_MODULES:
+        importlib.import_module(mod).add_parser(sub)
     return p
 
 
@@ -51,17 +70,16 @@ def _summary(r) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command != "simulate":
+        return args.func(args)
     from dataflow.api import simulate
-    from dataflow.arch import ArchError
-    from dataflow.dfg import DFGError
-    from dataflow.mapper import MappingError
-    from dataflow.ust_frontend import FormatError
 
+    params = {name: getattr(args, name) for name in all_params()
+              if getattr(args, name, None) is not None}
     try:
-        r = simulate(args.workload, arch=args.arch, m=args.m, k=args.k, n=args.n,
-                     density=args.density, dataflow=args.dataflow, seed=args.seed,
-                     engine=args.engine)
-    except (ArchError, MappingError, DFGError, FormatError, ValueError) as exc:
+        r = simulate(args.workload, arch=args.arch, seed=args.seed, engine=args.engine,
+                     **params)
+    except user_errors() as exc:
         print(f"dataflow: error: {exc}", file=sys.stderr)
         return 2
     if args.json:

@@ -1,0 +1,98 @@
+"""The workload registry behind `dataflow simulate --workload NAME` and `dataflow.simulate(NAME)`.
+
+A workload module registers itself on import with `register(Workload(...))`; `WORKLOAD_MODULES`
+lists the modules imported the first time the registry is read. A workload's `run` takes the
+architecture, the engine name, the seed and its own declared parameters, and returns a
+`SimResult` whose `values_match_reference` and `max_abs_error` are already filled in.
+
+Parameters are declared once (`Param`); the CLI turns the union of all workloads' parameters
+into flags (`--seq`, `--top-k`, ...) and passes a workload only the ones it declares, so a flag
+given to a workload that does not take it is an error that names the flag.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+#: Modules that register workloads when imported (each adds its own line).
+WORKLOAD_MODULES: tuple[str, ...] = (
+    "dataflow.api",
+)
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str  # python name; the CLI flag is --name with "_" -> "-"
+    type: Callable[[str], Any]
+    default: Any
+    help: str
+    choices: tuple | None = None
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    run: Callable[..., Any]  # run(spec, *, engine, seed, **params) -> SimResult
+    params: tuple[Param, ...] = field(default=())
+    help: str = ""
+
+    def resolve(self, given: dict[str, Any]) -> dict[str, Any]:
+        """Declared parameters with defaults filled in; unknown names raise ValueError."""
+        known = {p.name: p for p in self.params}
+        unknown = sorted(set(given) - set(known))
+        if unknown:
+            flags = ", ".join("--" + u.replace("_", "-") for u in unknown)
+            raise ValueError(f"workload {self.name!r} does not take {flags}; it takes "
+                             + (", ".join(p.flag for p in self.params) or "no parameters"))
+        out = {}
+        for p in self.params:
+            v = given.get(p.name, p.default)
+            if p.choices is not None and v not in p.choices:
+                raise ValueError(f"{p.flag} must be one of {p.choices}, got {v!r}")
+            out[p.name] = v
+        return out
+
+
+_REGISTRY: dict[str, Workload] = {}
+_loaded = False
+
+
+def register(w: Workload) -> Workload:
+    _REGISTRY[w.name] = w
+    return w
+
+
+def _load() -> None:
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    for mod in WORKLOAD_MODULES:
+        importlib.import_module(mod)
+
+
+def workloads() -> dict[str, Workload]:
+    _load()
+    return dict(_REGISTRY)
+
+
+def get(name: str) -> Workload:
+    reg = workloads()
+    if name not in reg:
+        raise ValueError(f"unknown workload {name!r}; choose one of {sorted(reg)}")
+    return reg[name]
+
+
+def all_params() -> dict[str, Param]:
+    """Union of every workload's parameters by name (first declaration gives the flag's type)."""
+    out: dict[str, Param] = {}
+    for w in workloads().values():
+        for p in w.params:
+            out.setdefault(p.name, p)
+    return out
