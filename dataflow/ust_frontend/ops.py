@@ -29,7 +29,95 @@ from dataflow.ust_frontend.plan import (
 )
 from dataflow.ust_frontend.tensor import Tensor
 
-BACKENDS = ("numpy", "sim")
+BACKENDS = ("numpy", "sim")  # built in: methods of the op classes below
+
+# --- backend dispatch ------------------------------------------------------------------------
+#
+# Further backends (`cuda`, ...) live in their own modules and register one executor per op
+# family with `register_backend`. An executor is `fn(op) -> raw`: it reads the op object and
+# returns the raw result, before the epilog and before wrapping in A's package (both done by
+# the op, the same way for every backend). What it reads and returns, per family:
+#   "matmul":      `op.prologued_operands()` -> (A, B) UST Tensors with the prolog applied
+#                  (B is k x 1 for SpMV/GEMV), `op.semiring` (None = plus-times, else a dict of
+#                  "add"/"mul"/"zero"); returns the dense (m, n) product as a numpy array.
+#   "sddmm":       `op.dense_operands()` -> (A, B) dense numpy arrays with the prolog applied,
+#                  `op.mask_csr()` -> the mask's CSR (pos, crd, val); returns a 1-D numpy array
+#                  of one value per mask entry, in CSR order: val[p] * (A[i] . B[:, crd[p]]).
+#   "elementwise": `op.kind` ("add": union of stored entries, "multiply": intersection),
+#                  `op.a`, `op.b` (same-shape UST Tensors); returns a dense numpy array, or a
+#                  scipy.sparse matrix when both operands are sparse matrices.
+# An executor that cannot run some case (e.g. a custom semiring) raises NotImplementedError
+# naming it. It may leave timing or a result object on `op.last_result`.
+
+OP_FAMILIES = ("matmul", "sddmm", "elementwise")
+_EXECUTORS: dict[str, dict[str, Callable]] = {f: {} for f in OP_FAMILIES}
+# Imported the first time their backend is asked for and not yet registered, so that
+# `matmul(..., backend="cuda")` works without importing the backend module by hand.
+BACKEND_MODULES: dict[str, str] = {"cuda": "dataflow.cuda"}
+
+
+def _family(op_name: str) -> str:
+    fam = op_name.split(":")[0].lower()
+    if fam not in OP_FAMILIES:
+        raise ValueError(f"unknown op {op_name!r}; backends register for one of {OP_FAMILIES}")
+    return fam
+
+
+def register_backend(op_name: str, backend: str, fn: Callable, *, replace: bool = False) -> None:
+    """Register `fn(op) -> raw` as the executor of op family `op_name` ("matmul", "sddmm",
+    "elementwise") on `backend` (see the contract above). "numpy" and "sim" are built in and
+    cannot be replaced; registering a different function twice needs `replace=True`."""
+    fam = _family(op_name)
+    if not isinstance(backend, str) or not backend:
+        raise ValueError(f"backend must be a non-empty string, got {backend!r}")
+    if backend in BACKENDS:
+        raise ValueError(f"backend {backend!r} is built in and cannot be re-registered")
+    if not callable(fn):
+        raise TypeError(f"executor for {fam}/{backend} must be callable, got {type(fn).__name__}")
+    old = _EXECUTORS[fam].get(backend)
+    if old is not None and old is not fn and not replace:
+        raise ValueError(f"{fam} already has a {backend!r} executor ({old!r}); "
+                         "pass replace=True to swap it")
+    _EXECUTORS[fam][backend] = fn
+
+
+def unregister_backend(op_name: str, backend: str) -> None:
+    """Remove a registered executor (tests, or a backend that found no device)."""
+    _EXECUTORS[_family(op_name)].pop(backend, None)
+
+
+def available_backends(op_name: str | None = None) -> tuple[str, ...]:
+    """Backends that run `op_name` now (built in first), or those of every family."""
+    fams = OP_FAMILIES if op_name is None else (_family(op_name),)
+    extra = sorted({b for f in fams for b in _EXECUTORS[f]})
+    return BACKENDS + tuple(extra)
+
+
+def _autoload(backend: str) -> str | None:
+    """Import the module that registers `backend`; returns why it failed, or None."""
+    module = BACKEND_MODULES.get(backend)
+    if module is None:
+        return None
+    import importlib
+
+    try:
+        importlib.import_module(module)
+    except ImportError as e:
+        return f"importing {module} failed: {e}"
+    return None
+
+
+def get_executor(op_name: str, backend: str) -> Callable:
+    """The registered executor of `op_name` on `backend`; a clear error listing what exists."""
+    fam = _family(op_name)
+    why = None
+    if backend not in _EXECUTORS[fam]:
+        why = _autoload(backend)
+    if backend not in _EXECUTORS[fam]:
+        hint = f" ({why})" if why else ""
+        raise ValueError(f"unknown backend {backend!r} for {fam}{hint}; available: "
+                         f"{', '.join(available_backends(fam))}")
+    return _EXECUTORS[fam][backend]
 
 # name -> (add, mul, zero); zero is the identity of add (what an absent entry contributes)
 SEMIRINGS: dict[str, dict] = {
@@ -48,9 +136,9 @@ def is_dense(t: Tensor) -> bool:
     return t.tensor_format.is_dense
 
 
-def _check_backend(backend: str) -> None:
+def _check_backend(backend: str, op_name: str = "matmul") -> None:
     if backend not in BACKENDS:
-        raise ValueError(f"unknown backend {backend!r}; choose one of {BACKENDS}")
+        get_executor(op_name, backend)
 
 
 def _check_shapes(a: Tensor, b: Tensor) -> None:
@@ -192,7 +280,7 @@ class _StatefulOp:
         to always build."""
         from dataflow.ust_frontend.cache import PlanCache, default_cache
 
-        _check_backend(backend)
+        _check_backend(backend, self.op)
         spec = None
         if backend == "sim":
             from dataflow.api import resolve_arch
@@ -215,11 +303,14 @@ class _StatefulOp:
 
     def execute(self, backend: str | None = None):
         """Run on `backend` (default: the planned one, else numpy). sim needs a sim plan for
-        the current structure (planned on the default arch if none was made)."""
+        the current structure (planned on the default arch if none was made); other backends
+        run their registered executor (`register_backend`)."""
         backend = backend or (self._plan.backend if self._plan else "numpy")
-        _check_backend(backend)
+        _check_backend(backend, self.op)
         if backend == "numpy":
             return self._finish(self._reference())
+        if backend not in BACKENDS:
+            return self._finish(get_executor(self.op, backend)(self))
         self._sim_check()
         if self._plan is None or self._plan.backend != "sim":
             self.plan(backend="sim")
@@ -291,16 +382,17 @@ class Matmul(_StatefulOp):
             notes.append("B is a vector: planned as an n = 1 matrix")
         return tuple(notes)
 
-    def _prologued(self) -> tuple[Tensor, Tensor]:
+    def prologued_operands(self) -> tuple[Tensor, Tensor]:
+        """(A, B) as UST Tensors with the prolog applied to their stored values."""
         p = self.prolog
         fa, fb = (p.get("a"), p.get("b")) if isinstance(p, dict) else (p, p)
         return _with_values(self.a, fa), _with_values(self.b, fb)
 
     def _lower(self):
-        return lower_matmul(*self._prologued())
+        return lower_matmul(*self.prologued_operands())
 
     def _reference(self) -> np.ndarray:
-        a, b = self._prologued()
+        a, b = self.prologued_operands()
         if self.semiring is not None:
             return semiring_matmul(a, b, self.semiring)
         if not is_dense(a) and not is_dense(b):
@@ -349,6 +441,14 @@ class Sddmm(_StatefulOp):
 
     def _operands(self):
         return (self.a, self.b, self.mask)
+
+    def mask_csr(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The mask's (pos, crd, val) in CSR: the result's structure, in this order."""
+        return self._csr
+
+    def dense_operands(self) -> tuple[np.ndarray, np.ndarray]:
+        """(A, B) as dense numpy arrays with the prolog applied."""
+        return self._dense_ab()
 
     def _dense_ab(self) -> tuple[np.ndarray, np.ndarray]:
         p = self.prolog
@@ -444,25 +544,36 @@ def matmul(a, b, backend: str = "numpy", arch=None, dataflow: str | None = None,
 def sddmm(a, b, mask, backend: str = "numpy", arch=None, dataflow: str | None = None, *,
           prolog=None, epilog=None, cache=None) -> Tensor:
     """mask ⊙ (a @ b) on the mask's entries, as a CSR `Tensor` (see `Sddmm`)."""
-    _check_backend(backend)
+    _check_backend(backend, "sddmm")
     op = Sddmm(a, b, mask, prolog=prolog, epilog=epilog)
     if backend == "sim":
         op.plan(arch=arch, backend="sim", dataflow=dataflow, cache=cache)
     return op.execute(backend)
 
 
-def add(a, b):
-    """a + b (numpy backend)."""
-    return Elementwise("add", a, b).execute("numpy")
+def _elementwise(kind, a, b, backend, arch, dataflow, cache):
+    _check_backend(backend, "elementwise")
+    op = Elementwise(kind, a, b)
+    if backend == "sim":
+        op.plan(arch=arch, backend="sim", dataflow=dataflow, cache=cache)
+    return op.execute(backend)
 
 
-def multiply(a, b):
-    """a * b elementwise (numpy backend)."""
-    return Elementwise("multiply", a, b).execute("numpy")
+def add(a, b, backend: str = "numpy", arch=None, dataflow: str | None = None, *, cache=None):
+    """a + b over the union of stored entries (see `Elementwise`)."""
+    return _elementwise("add", a, b, backend, arch, dataflow, cache)
+
+
+def multiply(a, b, backend: str = "numpy", arch=None, dataflow: str | None = None, *,
+             cache=None):
+    """a * b elementwise over the intersection of stored entries (see `Elementwise`)."""
+    return _elementwise("multiply", a, b, backend, arch, dataflow, cache)
 
 
 __all__ = [
     "BACKENDS",
+    "BACKEND_MODULES",
+    "OP_FAMILIES",
     "SEMIRINGS",
     "Elementwise",
     "Matmul",
@@ -470,11 +581,15 @@ __all__ = [
     "Sddmm",
     "add",
     "as_tensor",
+    "available_backends",
+    "get_executor",
     "lower_matmul",
     "matmul",
     "matmul_reference",
     "multiply",
+    "register_backend",
     "sddmm",
     "semiring_matmul",
     "spgemm_reference",
+    "unregister_backend",
 ]
