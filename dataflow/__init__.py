@@ -5,7 +5,8 @@ Entry points: `load_arch(path)`, `simulate(workload, arch=..., **params) -> SimR
 """
 
 from dataflow.api import load_arch, simulate
+from dataflow.attention import sparse_attention
 from dataflow.ust_frontend.ops import matmul
 
 __version__ = "0.1.0"
-__all__ = ["load_arch", "matmul", "simulate"]
+__all__ = ["load_arch", "matmul", "simulate", "sparse_attention"]

@@ -65,6 +65,10 @@ def _summary(r) -> str:
         f"reference (max abs error {r.max_abs_error:.3g})",
         f"  wall time        {r.wall_seconds:.3f} s",
     ]
+    if len(r.kernels) > 1:
+        lines.append("  per kernel       " + ", ".join(
+            f"{k.kernel} {k.compute_cycles:,}" for k in r.kernels) + " compute cycles")
+    lines += [f"  note             {n}" for n in r.notes]
     return "\n".join(lines)
 
 

@@ -19,6 +19,7 @@ from typing import Any, Callable
 #: Modules that register workloads when imported (each adds its own line).
 WORKLOAD_MODULES: tuple[str, ...] = (
     "dataflow.api",
+    "dataflow.attention.api",
 )
 
 

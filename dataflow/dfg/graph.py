@@ -78,11 +78,13 @@ class Loop:
 
 @dataclass(frozen=True)
 class Buffer:
-    """A named array of `size` words; `role` is `input`, `output` or `temp`."""
+    """A named array of `size` words; `role` is `input`, `output` or `temp`. A buffer no input
+    provides starts filled with `init` (-inf for the target of a max-accumulate)."""
 
     name: str
     size: int
     role: str = "input"
+    init: float = 0.0
 
 
 @dataclass(frozen=True, eq=False)

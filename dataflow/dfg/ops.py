@@ -22,6 +22,8 @@ class Op(str, Enum):
     EXP = "exp"
     BFLY = "bfly"  # butterfly 2x2
     ROUTE = "route"  # pass-through on a PE (routing / shuffle)
+    ACC_MAX = "accmax"  # max-accumulate into an SPM buffer (a row max of softmax): read-modify-write
+    DIV = "div"  # a / b, rounded once (softmax normalisation; on the special-function unit)
 
     @property
     def is_memory(self) -> bool:
@@ -29,19 +31,26 @@ class Op(str, Enum):
 
     @property
     def reads_spm(self) -> bool:
-        return self in (Op.LOAD, Op.GATHER, Op.ACC)
+        return self in (Op.LOAD, Op.GATHER, Op.ACC, Op.ACC_MAX)
 
     @property
     def writes_spm(self) -> bool:
-        return self in (Op.STORE, Op.SCATTER, Op.ACC)
+        return self in (Op.STORE, Op.SCATTER, Op.ACC, Op.ACC_MAX)
+
+    @property
+    def accumulates(self) -> bool:
+        """Combines into its PE's register and flushes one SPM read-modify-write per run of
+        same-address iterations (ACC adds, ACC_MAX takes the maximum)."""
+        return self in (Op.ACC, Op.ACC_MAX)
 
     @property
     def is_mac(self) -> bool:
         return self is Op.MAC
 
 
-MEMORY_OPS = frozenset({Op.LOAD, Op.GATHER, Op.STORE, Op.SCATTER, Op.ACC})
+MEMORY_OPS = frozenset({Op.LOAD, Op.GATHER, Op.STORE, Op.SCATTER, Op.ACC, Op.ACC_MAX})
 ARITY = {
     Op.CONST: 0, Op.LOAD: 0, Op.GATHER: 1, Op.STORE: 1, Op.SCATTER: 2, Op.ACC: 1,
     Op.MUL: 2, Op.ADD: 2, Op.SUB: 2, Op.MAC: 3, Op.MAX: 2, Op.EXP: 1, Op.BFLY: 2, Op.ROUTE: 1,
+    Op.ACC_MAX: 1, Op.DIV: 2,
 }

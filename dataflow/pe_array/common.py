@@ -20,13 +20,14 @@ def spm_base(km: KernelMapping, buffer: str, tile_index: int, tile: Tile) -> tup
 
 
 def buffer_arrays(kernel: Kernel, inputs: dict[str, np.ndarray], dtype) -> dict[str, np.ndarray]:
-    """Working copies of every buffer: inputs as given, outputs and temps zeroed."""
+    """Working copies of every buffer: inputs as given, outputs and temps filled with their
+    `init` value (zero unless the kernel says otherwise)."""
     out = {}
     for b in kernel.buffers:
         if b.name in inputs:
             out[b.name] = inputs[b.name]
         else:
-            out[b.name] = np.zeros(b.size, dtype=dtype)
+            out[b.name] = np.full(b.size, b.init, dtype=dtype)
     return out
 
 

@@ -32,6 +32,11 @@ from dataflow.pe_array.result import ArrayResult
 from dataflow.pe_array.semantics import apply_op
 from dataflow.spm.lines import line_of_row, port_cycles
 
+#: How an accumulating op combines (register and SPM read-modify-write) and its register's
+#: starting value; shared with the reference engine.
+ACC_UFUNC = {Op.ACC: np.add, Op.ACC_MAX: np.maximum}
+ACC_IDENTITY = {Op.ACC: 0.0, Op.ACC_MAX: -np.inf}
+
 
 def run_kernel_fast(km: KernelMapping, arch: ArchSpec, inputs: dict[str, np.ndarray], dtype) -> ArrayResult:
     kernel = km.kernel
@@ -93,7 +98,7 @@ def run_kernel_fast(km: KernelMapping, arch: ArchSpec, inputs: dict[str, np.ndar
             else:
                 addr = a[:, None]
                 m = np.ones((n, 1), dtype=bool)
-            if node.op is Op.ACC:
+            if node.op.accumulates:
                 # accumulate in the PE's register; one SPM read-modify-write per run of
                 # same-address iterations on a copy
                 flush = np.ones(n, dtype=bool)
@@ -102,8 +107,8 @@ def run_kernel_fast(km: KernelMapping, arch: ArchSpec, inputs: dict[str, np.ndar
                 run = np.concatenate(([0], np.cumsum(flush[:-1])))
                 src = np.asarray(vals[node.inputs[0]])
                 src = np.broadcast_to(src if src.ndim == 2 else src.reshape(-1, 1), addr.shape)
-                reg = np.zeros((int(run[-1]) + 1, addr.shape[1]), dtype=dtype)
-                np.add.at(reg, run, src.astype(dtype))
+                reg = np.full((int(run[-1]) + 1, addr.shape[1]), ACC_IDENTITY[node.op], dtype=dtype)
+                ACC_UFUNC[node.op].at(reg, run, src.astype(dtype))
                 sel = np.flatnonzero(flush)
                 writes.append((cyc[sel], k[sel], node.id, addr[sel], reg[run[sel]], m[sel],
                                node.op, node.buffer))
@@ -127,7 +132,7 @@ def run_kernel_fast(km: KernelMapping, arch: ArchSpec, inputs: dict[str, np.ndar
             if node.op in (Op.LOAD, Op.GATHER):
                 v = np.where(m, bufs[node.buffer][safe], 0).astype(bufs[node.buffer].dtype)
                 vals[node.id] = v
-            elif node.op is not Op.ACC:
+            elif not node.op.accumulates:
                 src = np.asarray(vals[node.inputs[-1]])
                 src = np.broadcast_to(src if src.ndim == 2 else src.reshape(-1, 1), addr.shape)
                 writes.append((cyc, k, node.id, addr, src, m, node.op, node.buffer))
@@ -183,9 +188,10 @@ def _apply_writes(writes, bufs) -> None:
 
 
 def commit(op: Op, buf: np.ndarray, addr: np.ndarray, vals: np.ndarray) -> None:
-    """Apply writes in the given order: ACC adds, STORE/SCATTER overwrite (last one wins)."""
-    if op is Op.ACC:
-        np.add.at(buf, addr, vals.astype(buf.dtype))
+    """Apply writes in the given order: ACC adds, ACC_MAX takes the maximum, STORE/SCATTER
+    overwrite (last one wins)."""
+    if op.accumulates:
+        ACC_UFUNC[op].at(buf, addr, vals.astype(buf.dtype))
     else:
         _, last = np.unique(addr[::-1], return_index=True)
         last = len(addr) - 1 - last

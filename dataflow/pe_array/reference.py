@@ -7,8 +7,8 @@ Semantics (shared with `fast.py`, which must give identical `ArrayResult`s):
   `wave * II + time` equals c.
 - All PEs of the array move in lock step: when the SPM line accesses issued in one cycle need
   more port-cycles than a line has ports, the whole array waits for the busiest line.
-- SPM updates (acc, store, scatter) commit in (cycle, iteration, node) order. An acc adds into
-  its PE's register and flushes (one SPM read-modify-write) when its copy's next iteration
+- SPM updates (acc, accmax, store, scatter) commit in (cycle, iteration, node) order. An acc
+  adds into (an accmax takes the maximum with) its PE's register and flushes (one SPM read-modify-write) when its copy's next iteration
   targets another address or the copy's chunk ends.
 """
 
@@ -21,7 +21,7 @@ from dataflow.dfg.domain import iterate_domain
 from dataflow.dfg.ops import Op
 from dataflow.mapper.mapping import KernelMapping
 from dataflow.pe_array.common import Counters, buffer_arrays, spm_base, tile_result, vector_nodes
-from dataflow.pe_array.fast import commit
+from dataflow.pe_array.fast import ACC_IDENTITY, ACC_UFUNC, commit
 from dataflow.pe_array.result import ArrayResult
 from dataflow.pe_array.semantics import apply_op
 from dataflow.spm.lines import line_of_row, port_cycles
@@ -97,11 +97,12 @@ def run_kernel_reference(km: KernelMapping, arch: ArchSpec, inputs: dict[str, np
                         addrs = [base + lane * cv for lane in range(act)]
                     else:
                         addrs = [base]
-                    if node.op is Op.ACC:
+                    if node.op.accumulates:
                         v = np.asarray(values[(k, node.inputs[0])], dtype=dtype)
                         v = np.broadcast_to(v, (lanes,)) if is_vec else v.reshape(1)
                         key = (p.copy, node.id)
-                        regs[key] = regs.get(key, np.zeros(len(v), dtype)) + v
+                        start = np.full(len(v), ACC_IDENTITY[node.op], dtype)
+                        regs[key] = ACC_UFUNC[node.op](regs.get(key, start), v)
                         nxt = k + 1
                         same = (wave + 1 < waves and nxt < n
                                 and _address(node, iters[nxt], kernel) == _address(node, env, kernel))
@@ -124,7 +125,7 @@ def run_kernel_reference(km: KernelMapping, arch: ArchSpec, inputs: dict[str, np
                             v = buf[addrs[0]]
                         values[(k, node.id)] = v
                     else:
-                        src = np.asarray(values[(k, node.id if node.op is Op.ACC else node.inputs[-1])])
+                        src = np.asarray(values[(k, node.id if node.op.accumulates else node.inputs[-1])])
                         src = np.broadcast_to(src, (lanes,)) if is_vec else src.reshape(1)
                         pending.append((k, node.id, node.op, node.buffer,
                                         np.array(addrs, dtype=np.int64), src[:len(addrs)]))

@@ -29,5 +29,12 @@ def apply_op(op: Op, args: list[np.ndarray], dtype, const: float = 0.0) -> np.nd
         return np.maximum(a[0], a[1])
     if op is Op.EXP:
         return np.exp(a[0])
+    if op is Op.BFLY:
+        # the butterfly unit's add/subtract half (FABNet's butterfly engine): a + s*b with the
+        # sign s = +1 (upper output) or -1 (lower output) held in the instruction's constant;
+        # s is +-1, so s*b is exact and the result is one rounded add
+        return a[0] + np.asarray(const, dtype=dtype) * a[1]
+    if op is Op.DIV:
+        return a[0] / a[1]
     raise NotImplementedError(f"no arithmetic semantics for {op.value}")
 

@@ -1,0 +1,175 @@
+"""`sparse_attention(q, k, v, pattern=..., backend=...)` and the `attention` workload."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from dataflow.attention.lower import KERNEL_PHASE, lower_attention
+from dataflow.attention.patterns import (
+    DEFAULTS,
+    PATTERNS,
+    AttentionPattern,
+    PatternError,
+    pattern_mask,
+    resolve,
+)
+from dataflow.ust_frontend.tensor import Tensor
+from dataflow.workloads import Param, Workload, register
+
+BACKENDS = ("numpy", "sim")
+
+
+def mask_csr(pattern, seq: int, **pattern_params) -> tuple[np.ndarray, np.ndarray, Tensor]:
+    """(pos, crd, mask Tensor) of a pattern name, an `AttentionPattern`, or a given mask (a UST
+    Tensor, scipy.sparse matrix or numpy array whose nonzeros are the attended pairs)."""
+    from dataflow.ust_frontend.ops import as_tensor, csr_arrays
+
+    if isinstance(pattern, (str, AttentionPattern)):
+        mask = pattern_mask(pattern, seq, **pattern_params)
+    else:
+        if pattern_params:
+            raise PatternError(f"pattern parameters {sorted(pattern_params)} apply only to named "
+                               "patterns, not to a given mask")
+        mask = as_tensor(np.asarray(pattern, dtype=np.float32)
+                         if isinstance(pattern, np.ndarray) else pattern)
+    if mask.num_dimensions != 2:
+        raise PatternError(f"an attention mask must be a matrix, got shape {mask.shape}")
+    pos, crd, val = csr_arrays(mask)
+    keep = np.asarray(val) != 0  # explicitly stored zeros are not attended
+    if not keep.all():
+        rows = np.repeat(np.arange(len(pos) - 1), np.diff(pos))[keep]
+        crd = np.asarray(crd)[keep]
+        pos = np.concatenate(([0], np.cumsum(np.bincount(rows, minlength=len(pos) - 1))))
+    return np.asarray(pos, dtype=np.int64), np.asarray(crd, dtype=np.int64), mask
+
+
+def attention_reference(q, k, v, pos: np.ndarray, crd: np.ndarray) -> np.ndarray:
+    """Dense masked attention in numpy (float64): softmax(mask(Q K^T / sqrt(d))) V, with masked
+    scores at -inf; a row with no attended key gives zeros. Returns float32 (m x dv)."""
+    q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
+    m, n = q.shape[0], k.shape[0]
+    dense = np.zeros((m, n), dtype=bool)
+    dense[np.repeat(np.arange(m), np.diff(pos)), crd] = True
+    s = np.where(dense, q @ k.T / math.sqrt(q.shape[1]), -np.inf)
+    has = dense.any(axis=1)
+    s[~has] = 0.0
+    e = np.where(dense, np.exp(s - s.max(axis=1, keepdims=True)), 0.0)
+    den = e.sum(axis=1, keepdims=True)
+    p = np.divide(e, den, out=np.zeros_like(e), where=den > 0)
+    return (p @ v).astype(np.float32)
+
+
+def compute_bound_cycles(nnz: int, dim: int, dim_v: int, arch) -> int:
+    """Closed-form floor on the array cycles of masked attention: the nnz * (dim + dim_v) useful
+    MACs (SDDMM plus SpMM) at the array's peak of rows * cols * simd_lanes MACs per cycle (a PE
+    issues one op per cycle, a vector op covers at most simd_lanes lanes)."""
+    peak = arch.pe_array.num_pes * arch.pe_array.simd_lanes
+    return -(-nnz * (dim + dim_v) // peak)
+
+
+def phase_cycles(res) -> dict[str, int]:
+    """Compute cycles of a simulated attention by phase: sddmm, softmax (3 kernels), spmm."""
+    out = {"sddmm": 0, "softmax": 0, "spmm": 0}
+    for kr in res.kernels:
+        out[KERNEL_PHASE.get(kr.kernel, kr.kernel)] = (
+            out.get(KERNEL_PHASE.get(kr.kernel, kr.kernel), 0) + kr.compute_cycles)
+    return out
+
+
+def _as_matrix(name: str, x) -> np.ndarray:
+    if hasattr(x, "detach"):  # torch
+        x = x.detach().cpu().numpy()
+    a = np.asarray(x, dtype=np.float32)
+    if a.ndim != 2:
+        raise ValueError(f"sparse_attention: {name} must be a (seq, dim) matrix, got shape {a.shape}")
+    return a
+
+
+def sparse_attention(q, k, v, pattern="dense", backend: str = "numpy", arch=None, *,
+                     engine: str = "fast", return_result: bool = False, **pattern_params):
+    """Masked attention softmax(mask(Q K^T / sqrt(d))) V with a structured sparsity pattern.
+
+    `pattern` is a name from `PATTERNS` (its parameters, e.g. `window=8`, `dilation=2`,
+    `block=16`, `nm="2:4"`, `seed=0`, go in `pattern_params`) or a mask (UST Tensor, scipy or
+    numpy; nonzeros are attended). `backend="numpy"` is the reference; `"sim"` lowers to
+    SDDMM -> masked softmax -> SpMM kernels, maps them on `arch` (default preset) and runs the
+    cycle-level `engine`. Returns the (seq_q, dim_v) float32 output, or `(output, SimResult)`
+    when `return_result` (sim only; the result's `kernels` give per-kernel cycles).
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"sparse_attention: backend must be one of {BACKENDS}, got {backend!r}")
+    q, k, v = _as_matrix("q", q), _as_matrix("k", k), _as_matrix("v", v)
+    if q.shape[1] != k.shape[1] or k.shape[0] != v.shape[0]:
+        raise ValueError(f"sparse_attention: shapes do not agree: q {q.shape}, k {k.shape}, "
+                         f"v {v.shape} (need q.dim == k.dim and k.seq == v.seq)")
+    if isinstance(pattern, (str, AttentionPattern)) and q.shape[0] != k.shape[0]:
+        raise ValueError(f"named patterns are square: q has {q.shape[0]} rows, k {k.shape[0]}")
+    pos, crd, mask = mask_csr(pattern, q.shape[0], **pattern_params)
+    if mask.shape != (q.shape[0], k.shape[0]):
+        raise ValueError(f"sparse_attention: mask shape {mask.shape} != (q rows, k rows) "
+                         f"{(q.shape[0], k.shape[0])}")
+    if backend == "numpy":
+        if return_result:
+            raise ValueError("return_result needs backend='sim'")
+        return attention_reference(q, k, v, pos, crd)
+    res = _simulate(q, k, v, pos, crd, arch, engine, workload="attention")
+    return (res.output, res) if return_result else res.output
+
+
+def _simulate(q, k, v, pos, crd, arch, engine, workload, trace=False, t0=None, notes=()):
+    import dataclasses
+
+    from dataflow.api import finish, resolve_arch
+    from dataflow.mapper import map_program
+    from dataflow.pe_array.simulate import simulate_mapping
+
+    t0 = time.perf_counter() if t0 is None else t0
+    spec = resolve_arch(arch)
+    prog = lower_attention(q, k, v, pos, crd, lanes=spec.pe_array.simd_lanes)
+    mapping = map_program(prog, spec)
+    res = simulate_mapping(mapping, engine=engine, trace=trace, workload=workload)
+    res = finish(res, attention_reference(q, k, v, pos, crd), t0, mapping)
+    ph = phase_cycles(res)
+    bound = compute_bound_cycles(len(crd), q.shape[1], v.shape[1], spec)
+    extra = (f"attention nnz {len(crd):,} of {q.shape[0] * k.shape[0]:,} "
+             f"({100 * len(crd) / (q.shape[0] * k.shape[0]):.1f}%); compute cycles by phase: "
+             + ", ".join(f"{k_} {v_:,}" for k_, v_ in ph.items())
+             + f"; MAC bound {bound:,} cycles",)
+    return dataclasses.replace(res, notes=tuple(res.notes) + tuple(notes) + extra)
+
+
+# --- the `attention` workload -----------------------------------------------------------------
+
+def _run(spec, *, engine: str = "fast", seed: int = 0, trace: bool = False, pattern: str = "window",
+         seq: int = 128, dim: int = 32, **pattern_params):
+    t0 = time.perf_counter()
+    for name, val in (("seq", seq), ("dim", dim)):
+        if not isinstance(val, int) or val < 1:
+            raise ValueError(f"--{name} must be a positive integer, got {val}")
+    given = {k: v for k, v in pattern_params.items() if v is not None}
+    p = resolve(pattern, seq, **given, seed=seed) if pattern in ("bigbird", "nm") else \
+        resolve(pattern, seq, **given)
+    rng = np.random.default_rng(seed)
+    q, k, v = (rng.standard_normal((seq, dim), dtype=np.float32) for _ in range(3))
+    pos, crd, _ = mask_csr(p, seq)
+    return _simulate(q, k, v, pos, crd, spec, engine, workload=f"attention/{p}", trace=trace,
+                     t0=t0)
+
+
+_PATTERN_PARAMS = (
+    Param("pattern", str, "window", "attention sparsity pattern", choices=PATTERNS),
+    Param("seq", int, 128, "sequence length (queries = keys)"),
+    Param("dim", int, 32, "head dimension d of q, k and v"),
+    Param("window", int, None, f"window half-width in keys (window, dilated; default {DEFAULTS['window']})"),
+    Param("dilation", int, None, f"stride between attended keys (dilated; default {DEFAULTS['dilation']})"),
+    Param("block", int, None, f"block edge in tokens (bigbird; default {DEFAULTS['block']})"),
+    Param("global_blocks", int, None, f"global blocks (bigbird; default {DEFAULTS['global_blocks']})"),
+    Param("window_blocks", int, None, f"block-band half-width (bigbird; default {DEFAULTS['window_blocks']})"),
+    Param("random_blocks", int, None, f"random blocks per block row (bigbird; default {DEFAULTS['random_blocks']})"),
+    Param("nm", str, None, f"N:M kept keys (nm; default {DEFAULTS['nm']})"),
+)
+register(Workload("attention", _run, _PATTERN_PARAMS,
+                  "masked attention, pattern as a UST mask: SDDMM -> softmax -> SpMM"))

@@ -1,0 +1,154 @@
+"""Lowering of masked attention O = softmax(mask(Q K^T / sqrt(d))) V to one `Program`.
+
+Five kernels over the mask's CSR arrays (pos, crd), run one after another:
+
+1. `sddmm`         S_part[p, l] = sum_c Q[i, c*L + l] * K[crd[p], c*L + l]   (lane partial sums)
+2. `softmax_max`   S[p] = scale * sum_l S_part[p, l];  rowmax[i] = max_p S[p]   (accmax)
+3. `softmax_exp`   E[p] = exp(S[p] - rowmax[i]);        rowsum[i] += E[p]
+4. `softmax_norm`  P[p] = E[p] / rowsum[i]
+5. `spmm`          O[i, :] += P[p] * V[crd[p], :]                      (the CSR SpMM of lower.py)
+
+Only stored entries are touched, so every kernel's iteration count scales with the mask's nnz
+(the dense pattern is the CSR of an all-ones mask). The row max is subtracted before exp as in
+any numerically safe softmax; `rowmax` starts at -inf (Buffer.init). Q and K are padded with
+zero columns to a multiple of L so the reduction vectorises (zeros add nothing to a dot product).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from dataflow.dfg.graph import Addr, Buffer, DFGError, Kernel, Loop, Node, Program
+from dataflow.dfg.lower import run_passes, spmm_csr_kernel
+from dataflow.dfg.lower_sddmm import sddmm_csr_lanes_kernel
+from dataflow.dfg.ops import Op
+
+#: Kernel names in program order, and the phase each belongs to (SimResult breakdowns).
+KERNEL_PHASE = {"sddmm": "sddmm", "softmax_max": "softmax", "softmax_exp": "softmax",
+                "softmax_norm": "softmax", "spmm": "spmm"}
+
+
+def rename_buffers(kernel: Kernel, names: dict[str, str], name: str) -> Kernel:
+    """The same kernel with buffers (and domain arrays) renamed, so library kernels chain."""
+    def rn(x):
+        return names.get(x, x)
+
+    nodes = tuple(dataclasses.replace(n, buffer=rn(n.buffer)) if n.buffer else n for n in kernel.nodes)
+    loops = tuple(dataclasses.replace(lp, pos=rn(lp.pos)) if lp.pos else lp for lp in kernel.loops)
+    return dataclasses.replace(
+        kernel, name=name, nodes=nodes, loops=loops,
+        buffers=tuple(dataclasses.replace(b, name=rn(b.name)) for b in kernel.buffers),
+        domain_arrays=tuple((rn(k), v) for k, v in kernel.domain_arrays))
+
+
+def _row_entry_kernel(name: str, m: int, pos: np.ndarray, nodes: tuple[Node, ...],
+                      buffers: tuple[Buffer, ...], carried=()) -> Kernel:
+    """A kernel over (i, p in pos[i]..pos[i+1]): one iteration per stored mask entry."""
+    return Kernel(name=name, loops=(Loop("i", m), Loop("p", pos="M_pos", parent="i")),
+                  nodes=nodes, buffers=buffers, carried=carried,
+                  domain_arrays=(("M_pos", np.asarray(pos, dtype=np.int64)),))
+
+
+def softmax_max_kernel(m: int, pos: np.ndarray, lanes: int, scale: float) -> Kernel:
+    """S[p] = scale * (sum of the `lanes` partials of entry p); rowmax[i] = max over the row.
+
+    The accmax's register recurrence has latency 1 like an acc's, so it adds no RecMII; it is
+    not declared as a carried edge because the scheduler's latency rule treats only Op.ACC as
+    register-held (dataflow/mapper/schedule.py `op_latency`)."""
+    nnz = int(pos[-1])
+    nodes = [Node(t, Op.LOAD, buffer="S_part", addr=Addr((("p", lanes),), const=t), name=f"s{t}")
+             for t in range(lanes)]
+    level = list(range(lanes))
+    while len(level) > 1:  # balanced add tree over the lanes
+        nxt = []
+        for a, b in zip(level[::2], level[1::2]):
+            nodes.append(Node(len(nodes), Op.ADD, (a, b), name="+"))
+            nxt.append(len(nodes) - 1)
+        if len(level) % 2:
+            nxt.append(level[-1])
+        level = nxt
+    c = len(nodes)
+    nodes.append(Node(c, Op.CONST, value=scale, name="1/sqrt(d)"))
+    nodes.append(Node(c + 1, Op.MUL, (level[0], c), name="*scale"))
+    nodes.append(Node(c + 2, Op.STORE, (c + 1,), buffer="S", addr=Addr((("p", 1),)), name="S="))
+    nodes.append(Node(c + 3, Op.ACC_MAX, (c + 1,), buffer="rowmax", addr=Addr((("i", 1),)),
+                      name="max="))
+    return _row_entry_kernel(
+        "softmax_max", m, pos, tuple(nodes),
+        (Buffer("S_part", nnz * lanes), Buffer("S", nnz, "output"),
+         Buffer("rowmax", m, "output", init=-math.inf)))
+
+
+def softmax_exp_kernel(m: int, pos: np.ndarray) -> Kernel:
+    """E[p] = exp(S[p] - rowmax[i]); rowsum[i] += E[p]."""
+    nnz = int(pos[-1])
+    nodes = (
+        Node(0, Op.LOAD, buffer="S", addr=Addr((("p", 1),)), name="s"),
+        Node(1, Op.LOAD, buffer="rowmax", addr=Addr((("i", 1),)), name="max"),
+        Node(2, Op.SUB, (0, 1), name="s-max"),
+        Node(3, Op.EXP, (2,), name="exp"),
+        Node(4, Op.STORE, (3,), buffer="E", addr=Addr((("p", 1),)), name="E="),
+        Node(5, Op.ACC, (3,), buffer="rowsum", addr=Addr((("i", 1),)), name="sum+="),
+    )
+    return _row_entry_kernel(
+        "softmax_exp", m, pos, nodes,
+        (Buffer("S", nnz), Buffer("rowmax", m), Buffer("E", nnz, "output"),
+         Buffer("rowsum", m, "output")), carried=((5, 5, 1),))
+
+
+def softmax_norm_kernel(m: int, pos: np.ndarray) -> Kernel:
+    """P[p] = E[p] / rowsum[i]."""
+    nnz = int(pos[-1])
+    nodes = (
+        Node(0, Op.LOAD, buffer="E", addr=Addr((("p", 1),)), name="e"),
+        Node(1, Op.LOAD, buffer="rowsum", addr=Addr((("i", 1),)), name="sum"),
+        Node(2, Op.DIV, (0, 1), name="e/sum"),
+        Node(3, Op.STORE, (2,), buffer="P", addr=Addr((("p", 1),)), name="P="),
+    )
+    return _row_entry_kernel("softmax_norm", m, pos, nodes,
+                             (Buffer("E", nnz), Buffer("rowsum", m), Buffer("P", nnz, "output")))
+
+
+def lower_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos: np.ndarray,
+                    crd: np.ndarray, lanes: int = 8, dtype=np.float32) -> Program:
+    """The attention `Program` for Q (m x d), K (n x d), V (n x dv) and a CSR mask (pos, crd)
+    of shape m x n. `lanes` is the SIMD width the reduction is vectorised over (the arch's
+    `pe_array.simd_lanes`). Output `O` (m x dv)."""
+    for nm, x in (("q", q), ("k", k), ("v", v)):
+        if np.ndim(x) != 2:
+            raise DFGError(f"attention takes matrices; {nm} has shape {np.shape(x)}")
+    (m, d), (n, d2), (n2, dv) = q.shape, k.shape, v.shape
+    if d != d2 or n != n2:
+        raise DFGError(f"attention shapes do not agree: q {q.shape}, k {k.shape}, v {v.shape}")
+    pos, crd = np.asarray(pos, dtype=np.int64), np.asarray(crd, dtype=np.int64)
+    if len(pos) != m + 1 or int(pos[-1]) != len(crd):
+        raise DFGError(f"malformed CSR mask: pos has {len(pos)} entries for {m} rows, "
+                       f"crd {len(crd)}, pos[-1] = {int(pos[-1]) if len(pos) else None}")
+    if len(crd) and (int(crd.max()) >= n or int(crd.min()) < 0):
+        raise DFGError(f"CSR mask column out of range [0, {n})")
+    if lanes < 1:
+        raise DFGError(f"lanes must be >= 1, got {lanes}")
+    nnz = len(crd)
+    dp = -(-d // lanes) * lanes
+    qp = np.zeros((m, dp), dtype=dtype)
+    kp = np.zeros((n, dp), dtype=dtype)
+    qp[:, :d], kp[:, :d] = q, k
+    scale = 1.0 / math.sqrt(d)
+    sddmm = rename_buffers(sddmm_csr_lanes_kernel(m, dp, n, pos, lanes),
+                           {"A": "Q", "BT": "K", "C_part": "S_part"}, "sddmm")
+    spmm = rename_buffers(spmm_csr_kernel(m, n, dv, pos),
+                          {"A_val": "P", "A_crd": "M_crd", "B": "V", "C": "O", "A_pos": "M_pos"},
+                          "spmm")
+    kernels = (sddmm, softmax_max_kernel(m, pos, lanes, scale), softmax_exp_kernel(m, pos),
+               softmax_norm_kernel(m, pos), spmm)
+    prog = Program(
+        name=f"attention_{m}x{n}x{d}_nnz{nnz}", kernels=kernels,
+        inputs=(("M_crd", crd), ("Q", qp.ravel()), ("K", kp.ravel()),
+                ("V", np.ascontiguousarray(v, dtype=dtype).ravel())),
+        outputs=(("O", (m, dv)),), dtype=np.dtype(dtype).name, macs=nnz * (d + dv),
+        meta=(("attention", (m, n, d, dv, nnz)),),
+    )
+    return run_passes(prog)
