@@ -11,7 +11,9 @@ from dataflow.workloads import all_params, workloads
 
 #: Modules adding subcommands: each has `add_parser(subparsers)` that calls
 #: `parser.set_defaults(func=handler)`; `handler(args) -> int` is the exit code.
-COMMAND_MODULES: tuple[str, ...] = ()
+COMMAND_MODULES: tuple[str, ...] = (
+    "dataflow.dse.cli",
+)
 
 
 #: Errors every subcommand turns into one line on stderr and exit code 2.
