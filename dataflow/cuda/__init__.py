@@ -1,0 +1,32 @@
+"""The CUDA path: the dataflow ops as Numba CUDA kernels, on a GPU or in the CUDA simulator.
+
+- `have_gpu()` (a CUDA device is present), `execution_mode()` ("gpu" or "cudasim").
+- Host functions (numpy in and out): `gemm`, `spmm`, `sddmm`, `butterfly`, `fft`,
+  `sparse_attention`, `microtile_matmul` (`dataflow.cuda.ops`).
+- `measure(op_name, fn, *args)`: CUDA-event timing with FLOP/s and GB/s (`dataflow.cuda.runner`).
+- `registry.kernels()`: every kernel with its signatures (compiled to PTX for sm_80 / sm_90 in
+  the tests); `gpu_spec.load_gpu(...)` and `roofline` model a GPU from its datasheet numbers.
+
+Importing this package does not import numba.cuda: the first launch decides GPU or simulator.
+"""
+
+from dataflow.cuda.device import GpuUnavailableError, execution_mode, have_gpu, on_simulator
+
+_OPS = ("gemm", "spmm", "sddmm", "butterfly", "fft", "sparse_attention", "microtile_matmul",
+        "microtile_index")
+
+
+def __getattr__(name):
+    if name in _OPS:
+        from dataflow.cuda import ops
+
+        return getattr(ops, name)
+    if name in ("measure", "Runner", "OpTiming"):
+        from dataflow.cuda import runner
+
+        return getattr(runner, name)
+    raise AttributeError(f"module 'dataflow.cuda' has no attribute {name!r}")
+
+
+__all__ = ["GpuUnavailableError", "execution_mode", "have_gpu", "on_simulator", *_OPS,
+           "Runner", "OpTiming", "measure"]

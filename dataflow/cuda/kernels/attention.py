@@ -1,0 +1,108 @@
+"""Sparse attention over a CSR pattern: out[i] = sum_p softmax_p(scale * q[i] . k[j_p]) v[j_p]
+over the stored entries p = (i, j_p) of row i (a row with no entries gives zeros).
+
+Unfused: `sparse.sddmm_csr` (scores, mask values = scale) -> `csr_row_softmax` -> `sparse.spmm_csr`.
+Fused (`attention_fused`): one block of ATT_THREADS threads per query row, walking the row's
+entries in chunks of ATT_CHUNK held in shared memory with an online (running-max) softmax, so
+scores and probabilities never go to DRAM; each thread owns output columns t, t + ATT_THREADS,
+... whose accumulators stay in shared memory (head dimension up to ATT_MAX_DIM).
+"""
+
+from __future__ import annotations
+
+import math
+
+from numba import cuda, float32
+
+ATT_THREADS = 32   # one warp per query row (a power of two: the reductions halve it)
+ATT_CHUNK = 64     # stored entries scored per step
+ATT_MAX_DIM = 256  # head dimension the fused kernel's accumulators hold
+SOFTMAX_BLOCK = 128
+
+
+def csr_row_softmax(pos, scores, probs, m):
+    """probs[p] = exp(scores[p] - max_row) / sum_row, one thread per row."""
+    i = cuda.grid(1)
+    if i < m:
+        lo = pos[i]
+        hi = pos[i + 1]
+        mx = float32(-math.inf)
+        for p in range(lo, hi):
+            mx = max(mx, scores[p])
+        total = float32(0.0)
+        for p in range(lo, hi):
+            e = math.exp(scores[p] - mx)
+            probs[p] = e
+            total += e
+        for p in range(lo, hi):
+            probs[p] = probs[p] / total
+
+
+def attention_fused(q, k, v, pos, crd, out, scale, d):
+    s = cuda.shared.array(ATT_CHUNK, float32)
+    acc = cuda.shared.array(ATT_MAX_DIM, float32)
+    red = cuda.shared.array(ATT_THREADS, float32)
+    stat = cuda.shared.array(2, float32)  # running max, running sum of exponentials
+    i = cuda.blockIdx.x
+    t = cuda.threadIdx.x
+    for j in range(t, d, ATT_THREADS):
+        acc[j] = float32(0.0)
+    if t == 0:
+        stat[0] = float32(-math.inf)
+        stat[1] = float32(0.0)
+    cuda.syncthreads()
+    lo = pos[i]
+    hi = pos[i + 1]
+    for c0 in range(lo, hi, ATT_CHUNK):
+        cn = min(ATT_CHUNK, hi - c0)
+        # scores of this chunk, and each thread's partial max
+        mx = float32(-math.inf)
+        for e in range(t, cn, ATT_THREADS):
+            kr = crd[c0 + e]
+            dot = float32(0.0)
+            for x in range(d):
+                dot += q[i, x] * k[kr, x]
+            sc = dot * scale
+            s[e] = sc
+            mx = max(mx, sc)
+        red[t] = mx
+        cuda.syncthreads()
+        half = ATT_THREADS // 2
+        while half > 0:
+            if t < half:
+                red[t] = max(red[t], red[t + half])
+            cuda.syncthreads()
+            half //= 2
+        old_max = stat[0]
+        new_max = max(old_max, red[0])
+        corr = math.exp(old_max - new_max)
+        cuda.syncthreads()  # everyone has read red[0] and stat[0]
+        part = float32(0.0)
+        for e in range(t, cn, ATT_THREADS):
+            w = math.exp(s[e] - new_max)
+            s[e] = w
+            part += w
+        red[t] = part
+        cuda.syncthreads()
+        half = ATT_THREADS // 2
+        while half > 0:
+            if t < half:
+                red[t] += red[t + half]
+            cuda.syncthreads()
+            half //= 2
+        for j in range(t, d, ATT_THREADS):
+            a = acc[j] * corr
+            for e in range(cn):
+                a += s[e] * v[crd[c0 + e], j]
+            acc[j] = a
+        cuda.syncthreads()  # all of s and red[0] used before thread 0 moves the statistics
+        if t == 0:
+            stat[1] = stat[1] * corr + red[0]
+            stat[0] = new_max
+        cuda.syncthreads()
+    total = stat[1]
+    for j in range(t, d, ATT_THREADS):
+        if total > 0:
+            out[i, j] = acc[j] / total
+        else:
+            out[i, j] = float32(0.0)

@@ -1,0 +1,360 @@
+"""Host side of the CUDA path: numpy in, kernels launched, numpy out.
+
+Each function checks its inputs (clear `ValueError`s naming the argument), copies them to the
+device, launches through a `Runner` (pass `runner=Runner(timed=True)`, or use
+`dataflow.cuda.runner.measure`, to time the kernels with CUDA events) and copies the result back.
+FLOPs and compulsory bytes are given to every launch so the runner can report FLOP/s and GB/s.
+Without a GPU, everything runs in the CUDA simulator (`dataflow.cuda.device`).
+"""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import numpy as np
+
+from dataflow.cuda.device import cuda_module
+from dataflow.cuda.runner import Runner
+
+F32, C64, I32 = np.dtype(np.float32), np.dtype(np.complex64), np.dtype(np.int32)
+
+
+def _kernels() -> SimpleNamespace:
+    """The kernel modules, imported after `cuda_module()` has fixed GPU or simulator mode."""
+    cuda_module()
+    from dataflow.cuda.kernels import attention, butterfly, dense, microtile, sparse
+
+    return SimpleNamespace(dense=dense, sparse=sparse, butterfly=butterfly, attention=attention,
+                           microtile=microtile)
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _matrix(x, name: str, dtype=F32) -> np.ndarray:
+    x = np.asarray(x)
+    if x.ndim != 2:
+        raise ValueError(f"{name} must be a 2-D array, got shape {x.shape}")
+    return np.ascontiguousarray(x, dtype=dtype)
+
+
+def _csr(pos, crd, val, shape, name: str = "a"):
+    pos, crd = np.asarray(pos), np.asarray(crd)
+    m = int(shape[0])
+    if pos.shape != (m + 1,):
+        raise ValueError(f"{name}: CSR pos must have {m + 1} entries for {m} rows, got {pos.shape}")
+    nnz = int(pos[-1]) if m else 0
+    if crd.shape[0] < nnz or np.asarray(val).shape[0] < nnz:
+        raise ValueError(f"{name}: CSR crd/val shorter than pos[-1] = {nnz}")
+    if nnz >= 2**31:
+        raise ValueError(f"{name}: {nnz} stored entries exceed the int32 indices of the kernels")
+    if nnz and (crd[:nnz].min() < 0 or crd[:nnz].max() >= shape[1]):
+        raise ValueError(f"{name}: CSR column index out of range for shape {tuple(shape)}")
+    return (np.ascontiguousarray(pos, I32), np.ascontiguousarray(crd[:nnz], I32),
+            np.ascontiguousarray(np.asarray(val)[:nnz], F32), nnz)
+
+
+# --- dense and sparse matmul ----------------------------------------------------------------
+
+def gemm(a, b, *, tile: int | None = None, runner: Runner | None = None) -> np.ndarray:
+    """C = A @ B (fp32) with the shared-memory tiled kernel. `tile`: tile edge (default
+    `GEMM_TILE`; smaller tiles keep simulator runs short)."""
+    dense = _kernels().dense
+    cuda = cuda_module()
+    a, b = _matrix(a, "a"), _matrix(b, "b")
+    (m, k), (k2, n) = a.shape, b.shape
+    if k != k2:
+        raise ValueError(f"gemm shapes do not agree: a {a.shape} @ b {b.shape}")
+    tile = tile or dense.GEMM_TILE
+    fn = dense.gemm_tiled if tile == dense.GEMM_TILE else _gemm_variant(dense, tile)
+    da, db = cuda.to_device(a), cuda.to_device(b)
+    dc = cuda.device_array((m, n), F32)
+    (runner or Runner()).launch(
+        "gemm_tiled", fn, (_ceil(n, tile), _ceil(m, tile)), (tile, tile), (da, db, dc, m, n, k),
+        flops=2 * m * n * k, bytes=4 * (m * k + k * n + m * n))
+    return dc.copy_to_host()
+
+
+_GEMM_VARIANTS: dict = {}
+
+
+def _gemm_variant(dense, tile: int):
+    if tile < 1 or tile > 32:
+        raise ValueError(f"gemm tile must be in 1..32 (tile x tile threads per block), got {tile}")
+    return _GEMM_VARIANTS.setdefault(tile, dense.make_gemm_tiled(tile))
+
+
+def spmm(pos, crd, val, shape, b, *, runner: Runner | None = None) -> np.ndarray:
+    """C = A @ B with A in CSR (pos, crd, val) of `shape` (m x k), B dense (k x n)."""
+    sparse = _kernels().sparse
+    cuda = cuda_module()
+    b = _matrix(b, "b")
+    m, k = (int(s) for s in shape)
+    if b.shape[0] != k:
+        raise ValueError(f"spmm shapes do not agree: a {(m, k)} @ b {b.shape}")
+    pos, crd, val, nnz = _csr(pos, crd, val, (m, k))
+    n = b.shape[1]
+    dc = cuda.device_array((m, n), F32)
+    bx, by = sparse.SPMM_BLOCK
+    (runner or Runner()).launch(
+        "spmm_csr", sparse.spmm_csr, (_ceil(n, bx), _ceil(m, by)), (bx, by),
+        (cuda.to_device(pos), cuda.to_device(crd), cuda.to_device(val), cuda.to_device(b), dc,
+         m, n),
+        flops=2 * nnz * n, bytes=4 * (m + 1 + 2 * nnz + k * n + m * n))
+    return dc.copy_to_host()
+
+
+def sddmm(a, b, pos, crd, mask_val, *, runner: Runner | None = None) -> np.ndarray:
+    """out[p] = mask_val[p] * (A[i] . B[:, j]) over the stored entries p = (i, j) of the CSR
+    mask (pos, crd); A m x k, B k x n dense. Returns the nnz values (fp32)."""
+    a, b = _matrix(a, "a"), _matrix(b, "b")
+    if a.shape[1] != b.shape[0]:
+        raise ValueError(f"sddmm shapes do not agree: a {a.shape} @ b {b.shape}")
+    return _sddmm(a, np.ascontiguousarray(b.T), pos, crd, mask_val, runner or Runner())
+
+
+def _sddmm(a, bt, pos, crd, mask_val, runner, device_out: bool = False):
+    sparse = _kernels().sparse
+    cuda = cuda_module()
+    (m, k), n = a.shape, bt.shape[0]
+    pos, crd, val, nnz = _csr(pos, crd, mask_val, (m, n), name="mask")
+    rows = np.repeat(np.arange(m, dtype=I32), np.diff(pos))
+    dout = cuda.device_array(max(nnz, 1), F32)
+    runner.launch(
+        "sddmm_csr", sparse.sddmm_csr, _ceil(nnz, sparse.SDDMM_BLOCK), sparse.SDDMM_BLOCK,
+        (cuda.to_device(a), cuda.to_device(bt), cuda.to_device(rows), cuda.to_device(crd),
+         cuda.to_device(val), dout, nnz, k),
+        flops=2 * nnz * k + nnz, bytes=4 * (m * k + n * k + 4 * nnz))
+    return dout if device_out else dout.copy_to_host()[:nnz]
+
+
+# --- butterfly and FFT ----------------------------------------------------------------------
+
+def _check_butterfly(x, factors, strides):
+    x = np.asarray(x)
+    f = np.asarray(factors)
+    if x.ndim not in (1, 2):
+        raise ValueError(f"x must be (n,) or (batch, n), got shape {x.shape}")
+    n = x.shape[-1]
+    if n < 2 or n & (n - 1):
+        raise ValueError(f"butterfly length must be a power of two >= 2, got n = {n}")
+    if f.ndim != 4 or f.shape[1:] != (n // 2, 2, 2):
+        raise ValueError(f"factors must have shape (stages, {n // 2}, 2, 2) for n = {n}, "
+                         f"got {f.shape}")
+    if strides is None:
+        strides = 1 << np.arange(f.shape[0])
+    strides = np.asarray(strides, np.int64)
+    if strides.shape != (f.shape[0],):
+        raise ValueError(f"strides must have one entry per stage ({f.shape[0]}), got "
+                         f"{strides.shape}")
+    bad = [int(h) for h in strides if h < 1 or h >= n or h & (h - 1)]
+    if bad:
+        raise ValueError(f"strides must be powers of two below n = {n}; got {bad}")
+    return x, f, strides
+
+
+def butterfly(x, factors, strides=None, *, fused: bool = True, tile: int | None = None,
+              runner: Runner | None = None) -> np.ndarray:
+    """Apply butterfly stages to each row of x (see `kernels.butterfly` for the layout).
+
+    `fused=True` keeps every run of consecutive stages with stride below the tile (default
+    min(n, FUSED_TILE_MAX)) in shared memory in one launch; larger strides, or `fused=False`,
+    take one launch per stage. Real x and factors stay float32, otherwise complex64."""
+    bfly = _kernels().butterfly
+    x, f, strides = _check_butterfly(x, factors, strides)
+    cplx = np.iscomplexobj(x) or np.iscomplexobj(f)
+    dt = C64 if cplx else F32
+    out = _butterfly_device(np.ascontiguousarray(np.atleast_2d(x), dt),
+                            np.ascontiguousarray(f, dt), strides, fused, tile,
+                            runner or Runner(), flops_per_pair=28 if cplx else 6)
+    return out.reshape(x.shape)
+
+
+def _butterfly_device(x2, f, strides, fused, tile, runner, flops_per_pair, dx=None):
+    bfly = _kernels().butterfly
+    cuda = cuda_module()
+    batch, n = x2.shape
+    es = x2.dtype.itemsize
+    tile = min(n, tile or bfly.FUSED_TILE_MAX)
+    if tile < 2 or tile & (tile - 1) or tile > bfly.FUSED_TILE_MAX:
+        raise ValueError(f"butterfly tile must be a power of two in 2..{bfly.FUSED_TILE_MAX}, "
+                         f"got {tile}")
+    fused_fn = bfly.butterfly_fused_c64 if x2.dtype == C64 else bfly.butterfly_fused_f32
+    cur = cuda.to_device(x2) if dx is None else dx
+    nxt = cuda.device_array_like(cur)
+    s = 0
+    while s < len(strides):
+        e = s + 1
+        if fused:
+            while e < len(strides) and strides[e] < tile and strides[s] < tile:
+                e += 1
+        pairs = batch * (n // 2) * (e - s)
+        nbytes = es * (2 * batch * n + 2 * n * (e - s))
+        if fused and strides[s] < tile:
+            runner.launch(f"butterfly_fused x{e - s}", fused_fn, (n // tile, batch), tile // 2,
+                          (cur, nxt, cuda.to_device(np.ascontiguousarray(f[s:e])),
+                           cuda.to_device(np.ascontiguousarray(strides[s:e])), n, tile),
+                          flops=flops_per_pair * pairs, bytes=nbytes)
+        else:
+            runner.launch("butterfly_stage", bfly.butterfly_stage,
+                          _ceil(batch * n // 2, bfly.STAGE_BLOCK), bfly.STAGE_BLOCK,
+                          (cur, nxt, cuda.to_device(np.ascontiguousarray(f[s])), int(strides[s]),
+                           n, batch),
+                          flops=flops_per_pair * pairs, bytes=nbytes)
+        cur, nxt = nxt, cur
+        s = e
+    return cur.copy_to_host()
+
+
+def fft(x, *, fused: bool = True, tile: int | None = None,
+        runner: Runner | None = None) -> np.ndarray:
+    """DFT along the last axis (power-of-two length): bit reversal, then the radix-2 stages as
+    butterflies with twiddle factors. FLOPs counted as 5 n log2 n per row (the usual
+    convention), complex64 out."""
+    from dataflow.cuda.reference import fft_factors
+
+    bfly = _kernels().butterfly
+    cuda = cuda_module()
+    x = np.asarray(x)
+    if x.ndim not in (1, 2):
+        raise ValueError(f"x must be (n,) or (batch, n), got shape {x.shape}")
+    n = x.shape[-1]
+    if n < 2 or n & (n - 1):
+        raise ValueError(f"fft length must be a power of two >= 2, got n = {n}")
+    x2 = np.ascontiguousarray(np.atleast_2d(x), C64)
+    batch, log_n = x2.shape[0], int(math.log2(n))
+    runner = runner or Runner()
+    dx = cuda.to_device(x2)
+    drev = cuda.device_array_like(dx)
+    runner.launch("bit_reverse", bfly.bit_reverse, _ceil(batch * n, bfly.STAGE_BLOCK),
+                  bfly.STAGE_BLOCK, (dx, drev, log_n, batch), bytes=16 * batch * n)
+    f = fft_factors(n).astype(C64)
+    # 5 n log2 n per row over log2 n stages: 10 FLOP per pair
+    out = _butterfly_device(x2, f, 1 << np.arange(log_n, dtype=np.int64), fused, tile, runner,
+                            flops_per_pair=10, dx=drev)
+    return out.reshape(x.shape)
+
+
+# --- sparse attention -----------------------------------------------------------------------
+
+def sparse_attention(q, k, v, pos, crd, *, scale: float | None = None, fused: bool | None = None,
+                     runner: Runner | None = None) -> np.ndarray:
+    """softmax(scale * q k^T on the CSR pattern (pos, crd)) @ v; q (m x d), k and v (s x d).
+
+    `fused`: one kernel per query row with an online softmax (default when d <= ATT_MAX_DIM),
+    or SDDMM -> row softmax -> SpMM (False). `scale` defaults to 1 / sqrt(d)."""
+    km = _kernels()
+    att, sparse = km.attention, km.sparse
+    cuda = cuda_module()
+    q, k, v = _matrix(q, "q"), _matrix(k, "k"), _matrix(v, "v")
+    (m, d), s = q.shape, k.shape[0]
+    if k.shape[1] != d or v.shape != (s, d):
+        raise ValueError(f"attention needs q (m, d), k and v (s, d) with one d; got q {q.shape}, "
+                         f"k {k.shape}, v {v.shape}")
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    if fused is None:
+        fused = d <= att.ATT_MAX_DIM
+    if fused and d > att.ATT_MAX_DIM:
+        raise ValueError(f"fused attention holds head dimensions up to {att.ATT_MAX_DIM}, "
+                         f"got d = {d}; use fused=False")
+    pos32, crd32, _, nnz = _csr(pos, crd, np.zeros(len(crd), F32), (m, s), name="pattern")
+    runner = runner or Runner()
+    dout = cuda.device_array((m, d), F32)
+    if fused:
+        runner.launch("attention_fused", att.attention_fused, m, att.ATT_THREADS,
+                      (cuda.to_device(q), cuda.to_device(k), cuda.to_device(v),
+                       cuda.to_device(pos32), cuda.to_device(crd32), dout, np.float32(scale), d),
+                      flops=4 * nnz * d + 4 * nnz,
+                      bytes=4 * (3 * m * d + 2 * s * d + m + 1 + nnz))
+        return dout.copy_to_host()
+    scores = _sddmm(q, k, pos32, crd32, np.full(nnz, scale, F32), runner, device_out=True)
+    probs = cuda.device_array(max(nnz, 1), F32)
+    dpos = cuda.to_device(pos32)
+    runner.launch("csr_row_softmax", att.csr_row_softmax, _ceil(m, att.SOFTMAX_BLOCK),
+                  att.SOFTMAX_BLOCK, (dpos, scores, probs, m), flops=3 * nnz,
+                  bytes=4 * (m + 1 + 2 * nnz))
+    bx, by = sparse.SPMM_BLOCK
+    runner.launch("spmm_csr", sparse.spmm_csr, (_ceil(d, bx), _ceil(m, by)), (bx, by),
+                  (dpos, cuda.to_device(crd32), probs, cuda.to_device(v), dout, m, d),
+                  flops=2 * nnz * d, bytes=4 * (m + 1 + 2 * nnz + s * d + m * d))
+    return dout.copy_to_host()
+
+
+# --- PIT micro-tiles ------------------------------------------------------------------------
+
+def _granularity(granularity, mt) -> tuple[int, int]:
+    try:
+        gm, gk = (int(g) for g in granularity)
+    except (TypeError, ValueError):
+        raise ValueError(f"granularity must be (rows, cols) like (32, 1), got {granularity!r}")
+    if gm < 1 or gk < 1 or gm > mt.MT_ROWS or (gm == 1 and gk > mt.MT_GK_MAX):
+        raise ValueError(f"granularity {gm}x{gk} not supported: rows 1..{mt.MT_ROWS}, and "
+                         f"1 x gk tiles need gk <= {mt.MT_GK_MAX}")
+    return gm, gk
+
+
+def _microtile_index(da, m, k, gm, gk, runner):
+    """Build the run-time index on the GPU: (idx, count) device arrays. Rows of idx are row
+    groups listing nonzero k-blocks (gm > 1), or k-blocks listing nonzero rows (gm = 1)."""
+    mt = _kernels().microtile
+    cuda = cuda_module()
+    G, C = _ceil(m, gm), _ceil(k, gk)
+    shape = (C, G) if gm == 1 else (G, C)
+    flags = cuda.to_device(np.zeros(shape, np.uint8))
+    idx = cuda.to_device(np.zeros(shape, I32))
+    count = cuda.to_device(np.zeros(shape[0], I32))
+    fx, fy = mt.FLAGS_BLOCK
+    runner.launch("microtile_flags", mt.microtile_flags, (_ceil(C, fx), _ceil(G, fy)), (fx, fy),
+                  (da, flags, gm, gk, m, k, int(gm == 1)), bytes=4 * m * k + G * C)
+    runner.launch("compact_flags", mt.compact_flags, _ceil(shape[0], mt.COMPACT_BLOCK),
+                  mt.COMPACT_BLOCK, (flags, idx, count, shape[0], shape[1]),
+                  bytes=G * C + 4 * (G * C + shape[0]))
+    return idx, count
+
+
+def microtile_matmul(a, b, granularity=(32, 1), *,
+                     runner: Runner | None = None) -> tuple[np.ndarray, dict]:
+    """C = A @ B, skipping A's zero micro-tiles of `granularity` (gm, gk), found at run time.
+
+    gm = 1 (1 x gk tiles, gk <= 64): rows gathered per k-block, results scatter-added;
+    1 < gm <= 32 (32 x 1, 32 x 64): k-blocks gathered per group of gm rows. Returns C and
+    index statistics {granularity, tiles, nonzero_tiles, useful_macs, computed_macs}."""
+    mt = _kernels().microtile
+    cuda = cuda_module()
+    a, b = _matrix(a, "a"), _matrix(b, "b")
+    (m, k), n = a.shape, b.shape[1]
+    if b.shape[0] != k:
+        raise ValueError(f"microtile_matmul shapes do not agree: a {a.shape} @ b {b.shape}")
+    gm, gk = _granularity(granularity, mt)
+    runner = runner or Runner()
+    da, db = cuda.to_device(a), cuda.to_device(b)
+    idx, count = _microtile_index(da, m, k, gm, gk, runner)
+    kept = int(count.copy_to_host().sum())
+    gathered = kept * gm * gk  # A elements in the gathered tiles (edge padding included)
+    dc = cuda.to_device(np.zeros((m, n), F32))
+    if gm == 1:
+        runner.launch("microtile_matmul_m", mt.microtile_matmul_m,
+                      (_ceil(n, mt.MT_TN), _ceil(k, gk)), (mt.MT_TN, mt.MT_TY),
+                      (da, db, dc, idx, count, gk, k, n),
+                      flops=2 * gathered * n, bytes=4 * (gathered + k * n + 2 * kept * n))
+    else:
+        runner.launch("microtile_matmul_k", mt.microtile_matmul_k,
+                      (_ceil(n, mt.MT_TN), _ceil(m, gm)), (mt.MT_TN, mt.MT_TY),
+                      (da, db, dc, idx, count, gm, gk, m, k, n),
+                      flops=2 * gathered * n, bytes=4 * (gathered + kept * gk * n + m * n))
+    stats = {"granularity": f"{gm}x{gk}", "tiles": _ceil(m, gm) * _ceil(k, gk),
+             "nonzero_tiles": kept, "useful_macs": int(np.count_nonzero(a)) * n,
+             "computed_macs": gathered * n}
+    return dc.copy_to_host(), stats
+
+
+def microtile_index(a, granularity=(32, 1)) -> tuple[np.ndarray, np.ndarray]:
+    """The run-time index as the GPU builds it: (idx, count), for tests and inspection."""
+    mt = _kernels().microtile
+    cuda = cuda_module()
+    a = _matrix(a, "a")
+    gm, gk = _granularity(granularity, mt)
+    idx, count = _microtile_index(cuda.to_device(a), *a.shape, gm, gk, Runner())
+    return idx.copy_to_host(), count.copy_to_host()
