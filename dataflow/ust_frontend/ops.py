@@ -44,8 +44,9 @@ BACKENDS = ("numpy", "sim")  # built in: methods of the op classes below
 #                  `op.mask_csr()` -> the mask's CSR (pos, crd, val); returns a 1-D numpy array
 #                  of one value per mask entry, in CSR order: val[p] * (A[i] . B[:, crd[p]]).
 #   "elementwise": `op.kind` ("add": union of stored entries, "multiply": intersection),
-#                  `op.a`, `op.b` (same-shape UST Tensors); returns a dense numpy array, or a
-#                  scipy.sparse matrix when both operands are sparse matrices.
+#                  `op.prologued_operands()` -> (A, B) same-shape UST Tensors with the prolog
+#                  applied; returns a dense numpy array of A's shape, or a scipy.sparse matrix
+#                  when `op.sparse_result` (both operands sparse matrices).
 # An executor that cannot run some case (e.g. a custom semiring) raises NotImplementedError
 # naming it. It may leave timing or a result object on `op.last_result`.
 
@@ -481,46 +482,121 @@ class Sddmm(_StatefulOp):
 
 class Elementwise(_StatefulOp):
     """`add` (union of stored entries) or `multiply` (intersection) of two same-shape
-    tensors; numpy backend only. Two sparse 2-D operands give a sparse CSR result (a scipy
-    matrix when A is scipy, else a UST Tensor); otherwise a dense array in A's package."""
+    tensors. Two sparse 2-D operands give a sparse CSR result (a scipy matrix when A is scipy,
+    else a UST Tensor; entries that come out zero are dropped, as scipy does); otherwise a
+    dense array in A's package.
 
-    sim_supported = False
+    `prolog` ({"a": f, "b": g} or one callable for both) maps the operands' stored values
+    first (absent entries stay absent); `epilog` maps the result's values (the stored ones of a
+    sparse result). sim lowers to `dataflow.dfg.lower_elementwise` (co-iteration of the
+    operands' structures). No semiring: the op is the semiring's add or multiply already."""
+
     _FNS: ClassVar[dict[str, str]] = {"add": "__add__", "multiply": "multiply"}
 
-    def __init__(self, kind: str, a, b):
+    def __init__(self, kind: str, a, b, *, prolog=None, epilog=None):
         super().__init__()
         if kind not in self._FNS:
             raise ValueError(f"unknown elementwise op {kind!r}; choose one of {list(self._FNS)}")
+        if isinstance(prolog, dict) and not set(prolog) <= {"a", "b"}:
+            raise ValueError(f"prolog keys must be 'a' and/or 'b', got {sorted(prolog)}")
         self.kind, self.op = kind, f"elementwise:{kind}"
-        self._a_package, self.a, self.b = a, as_tensor(a), as_tensor(b)
+        self.prolog, self.epilog = prolog, epilog
+        self.reset_operands(a, b)
+
+    def reset_operands(self, a=None, b=None) -> None:
+        """New operand values; the plan stays valid while formats, shapes and structure do."""
+        if a is not None:
+            self._a_package, self.a = a, as_tensor(a)
+        if b is not None:
+            self.b = as_tensor(b)
         if tuple(self.a.shape) != tuple(self.b.shape):
-            raise ValueError(f"{kind}: shapes differ, {self.a.shape} vs {self.b.shape}")
+            raise ValueError(f"{self.kind}: shapes differ, {self.a.shape} vs {self.b.shape}")
+        self._coiteration = None  # the merged structure, computed once per structure
+
+    @property
+    def sparse_result(self) -> bool:
+        return not is_dense(self.a) and not is_dense(self.b) and len(self.a.shape) == 2
 
     def _operands(self):
         return (self.a, self.b)
 
-    def _lower(self):  # pragma: no cover - sim_supported is False
-        raise NotImplementedError
+    def prologued_operands(self) -> tuple[Tensor, Tensor]:
+        """(A, B) as UST Tensors with the prolog applied to their stored values."""
+        p = self.prolog
+        fa, fb = (p.get("a"), p.get("b")) if isinstance(p, dict) else (p, p)
+        return _with_values(self.a, fa), _with_values(self.b, fb)
+
+    def _view2d(self):
+        from dataflow.dfg.lower_elementwise import EwOperand
+
+        shape = self.a.shape
+        rows, cols = (int(np.prod(shape[:-1], dtype=np.int64)), shape[-1]) if shape else (1, 1)
+        ops = []
+        for t in self.prologued_operands():
+            if is_dense(t):
+                ops.append(EwOperand(t.to_dense().reshape(-1)))
+                continue
+            if len(shape) == 2:
+                pos, crd, val = csr_arrays(t)
+            else:  # other ranks: rows are the leading dimensions, raveled
+                import scipy.sparse as sp
+
+                coords, val = t.entries()
+                r = (np.ravel_multi_index(coords[:-1], shape[:-1]) if len(shape) > 1
+                     else np.zeros(len(val), np.int64))
+                m = sp.csr_matrix((val, (r, coords[-1])), shape=(rows, cols))
+                m.sum_duplicates()
+                pos, crd, val = m.indptr, m.indices, m.data
+            ops.append(EwOperand(np.asarray(val), np.asarray(pos, np.int64),
+                                 np.asarray(crd, np.int64)))
+        return (rows, cols), ops
+
+    def _lower(self):
+        from dataflow.dfg.lower_elementwise import coiterate, lower_elementwise
+
+        shape, (a, b) = self._view2d()
+        if self._coiteration is None and not (a.is_dense and b.is_dense):
+            self._coiteration = coiterate(self.kind, shape, a, b)
+        return lower_elementwise(self.kind, shape, a, b, sparse_output=self.sparse_result,
+                                 co=self._coiteration)
 
     def _reference(self):
-        if not is_dense(self.a) and not is_dense(self.b) and len(self.a.shape) == 2:
+        a, b = self.prologued_operands()
+        if self.sparse_result:
             import scipy.sparse as sp
 
             mats = []
-            for t in (self.a, self.b):
+            for t in (a, b):
                 pos, crd, val = csr_arrays(t)
                 mats.append(sp.csr_matrix((val, crd, pos), shape=t.shape))
             out = getattr(mats[0], self._FNS[self.kind])(mats[1])
             return sp.csr_matrix(out)
-        ad, bd = self.a.to_dense(), self.b.to_dense()
+        ad, bd = a.to_dense(), b.to_dense()
         return np.add(ad, bd) if self.kind == "add" else np.multiply(ad, bd)
+
+    def _sim_output(self, res):
+        out = np.asarray(res.output)
+        if not self.sparse_result:
+            return out.reshape(self.a.shape)
+        import scipy.sparse as sp
+
+        co = self._coiteration
+        m = sp.csr_matrix((out, co.crd, co.pos), shape=self.a.shape)
+        m.eliminate_zeros()  # as scipy's own add/multiply do
+        return m
 
     def _finish(self, raw):
         import scipy.sparse as sp
 
         if sp.issparse(raw):
+            raw = sp.csr_matrix(raw)
             raw.sort_indices()
+            if self.epilog is not None:
+                raw.data = np.asarray(self.epilog(raw.data)).astype(raw.dtype)
             return raw if sp.issparse(self._a_package) else Tensor.from_package(raw)
+        raw = np.asarray(raw)
+        if self.epilog is not None:
+            raw = np.asarray(self.epilog(raw))
         return _wrap_like(np.ascontiguousarray(raw), self._a_package)
 
 
@@ -551,23 +627,24 @@ def sddmm(a, b, mask, backend: str = "numpy", arch=None, dataflow: str | None = 
     return op.execute(backend)
 
 
-def _elementwise(kind, a, b, backend, arch, dataflow, cache):
+def _elementwise(kind, a, b, backend, arch, dataflow, cache, prolog, epilog):
     _check_backend(backend, "elementwise")
-    op = Elementwise(kind, a, b)
+    op = Elementwise(kind, a, b, prolog=prolog, epilog=epilog)
     if backend == "sim":
         op.plan(arch=arch, backend="sim", dataflow=dataflow, cache=cache)
     return op.execute(backend)
 
 
-def add(a, b, backend: str = "numpy", arch=None, dataflow: str | None = None, *, cache=None):
+def add(a, b, backend: str = "numpy", arch=None, dataflow: str | None = None, *, cache=None,
+        prolog=None, epilog=None):
     """a + b over the union of stored entries (see `Elementwise`)."""
-    return _elementwise("add", a, b, backend, arch, dataflow, cache)
+    return _elementwise("add", a, b, backend, arch, dataflow, cache, prolog, epilog)
 
 
 def multiply(a, b, backend: str = "numpy", arch=None, dataflow: str | None = None, *,
-             cache=None):
+             cache=None, prolog=None, epilog=None):
     """a * b elementwise over the intersection of stored entries (see `Elementwise`)."""
-    return _elementwise("multiply", a, b, backend, arch, dataflow, cache)
+    return _elementwise("multiply", a, b, backend, arch, dataflow, cache, prolog, epilog)
 
 
 __all__ = [
