@@ -123,6 +123,24 @@ class Grid:
     duplicates: int  # combinations that named a point already in the grid
 
 
+def _culprit(sweep: Sweep, overrides: dict[str, Any], exc: ArchError) -> str | None:
+    """The swept key to blame for an impossible combination: the one the error names, else
+    the first whose base value makes the combination possible again."""
+    for k in overrides:
+        if exc.key_path.split("[")[0] == k.split("[")[0]:
+            return k
+    base = sweep.arch_for({})
+    from dataflow.dse.sweep import get_path
+
+    for k in overrides:
+        try:
+            checked_arch(sweep, {**overrides, k: get_path(base, k)})
+            return k
+        except ArchError:
+            continue
+    return None
+
+
 def grid_points(sweep: Sweep) -> Grid:
     """All points of the sweep's grid, in a stable order, without repeats.
 
@@ -144,7 +162,7 @@ def grid_points(sweep: Sweep) -> Grid:
             if sweep.skip_impossible:
                 impossible += 1
                 continue
-            key = next((k for k in overrides if exc.key_path.startswith(k.split("[")[0])), None)
+            key = _culprit(sweep, overrides, exc)
             raise SweepError(
                 sweep.source, where_of.get(key, "arch.sweep"),
                 f"the combination {overrides} is impossible: {exc.key_path}: {_tail(exc)} "
