@@ -11,7 +11,13 @@ from dataflow.attention.api import (
     sparse_attention,
 )
 from dataflow.attention.lower import lower_attention
-from dataflow.attention.patterns import PATTERNS, AttentionPattern, PatternError, pattern_mask, resolve
+from dataflow.attention.patterns import (
+    PATTERNS,
+    AttentionPattern,
+    PatternError,
+    pattern_mask,
+    resolve,
+)
 
 __all__ = ["PATTERNS", "AttentionPattern", "PatternError", "attention_reference",
            "compute_bound_cycles", "lower_attention", "pattern_mask", "phase_cycles", "resolve",

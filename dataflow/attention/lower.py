@@ -1,12 +1,13 @@
 """Lowering of masked attention O = softmax(mask(Q K^T / sqrt(d))) V to one `Program`.
 
-Five kernels over the mask's CSR arrays (pos, crd), run one after another:
+Six kernels over the mask's CSR arrays (pos, crd), run one after another:
 
 1. `sddmm`         S_part[p, l] = sum_c Q[i, c*L + l] * K[crd[p], c*L + l]   (lane partial sums)
-2. `softmax_max`   S[p] = scale * sum_l S_part[p, l];  rowmax[i] = max_p S[p]   (accmax)
-3. `softmax_exp`   E[p] = exp(S[p] - rowmax[i]);        rowsum[i] += E[p]
-4. `softmax_norm`  P[p] = E[p] / rowsum[i]
-5. `spmm`          O[i, :] += P[p] * V[crd[p], :]                      (the CSR SpMM of lower.py)
+2. `sddmm_reduce`  S[p] = sum_l S_part[p, l]
+3. `softmax_max`   rowmax[i] = max_p S[p]                                   (accmax)
+4. `softmax_exp`   E[p] = exp(scale * (S[p] - rowmax[i]));  rowsum[i] += E[p]
+5. `softmax_norm`  P[p] = E[p] / rowsum[i]
+6. `spmm`          O[i, :] += P[p] * V[crd[p], :]                      (the CSR SpMM of lower.py)
 
 Only stored entries are touched, so every kernel's iteration count scales with the mask's nnz
 (the dense pattern is the CSR of an all-ones mask). The row max is subtracted before exp as in
@@ -27,7 +28,7 @@ from dataflow.dfg.lower_sddmm import sddmm_csr_lanes_kernel
 from dataflow.dfg.ops import Op
 
 #: Kernel names in program order, and the phase each belongs to (SimResult breakdowns).
-KERNEL_PHASE = {"sddmm": "sddmm", "softmax_max": "softmax", "softmax_exp": "softmax",
+KERNEL_PHASE = {"sddmm": "sddmm", "sddmm_reduce": "sddmm", "softmax_max": "softmax", "softmax_exp": "softmax",
                 "softmax_norm": "softmax", "spmm": "spmm"}
 
 
@@ -52,51 +53,53 @@ def _row_entry_kernel(name: str, m: int, pos: np.ndarray, nodes: tuple[Node, ...
                   domain_arrays=(("M_pos", np.asarray(pos, dtype=np.int64)),))
 
 
-def softmax_max_kernel(m: int, pos: np.ndarray, lanes: int, scale: float) -> Kernel:
-    """S[p] = scale * (sum of the `lanes` partials of entry p); rowmax[i] = max over the row.
+def sddmm_reduce_kernel(m: int, pos: np.ndarray, lanes: int) -> Kernel:
+    """S[p] = sum over t < lanes of S_part[p, t]: the cross-lane sum of the SDDMM's partials,
+    as a scalar reduction loop (an acc held in a register while p stays the same)."""
+    nnz = int(pos[-1])
+    nodes = (
+        Node(0, Op.LOAD, buffer="S_part", addr=Addr((("p", lanes), ("t", 1))), name="part"),
+        Node(1, Op.ACC, (0,), buffer="S", addr=Addr((("p", 1),)), name="S+="),
+    )
+    return Kernel(name="sddmm_reduce",
+                  loops=(Loop("i", m), Loop("p", pos="M_pos", parent="i"), Loop("t", lanes)),
+                  nodes=nodes, buffers=(Buffer("S_part", nnz * lanes), Buffer("S", nnz, "output")),
+                  carried=((1, 1, 1),), domain_arrays=(("M_pos", np.asarray(pos, dtype=np.int64)),))
+
+
+def softmax_max_kernel(m: int, pos: np.ndarray) -> Kernel:
+    """rowmax[i] = max over the row's stored entries of S[p] (rowmax starts at -inf).
 
     The accmax's register recurrence has latency 1 like an acc's, so it adds no RecMII; it is
     not declared as a carried edge because the scheduler's latency rule treats only Op.ACC as
     register-held (dataflow/mapper/schedule.py `op_latency`)."""
     nnz = int(pos[-1])
-    nodes = [Node(t, Op.LOAD, buffer="S_part", addr=Addr((("p", lanes),), const=t), name=f"s{t}")
-             for t in range(lanes)]
-    level = list(range(lanes))
-    while len(level) > 1:  # balanced add tree over the lanes
-        nxt = []
-        for a, b in zip(level[::2], level[1::2]):
-            nodes.append(Node(len(nodes), Op.ADD, (a, b), name="+"))
-            nxt.append(len(nodes) - 1)
-        if len(level) % 2:
-            nxt.append(level[-1])
-        level = nxt
-    c = len(nodes)
-    nodes.append(Node(c, Op.CONST, value=scale, name="1/sqrt(d)"))
-    nodes.append(Node(c + 1, Op.MUL, (level[0], c), name="*scale"))
-    nodes.append(Node(c + 2, Op.STORE, (c + 1,), buffer="S", addr=Addr((("p", 1),)), name="S="))
-    nodes.append(Node(c + 3, Op.ACC_MAX, (c + 1,), buffer="rowmax", addr=Addr((("i", 1),)),
-                      name="max="))
-    return _row_entry_kernel(
-        "softmax_max", m, pos, tuple(nodes),
-        (Buffer("S_part", nnz * lanes), Buffer("S", nnz, "output"),
-         Buffer("rowmax", m, "output", init=-math.inf)))
+    nodes = (
+        Node(0, Op.LOAD, buffer="S", addr=Addr((("p", 1),)), name="s"),
+        Node(1, Op.ACC_MAX, (0,), buffer="rowmax", addr=Addr((("i", 1),)), name="max="),
+    )
+    return _row_entry_kernel("softmax_max", m, pos, nodes,
+                             (Buffer("S", nnz), Buffer("rowmax", m, "output", init=-math.inf)))
 
 
-def softmax_exp_kernel(m: int, pos: np.ndarray) -> Kernel:
-    """E[p] = exp(S[p] - rowmax[i]); rowsum[i] += E[p]."""
+def softmax_exp_kernel(m: int, pos: np.ndarray, scale: float) -> Kernel:
+    """E[p] = exp(scale * (S[p] - rowmax[i])); rowsum[i] += E[p]. Scaling after the max is
+    the same softmax, since max(scale * s) = scale * max(s) for scale > 0."""
     nnz = int(pos[-1])
     nodes = (
         Node(0, Op.LOAD, buffer="S", addr=Addr((("p", 1),)), name="s"),
         Node(1, Op.LOAD, buffer="rowmax", addr=Addr((("i", 1),)), name="max"),
         Node(2, Op.SUB, (0, 1), name="s-max"),
-        Node(3, Op.EXP, (2,), name="exp"),
-        Node(4, Op.STORE, (3,), buffer="E", addr=Addr((("p", 1),)), name="E="),
-        Node(5, Op.ACC, (3,), buffer="rowsum", addr=Addr((("i", 1),)), name="sum+="),
+        Node(3, Op.CONST, value=scale, name="1/sqrt(d)"),
+        Node(4, Op.MUL, (2, 3), name="*scale"),
+        Node(5, Op.EXP, (4,), name="exp"),
+        Node(6, Op.STORE, (5,), buffer="E", addr=Addr((("p", 1),)), name="E="),
+        Node(7, Op.ACC, (5,), buffer="rowsum", addr=Addr((("i", 1),)), name="sum+="),
     )
     return _row_entry_kernel(
         "softmax_exp", m, pos, nodes,
         (Buffer("S", nnz), Buffer("rowmax", m), Buffer("E", nnz, "output"),
-         Buffer("rowsum", m, "output")), carried=((5, 5, 1),))
+         Buffer("rowsum", m, "output")), carried=((7, 7, 1),))
 
 
 def softmax_norm_kernel(m: int, pos: np.ndarray) -> Kernel:
@@ -142,8 +145,8 @@ def lower_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos: np.ndarray
     spmm = rename_buffers(spmm_csr_kernel(m, n, dv, pos),
                           {"A_val": "P", "A_crd": "M_crd", "B": "V", "C": "O", "A_pos": "M_pos"},
                           "spmm")
-    kernels = (sddmm, softmax_max_kernel(m, pos, lanes, scale), softmax_exp_kernel(m, pos),
-               softmax_norm_kernel(m, pos), spmm)
+    kernels = (sddmm, sddmm_reduce_kernel(m, pos, lanes), softmax_max_kernel(m, pos),
+               softmax_exp_kernel(m, pos, scale), softmax_norm_kernel(m, pos), spmm)
     prog = Program(
         name=f"attention_{m}x{n}x{d}_nnz{nnz}", kernels=kernels,
         inputs=(("M_crd", crd), ("Q", qp.ravel()), ("K", kp.ravel()),

@@ -1,0 +1,239 @@
+"""Structured-sparse attention: patterns (as UST masks), values (sim vs numpy), timing bounds."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from dataflow.attention import (
+    PATTERNS,
+    PatternError,
+    attention_reference,
+    compute_bound_cycles,
+    pattern_mask,
+    phase_cycles,
+    sparse_attention,
+)
+from dataflow.attention.api import mask_csr
+from dataflow.testing import assert_close
+
+SMALL = {"bigbird": {"block": 8}}  # bigbird's default block (16) leaves few blocks at seq 64
+
+
+def qkv(seq, dim, seed=0, dim_v=None):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((seq, dim), dtype=np.float32),
+            rng.standard_normal((seq, dim), dtype=np.float32),
+            rng.standard_normal((seq, dim_v or dim), dtype=np.float32))
+
+
+def dense_masked_attention(q, k, v, mask):
+    """The textbook definition, independent of the package: softmax over allowed keys."""
+    s = (q.astype(np.float64) @ k.T.astype(np.float64)) / math.sqrt(q.shape[1])
+    s = np.where(mask, s, -np.inf)
+    e = np.exp(s - s.max(axis=1, keepdims=True))
+    return (e / e.sum(axis=1, keepdims=True)) @ v
+
+
+# --- patterns -----------------------------------------------------------------------------------
+
+def _dense_pattern(name, s, **kw):
+    """Each pattern's definition written out with loops (independent of patterns.py)."""
+    m = np.zeros((s, s), dtype=bool)
+    for i in range(s):
+        for j in range(s):
+            if name == "dense":
+                m[i, j] = True
+            elif name == "window":
+                m[i, j] = abs(i - j) <= kw["window"]
+            elif name == "dilated":
+                d = j - i
+                m[i, j] = d % kw["dilation"] == 0 and abs(d) <= kw["window"] * kw["dilation"]
+            elif name == "butterfly":
+                m[i, j] = i == j or (i ^ j).bit_count() == 1
+    return m
+
+
+@pytest.mark.parametrize("name,kw", [("dense", {}), ("window", {"window": 3}),
+                                     ("dilated", {"window": 2, "dilation": 3}),
+                                     ("butterfly", {})])
+def test_deterministic_patterns_match_their_definition(name, kw):
+    mask = pattern_mask(name, 32, **kw)
+    np.testing.assert_array_equal(mask.to_dense() != 0, _dense_pattern(name, 32, **kw))
+
+
+def test_each_pattern_is_stored_in_its_own_ust_format():
+    fmts = {name: str(pattern_mask(name, 64, **SMALL.get(name, {})).tensor_format)
+            for name in PATTERNS}
+    assert fmts["dense"] == "(i, j) -> (i : dense, j : dense)"
+    assert fmts["window"] == fmts["dilated"] == "(i, j) -> (j - i : compressed, i : range)"
+    assert fmts["bigbird"] == "(i, j) -> (i / 8 : dense, j / 8 : compressed, i % 8 : dense, j % 8 : dense)"
+    assert fmts["butterfly"] == "(i, j) -> (i : dense, j : compressed)"
+    assert fmts["nm"] == "(i, j) -> (i : dense, j / 4 : dense, j % 4 : structured[2, 4])"
+    # DIA stores one value per (diagonal, row): 2w+1 diagonals of 64
+    assert pattern_mask("window", 64, window=2).nse == 5 * 64
+
+
+def test_pattern_nnz_closed_forms():
+    s = 64
+    w = 5
+    assert len(mask_csr("window", s, window=w)[1]) == (2 * w + 1) * s - w * (w + 1)
+    assert len(mask_csr("butterfly", s)[1]) == s * (int(math.log2(s)) + 1)
+    assert len(mask_csr("nm", s, nm="1:8")[1]) == s * s // 8
+    assert len(mask_csr("dense", s)[1]) == s * s
+
+
+def test_nm_keeps_exactly_n_of_every_m_and_is_seeded():
+    a = pattern_mask("nm", 32, nm="3:8", seed=1).to_dense() != 0
+    assert (a.reshape(32, 4, 8).sum(axis=2) == 3).all()
+    b = pattern_mask("nm", 32, nm="3:8", seed=1).to_dense() != 0
+    c = pattern_mask("nm", 32, nm="3:8", seed=2).to_dense() != 0
+    assert (a == b).all() and (a != c).any()
+
+
+def test_bigbird_has_global_window_and_random_blocks():
+    s, b = 128, 16
+    m = pattern_mask("bigbird", s, block=b, global_blocks=1, window_blocks=1,
+                     random_blocks=1, seed=3).to_dense() != 0
+    blocks = m.reshape(s // b, b, s // b, b)
+    full = blocks.all(axis=(1, 3))
+    assert (blocks.any(axis=(1, 3)) == full).all()  # made of whole blocks
+    assert full[0].all() and full[:, 0].all()  # global row and column
+    for r in range(1, s // b):
+        band = set(range(max(0, r - 1), min(s // b, r + 2)))
+        assert full[r, sorted(band)].all()  # the 3-block band
+        # beyond the global column and the band: at most the one random block
+        assert len(set(np.flatnonzero(full[r])) - band - {0}) <= 1
+    other = pattern_mask("bigbird", s, block=b, seed=4).to_dense() != 0
+    assert (m != other).any()  # the random blocks follow the seed
+
+
+@pytest.mark.parametrize("call,needle", [
+    (lambda: pattern_mask("window", 16, window=17), "window"),
+    (lambda: pattern_mask("nm", 16, nm="5:4"), "N <= M"),
+    (lambda: pattern_mask("nm", 16, nm="2-4"), "nm"),
+    (lambda: pattern_mask("nm", 18, nm="2:4"), "M to divide seq"),
+    (lambda: pattern_mask("bigbird", 40, block=16), "block"),
+    (lambda: pattern_mask("butterfly", 48), "power of two"),
+    (lambda: pattern_mask("dilated", 16, dilation=0), "dilation"),
+    (lambda: pattern_mask("window", 16, dilation=2), "does not take 'dilation'"),
+    (lambda: pattern_mask("sliding", 16), "unknown attention pattern 'sliding'"),
+    (lambda: pattern_mask("window", 16, windo=2), "unknown pattern parameter 'windo'"),
+])
+def test_bad_pattern_parameters_name_the_parameter(call, needle):
+    with pytest.raises(PatternError, match=needle):
+        call()
+
+
+# --- values ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", PATTERNS)
+def test_sim_equals_numpy_dense_masked_attention(name, default_arch):
+    q, k, v = qkv(64, 16, seed=1, dim_v=24)
+    kw = SMALL.get(name, {})
+    out, res = sparse_attention(q, k, v, pattern=name, backend="sim", arch=default_arch,
+                                return_result=True, **kw)
+    ref = sparse_attention(q, k, v, pattern=name, backend="numpy", **kw)
+    mask = pattern_mask(name, 64, **kw).to_dense() != 0
+    assert_close(ref, dense_masked_attention(q, k, v, mask), dtype=np.float32)
+    assert_close(out, ref, dtype=np.float32)
+    assert res.values_match_reference
+    assert [kr.kernel for kr in res.kernels] == ["sddmm", "sddmm_reduce", "softmax_max",
+                                                 "softmax_exp", "softmax_norm", "spmm"]
+
+
+def test_softmax_is_stable_for_large_and_all_negative_scores(default_arch):
+    """Scores of -/+ thousands: without the row max (or with a max accumulator starting at 0
+    instead of -inf) exp under- or overflows and the rows become NaN."""
+    rng = np.random.default_rng(0)
+    q = np.full((16, 8), 30.0, dtype=np.float32)
+    k = -np.abs(rng.standard_normal((16, 8), dtype=np.float32)) * 30  # every score < 0, large
+    v = rng.standard_normal((16, 8), dtype=np.float32)
+    for qq in (q, -q):
+        out = sparse_attention(qq, k, v, pattern="window", window=3, backend="sim",
+                               arch=default_arch)
+        mask = pattern_mask("window", 16, window=3).to_dense() != 0
+        assert np.isfinite(out).all()
+        assert_close(out, dense_masked_attention(qq, k, v, mask))
+
+
+def test_given_mask_and_empty_rows(default_arch):
+    q, k, v = qkv(16, 8, seed=2)
+    m = sp.random(16, 16, density=0.3, format="lil", random_state=3)
+    m[5, :] = 0  # an empty row: no key attended -> zeros (numpy and sim agree)
+    m = m.tocsr()
+    out = sparse_attention(q, k, v, pattern=m, backend="sim", arch=default_arch)
+    ref = attention_reference(q, k, v, *mask_csr(m, 16)[:2])
+    assert_close(out, ref)
+    assert (ref[5] == 0).all()
+
+
+def test_fast_and_reference_engines_agree_on_attention(default_arch):
+    from dataflow.attention.lower import lower_attention
+    from dataflow.mapper import map_program
+    from dataflow.pe_array.simulate import run_array
+
+    q, k, v = qkv(16, 8, seed=4)
+    pos, crd, _ = mask_csr("window", 16, window=2)
+    mapping = map_program(lower_attention(q, k, v, pos, crd, lanes=8), default_arch)
+    fast, ref = run_array(mapping, "fast"), run_array(mapping, "reference")
+    for a, b in zip(fast, ref):
+        assert a.same_as(b) == [], a.kernel
+
+
+# --- timing ---------------------------------------------------------------------------------------
+
+def test_cycles_scale_with_nnz_and_respect_the_compute_bound(default_arch):
+    from dataflow import simulate
+
+    seq, dim = 256, 16
+    lanes = default_arch.pe_array.simd_lanes
+    cases = {"dense": {}, "window": {"window": 8}, "butterfly": {}, "nm": {"nm": "1:4"}}
+    runs = {name: simulate("attention", arch=default_arch, pattern=name, seq=seq, dim=dim, **kw)
+            for name, kw in cases.items()}
+    for name, r in runs.items():
+        assert r.values_match_reference, name
+        nnz = len(mask_csr(name, seq, **cases[name])[1])
+        assert r.compute_cycles >= compute_bound_cycles(nnz, dim, dim, default_arch), name
+        assert r.cycles >= r.compute_cycles
+        # iterations are exactly the closed forms in nnz: the kernels touch stored entries only
+        iters = {kr.kernel: sum(t.iterations for t in kr.tiles) for kr in r.kernels}
+        assert iters == {"sddmm": nnz * (dim // lanes), "sddmm_reduce": nnz * lanes,
+                         "softmax_max": nnz,
+                         "softmax_exp": nnz, "softmax_norm": nnz,
+                         "spmm": nnz * -(-dim // lanes)}, name
+        ph = phase_cycles(r)
+        assert set(ph) == {"sddmm", "softmax", "spmm"}
+        assert sum(ph.values()) == r.compute_cycles
+    assert runs["window"].cycles < runs["nm"].cycles < runs["dense"].cycles
+    assert runs["butterfly"].cycles < runs["dense"].cycles
+    # a pattern with 1/15 of dense's entries is at least several times faster
+    assert runs["window"].compute_cycles * 4 < runs["dense"].compute_cycles
+
+
+def test_cli_attention_prints_summary(capsys):
+    from dataflow.cli import main
+
+    rc = main(["simulate", "--workload", "attention", "--pattern", "window", "--seq", "128",
+               "--dim", "32"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "attention/window(seq=128, window=8)" in out
+    assert "match the numpy reference" in out
+    assert "sddmm" in out and "softmax_exp" in out and "spmm" in out
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--pattern", "window", "--seq", "16", "--window", "40"], "window must be <= seq"),
+    (["--pattern", "nm", "--seq", "16", "--nm", "4:2"], "N <= M"),
+    (["--pattern", "bigbird", "--seq", "16", "--window", "2"], "does not take 'window'"),
+])
+def test_cli_bad_pattern_parameter_is_one_line_and_exit_2(argv, needle, capsys):
+    from dataflow.cli import main
+
+    rc = main(["simulate", "--workload", "attention", *argv])
+    err = capsys.readouterr().err
+    assert rc == 2 and needle in err and len(err.strip().splitlines()) == 1
