@@ -241,33 +241,35 @@ def fft(x, *, fused: bool = True, tile: int | None = None,
 
 def sparse_attention(q, k, v, pos, crd, *, scale: float | None = None, fused: bool | None = None,
                      runner: Runner | None = None) -> np.ndarray:
-    """softmax(scale * q k^T on the CSR pattern (pos, crd)) @ v; q (m x d), k and v (s x d).
+    """softmax(scale * q k^T on the CSR pattern (pos, crd)) @ v; q (m x d), k (s x d),
+    v (s x dv). A row with no entries gives zeros.
 
-    `fused`: one kernel per query row with an online softmax (default when d <= ATT_MAX_DIM),
+    `fused`: one kernel per query row with an online softmax (default when dv <= ATT_MAX_DIM),
     or SDDMM -> row softmax -> SpMM (False). `scale` defaults to 1 / sqrt(d)."""
     km = _kernels()
     att, sparse = km.attention, km.sparse
     cuda = cuda_module()
     q, k, v = _matrix(q, "q"), _matrix(k, "k"), _matrix(v, "v")
-    (m, d), s = q.shape, k.shape[0]
-    if k.shape[1] != d or v.shape != (s, d):
-        raise ValueError(f"attention needs q (m, d), k and v (s, d) with one d; got q {q.shape}, "
+    (m, d), s, dv = q.shape, k.shape[0], v.shape[1]
+    if k.shape[1] != d or v.shape[0] != s:
+        raise ValueError(f"attention needs q (m, d), k (s, d), v (s, dv); got q {q.shape}, "
                          f"k {k.shape}, v {v.shape}")
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     if fused is None:
-        fused = d <= att.ATT_MAX_DIM
-    if fused and d > att.ATT_MAX_DIM:
-        raise ValueError(f"fused attention holds head dimensions up to {att.ATT_MAX_DIM}, "
-                         f"got d = {d}; use fused=False")
+        fused = dv <= att.ATT_MAX_DIM
+    if fused and dv > att.ATT_MAX_DIM:
+        raise ValueError(f"fused attention holds value dimensions up to {att.ATT_MAX_DIM}, "
+                         f"got dv = {dv}; use fused=False")
     pos32, crd32, _, nnz = _csr(pos, crd, np.zeros(len(crd), F32), (m, s), name="pattern")
     runner = runner or Runner()
-    dout = cuda.device_array((m, d), F32)
+    dout = cuda.device_array((m, dv), F32)
     if fused:
         runner.launch("attention_fused", att.attention_fused, m, att.ATT_THREADS,
                       (cuda.to_device(q), cuda.to_device(k), cuda.to_device(v),
-                       cuda.to_device(pos32), cuda.to_device(crd32), dout, np.float32(scale), d),
-                      flops=4 * nnz * d + 4 * nnz,
-                      bytes=4 * (3 * m * d + 2 * s * d + m + 1 + nnz))
+                       cuda.to_device(pos32), cuda.to_device(crd32), dout, np.float32(scale), d,
+                       dv),
+                      flops=2 * nnz * (d + dv) + 4 * nnz,
+                      bytes=4 * (m * d + s * d + s * dv + m * dv + m + 1 + nnz))
         return dout.copy_to_host()
     scores = _sddmm(q, k, pos32, crd32, np.full(nnz, scale, F32), runner, device_out=True)
     probs = cuda.device_array(max(nnz, 1), F32)
@@ -276,9 +278,9 @@ def sparse_attention(q, k, v, pos, crd, *, scale: float | None = None, fused: bo
                   att.SOFTMAX_BLOCK, (dpos, scores, probs, m), flops=3 * nnz,
                   bytes=4 * (m + 1 + 2 * nnz))
     bx, by = sparse.SPMM_BLOCK
-    runner.launch("spmm_csr", sparse.spmm_csr, (_ceil(d, bx), _ceil(m, by)), (bx, by),
-                  (dpos, cuda.to_device(crd32), probs, cuda.to_device(v), dout, m, d),
-                  flops=2 * nnz * d, bytes=4 * (m + 1 + 2 * nnz + s * d + m * d))
+    runner.launch("spmm_csr", sparse.spmm_csr, (_ceil(dv, bx), _ceil(m, by)), (bx, by),
+                  (dpos, cuda.to_device(crd32), probs, cuda.to_device(v), dout, m, dv),
+                  flops=2 * nnz * dv, bytes=4 * (m + 1 + 2 * nnz + s * dv + m * dv))
     return dout.copy_to_host()
 
 
@@ -331,7 +333,12 @@ def microtile_matmul(a, b, granularity=(32, 1), *,
     runner = runner or Runner()
     da, db = cuda.to_device(a), cuda.to_device(b)
     idx, count = _microtile_index(da, m, k, gm, gk, runner)
-    kept = int(count.copy_to_host().sum())
+    if runner.execute:
+        kept = int(count.copy_to_host().sum())
+    else:  # a dry run builds no index: count the tiles on the host
+        from dataflow.cuda.reference import microtile_flags
+
+        kept = int(microtile_flags(a, (gm, gk)).sum())
     gathered = kept * gm * gk  # A elements in the gathered tiles (edge padding included)
     dc = cuda.to_device(np.zeros((m, n), F32))
     if gm == 1:

@@ -85,10 +85,17 @@ def jit(fn):
 
 
 class Runner:
-    """Launches kernels; with `timed=True` (and a real GPU) records CUDA events around each."""
+    """Launches kernels; with `timed=True` (and a real GPU) records CUDA events around each.
 
-    def __init__(self, timed: bool = False):
+    `execute=False` makes a dry run: each launch is recorded (grid, FLOPs, bytes) but not run,
+    so the roofline model can cost an op at sizes the simulator could never run; the op's
+    output is then meaningless."""
+
+    def __init__(self, timed: bool = False, execute: bool = True):
+        if timed and not execute:
+            raise ValueError("a dry run (execute=False) cannot be timed")
         self.timed = timed
+        self.execute = execute
         self._pending: list[tuple[KernelLaunch, object, object]] = []
 
     def launch(self, name: str, fn, grid, block, args, *, flops: int = 0, bytes: int = 0):
@@ -96,8 +103,11 @@ class Runner:
         block = tuple(int(b) for b in (block if isinstance(block, tuple) else (block,)))
         if any(g <= 0 for g in grid):  # nothing to do (an empty operand)
             return
-        kernel = jit(fn)
         rec = KernelLaunch(name, grid, block, int(flops), int(bytes))
+        if not self.execute:
+            self._pending.append((rec, None, None))
+            return
+        kernel = jit(fn)
         if self.timed and not on_simulator():
             cuda = cuda_module()
             start, stop = cuda.event(), cuda.event()
@@ -120,6 +130,13 @@ class Runner:
                 out.append(KernelLaunch(rec.kernel, rec.grid, rec.block, rec.flops, rec.bytes,
                                         start.elapsed_time(stop) / 1e3))
         return tuple(out)
+
+
+def dry_run(fn, *args, **kwargs) -> tuple[KernelLaunch, ...]:
+    """The launches `fn(*args, runner=..., **kwargs)` would make, without running them."""
+    r = Runner(execute=False)
+    fn(*args, runner=r, **kwargs)
+    return r.launches()
 
 
 def measure(op: str, fn, *args, repeats: int = 5, **kwargs):

@@ -1,11 +1,12 @@
 """Sparse attention over a CSR pattern: out[i] = sum_p softmax_p(scale * q[i] . k[j_p]) v[j_p]
-over the stored entries p = (i, j_p) of row i (a row with no entries gives zeros).
+over the stored entries p = (i, j_p) of row i (a row with no entries gives zeros); q and k are
+(., d), v is (., dv).
 
 Unfused: `sparse.sddmm_csr` (scores, mask values = scale) -> `csr_row_softmax` -> `sparse.spmm_csr`.
 Fused (`attention_fused`): one block of ATT_THREADS threads per query row, walking the row's
 entries in chunks of ATT_CHUNK held in shared memory with an online (running-max) softmax, so
 scores and probabilities never go to DRAM; each thread owns output columns t, t + ATT_THREADS,
-... whose accumulators stay in shared memory (head dimension up to ATT_MAX_DIM).
+... whose accumulators stay in shared memory (dv up to ATT_MAX_DIM).
 """
 
 from __future__ import annotations
@@ -38,14 +39,14 @@ def csr_row_softmax(pos, scores, probs, m):
             probs[p] = probs[p] / total
 
 
-def attention_fused(q, k, v, pos, crd, out, scale, d):
+def attention_fused(q, k, v, pos, crd, out, scale, d, dv):
     s = cuda.shared.array(ATT_CHUNK, float32)
     acc = cuda.shared.array(ATT_MAX_DIM, float32)
     red = cuda.shared.array(ATT_THREADS, float32)
     stat = cuda.shared.array(2, float32)  # running max, running sum of exponentials
     i = cuda.blockIdx.x
     t = cuda.threadIdx.x
-    for j in range(t, d, ATT_THREADS):
+    for j in range(t, dv, ATT_THREADS):
         acc[j] = float32(0.0)
     if t == 0:
         stat[0] = float32(-math.inf)
@@ -90,7 +91,7 @@ def attention_fused(q, k, v, pos, crd, out, scale, d):
                 red[t] += red[t + half]
             cuda.syncthreads()
             half //= 2
-        for j in range(t, d, ATT_THREADS):
+        for j in range(t, dv, ATT_THREADS):
             a = acc[j] * corr
             for e in range(cn):
                 a += s[e] * v[crd[c0 + e], j]
@@ -101,7 +102,7 @@ def attention_fused(q, k, v, pos, crd, out, scale, d):
             stat[0] = new_max
         cuda.syncthreads()
     total = stat[1]
-    for j in range(t, d, ATT_THREADS):
+    for j in range(t, dv, ATT_THREADS):
         if total > 0:
             out[i, j] = acc[j] / total
         else:
