@@ -19,7 +19,7 @@ from dataflow.attention.patterns import (
 from dataflow.ust_frontend.tensor import Tensor
 from dataflow.workloads import Param, Workload, register
 
-BACKENDS = ("numpy", "sim")
+BACKENDS = ("numpy", "sim", "cuda")  # cuda: dataflow.cuda kernels (GPU or simulator)
 
 
 def mask_csr(pattern, seq: int, **pattern_params) -> tuple[np.ndarray, np.ndarray, Tensor]:
@@ -115,6 +115,12 @@ def sparse_attention(q, k, v, pattern="dense", backend: str = "numpy", arch=None
         if return_result:
             raise ValueError("return_result needs backend='sim'")
         return attention_reference(q, k, v, pos, crd)
+    if backend == "cuda":
+        if return_result:
+            raise ValueError("return_result needs backend='sim'")
+        from dataflow.cuda.ops import sparse_attention as cuda_attention
+
+        return cuda_attention(q, k, v, pos, crd)
     res = _simulate(q, k, v, pos, crd, arch, engine, workload="attention")
     return (res.output, res) if return_result else res.output
 

@@ -11,6 +11,9 @@ Importing this package does not import numba.cuda: the first launch decides GPU 
 """
 
 from dataflow.cuda.device import GpuUnavailableError, execution_mode, have_gpu, on_simulator
+from dataflow.cuda.frontend import register as _register_frontend
+
+_register_frontend()  # matmul / sddmm (..., backend="cuda") in dataflow.ust_frontend
 
 _OPS = ("gemm", "spmm", "sddmm", "butterfly", "fft", "sparse_attention", "microtile_matmul",
         "microtile_index")
