@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from dataflow.dfg.graph import DFGError
 from dataflow.dfg.lower_elementwise import EwOperand, coiterate, lower_elementwise
+from dataflow.dfg.lower_spgemm import gustavson_symbolic
 
 
 def csr_operand(m):
@@ -69,3 +70,72 @@ def test_elementwise_kernels_are_one_loop_nest_each():
                                                 "store"]
     dense = lower_elementwise("multiply", (2, 2), EwOperand(np.ones(4)), EwOperand(np.ones(4)))
     assert dense.kernels[0].vector_var == "j" and dense.macs == 4
+
+
+# --- SpGEMM (Gustavson) ---------------------------------------------------------------------
+
+def _csr(m):
+    m = sp.csr_matrix(m)
+    m.sort_indices()
+    return m
+
+
+@settings(max_examples=30, deadline=None)
+@given(data=st.data(), m=st.integers(1, 5), k=st.integers(1, 5), n=st.integers(1, 5))
+def test_gustavson_symbolic_matches_scipy_structure_and_flops(data, m, k, n):
+    pa, pb = random_pattern(data.draw, m, k), random_pattern(data.draw, k, n)
+    a, b = _csr(pa.astype(np.float64)), _csr(pb.astype(np.float64))
+    s = gustavson_symbolic((m, k), a.indptr, a.indices, (k, n), b.indptr, b.indices)
+    # C's structure: (i, j) with some k where both patterns hold (no cancellation: counts)
+    want = _csr(a @ b)
+    assert np.array_equal(s.pos, want.indptr) and np.array_equal(s.crd, want.indices)
+    # one partial product per (A entry, B entry in the row it selects): Gustavson's flops
+    assert s.products == int(np.diff(b.indptr)[a.indices].sum())
+    # each C entry's contributions: exactly its k's, in increasing A position (Gustavson order)
+    rows = np.repeat(np.arange(m), np.diff(s.pos))
+    for e in range(s.nnz):
+        t = slice(s.contrib_pos[e], s.contrib_pos[e + 1])
+        ks = a.indices[s.a_idx[t]]
+        assert np.array_equal(ks, np.flatnonzero(pa[rows[e]] & pb[:, s.crd[e]]))
+        assert np.array_equal(b.indices[s.b_idx[t]], np.full(len(ks), s.crd[e]))
+        assert np.all(np.diff(s.a_idx[t]) > 0)
+
+
+def test_gustavson_symbolic_errors():
+    a = _csr(np.eye(2))
+    with pytest.raises(DFGError, match="shapes do not agree"):
+        gustavson_symbolic((2, 2), a.indptr, a.indices, (3, 2), a.indptr, a.indices)
+    with pytest.raises(DFGError, match="malformed CSR operand B"):
+        gustavson_symbolic((2, 2), a.indptr, a.indices, (2, 2), a.indptr[:2], a.indices)
+    with pytest.raises(DFGError, match=r"CSR operand A: column index out of range \[0, 2\)"):
+        gustavson_symbolic((2, 2), a.indptr, np.array([0, 5]), (2, 2), a.indptr, a.indices)
+
+
+@pytest.mark.parametrize("a_kind", ["csr", "coo", "dense", "empty"])
+def test_spgemm_on_the_sim_equals_scipy_without_densifying_b(a_kind, tmp_path):
+    from dataflow.pe_array.simulate import simulate_mapping
+    from dataflow.testing import assert_close
+    from dataflow.ust_frontend.cache import PlanCache
+    from dataflow.ust_frontend.ops import Matmul
+
+    b = sp.random(9, 7, density=0.3, format="csr", dtype=np.float32, random_state=3)
+    a = {"csr": lambda: sp.random(8, 9, density=0.3, format="csr", dtype=np.float32,
+                                  random_state=1),
+         "coo": lambda: sp.random(8, 9, density=0.3, format="coo", dtype=np.float32,
+                                  random_state=2),
+         "dense": lambda: np.random.default_rng(0).standard_normal((8, 9)).astype(np.float32),
+         "empty": lambda: sp.csr_matrix((8, 9), dtype=np.float32)}[a_kind]()
+    op = Matmul(a, b)
+    plan = op.plan(cache=PlanCache(tmp_path))
+    got = op.execute("sim")
+    ad = a.toarray() if sp.issparse(a) else a
+    assert_close(got, (sp.csr_matrix(ad.astype(np.float64)) @ b.astype(np.float64)).toarray(),
+                 dtype=np.float32)
+    res = op.last_result
+    st = op._spgemm
+    assert plan.program_name.startswith("spgemm_gustavson")
+    assert res.macs == st.products  # one multiply per partial product, none for B's zeros
+    assert "B_val" in dict(op._lower().inputs) and dict(op._lower().inputs)["B_val"].size == b.nnz
+    if a_kind == "csr":  # both engines: identical values and cycles
+        ref = simulate_mapping(plan.bind(op._lower()), engine="reference")
+        assert np.array_equal(ref.output, res.output) and ref.cycles == res.cycles

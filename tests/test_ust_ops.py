@@ -80,8 +80,8 @@ def test_kind_names_and_notes(cache):
     op = Matmul(rand_sparse(4, 5), rand_sparse(5, 3))
     assert op.op == "matmul:spgemm"
     plan = op.plan(cache=cache)
-    assert any("densified" in n for n in plan.notes)
-    assert "spmm_csr" in plan.summary  # the engine runs SpMM over a densified B
+    assert any("Gustavson" in n for n in plan.notes)
+    assert "spgemm_gustavson" in plan.summary  # B is not densified
 
 
 def test_plan_survives_new_values_and_rejects_new_structure(cache):

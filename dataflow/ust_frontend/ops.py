@@ -13,6 +13,7 @@ value-independent step; cached, see `dataflow.ust_frontend.cache`), `.execute(ba
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import ClassVar
 
@@ -156,16 +157,35 @@ def csr_arrays(a: Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return csr.pos(1), csr.crd(1), csr.val
 
 
-def lower_matmul(a: Tensor, b: Tensor, dtype=np.float32):
-    """The `Program` for a @ b (dense GEMM or CSR SpMM; a sparse B is densified)."""
+def lower_matmul(a: Tensor, b: Tensor, dtype=np.float32, structure=None):
+    """The `Program` for a @ b: dense GEMM, CSR SpMM (sparse A, dense B), or Gustavson SpGEMM
+    when B is sparse (A read as CSR; a dense A as CSR with every entry). The GEMM/SpMM output
+    `C` is the dense product; the SpGEMM output `C_val` holds C's values along the structure
+    `spgemm_structure(a, b)` (pass it as `structure` to skip the symbolic phase)."""
     from dataflow.dfg.lower import lower_gemm, lower_spmm_csr
 
     _check_shapes(a, b)
+    if not is_dense(b):
+        from dataflow.dfg.lower_spgemm import lower_spgemm_csr
+
+        (ap, ac, av), (bp, bc, bv) = _entries_csr(a), csr_arrays(b)
+        return lower_spgemm_csr(a.shape, ap, ac, av, b.shape, bp, bc, bv, dtype,
+                                structure=structure)
     b_dense = b.to_dense()
     if is_dense(a):
         return lower_gemm(a.to_dense(), b_dense, dtype)
     pos, crd, val = csr_arrays(a)
     return lower_spmm_csr(a.shape, pos, crd, val, b_dense, dtype)
+
+
+def spgemm_structure(a: Tensor, b: Tensor):
+    """Gustavson's symbolic phase for a @ b with B sparse (`SpgemmStructure`: C's CSR
+    structure and each entry's partial products); reads no values."""
+    from dataflow.dfg.lower_spgemm import gustavson_symbolic
+
+    _check_shapes(a, b)
+    (ap, ac, _), (bp, bc, _) = _entries_csr(a), csr_arrays(b)
+    return gustavson_symbolic(a.shape, ap, ac, b.shape, bp, bc)
 
 
 def matmul_reference(a: Tensor, b: Tensor) -> np.ndarray:
@@ -237,13 +257,9 @@ def _with_values(t: Tensor, fn: Callable | None) -> Tensor:
 
 def _wrap_like(result: np.ndarray, like):
     """Return `result` in the package of the first operand (numpy, scipy -> numpy, torch)."""
-    try:
-        import torch
-
-        if isinstance(like, torch.Tensor):
-            return torch.from_numpy(result)
-    except ImportError:
-        pass
+    torch = sys.modules.get("torch")  # a torch operand means torch is imported already
+    if torch is not None and isinstance(like, torch.Tensor):
+        return torch.from_numpy(result)
     if isinstance(like, Tensor):
         return Tensor.from_package(result)
     return result
@@ -365,6 +381,7 @@ class Matmul(_StatefulOp):
                 tb = Tensor.from_package(np.ascontiguousarray(tb.to_dense()).reshape(-1, 1))
             self.b = tb
         _check_shapes(self.a, self.b)
+        self._spgemm = None  # Gustavson's symbolic phase, once per structure
         kind = ("spgemm" if not is_dense(self.b) else "spmm") if not is_dense(self.a) else \
             ("gemm" if is_dense(self.b) else "gemm_sparse_b")
         if self.vector and kind in ("spmm", "gemm"):
@@ -377,8 +394,9 @@ class Matmul(_StatefulOp):
     def _notes(self) -> tuple[str, ...]:
         notes = []
         if not is_dense(self.b):
-            notes.append("sim: B is sparse; it is densified and streamed as a dense operand "
-                         "(the engine has no sparse x sparse kernel yet)")
+            notes.append("sim: B is sparse: Gustavson row-wise SpGEMM (symbolic phase at "
+                         "lowering, one numeric kernel: gathers, multiply, accumulate per C "
+                         "entry); the product comes back dense")
         if self.vector:
             notes.append("B is a vector: planned as an n = 1 matrix")
         return tuple(notes)
@@ -390,7 +408,19 @@ class Matmul(_StatefulOp):
         return _with_values(self.a, fa), _with_values(self.b, fb)
 
     def _lower(self):
-        return lower_matmul(*self.prologued_operands())
+        a, b = self.prologued_operands()
+        if not is_dense(b) and self._spgemm is None:
+            self._spgemm = spgemm_structure(a, b)
+        return lower_matmul(a, b, structure=self._spgemm)
+
+    def _sim_output(self, res) -> np.ndarray:
+        out = np.asarray(res.output)
+        if self._spgemm is None:
+            return out
+        st = self._spgemm  # C's values along its structure -> the dense product
+        dense = np.zeros(st.shape, out.dtype)
+        dense[np.repeat(np.arange(st.shape[0]), np.diff(st.pos)), st.crd] = out
+        return dense
 
     def _reference(self) -> np.ndarray:
         a, b = self.prologued_operands()
@@ -668,5 +698,6 @@ __all__ = [
     "sddmm",
     "semiring_matmul",
     "spgemm_reference",
+    "spgemm_structure",
     "unregister_backend",
 ]
