@@ -237,3 +237,15 @@ def test_cli_bad_pattern_parameter_is_one_line_and_exit_2(argv, needle, capsys):
     rc = main(["simulate", "--workload", "attention", *argv])
     err = capsys.readouterr().err
     assert rc == 2 and needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_compute_energy_is_the_closed_form_of_the_op_counts(default_arch):
+    """Every op of the six kernels counted once per stored entry (per lane for vectors):
+    MULs nnz * (d + 1 + dv), EXP and DIV nnz each on the SFU, SUB and CONST nnz each on the ALU."""
+    q, k, v = qkv(32, 16, seed=5, dim_v=8)
+    _, res = sparse_attention(q, k, v, pattern="dilated", window=3, dilation=2, backend="sim",
+                              arch=default_arch, return_result=True)
+    nnz = len(mask_csr("dilated", 32, window=3, dilation=2)[1])
+    e = default_arch.energy
+    want = e.mac_pj * nnz * (16 + 1 + 8) + e.sfu_pj * 2 * nnz + e.alu_pj * 2 * nnz
+    assert dict(res.energy_pj)["compute"] == pytest.approx(want, rel=1e-12)

@@ -93,6 +93,7 @@ class EnergyTable:
 
     mac_pj: float = 4.6  # FP32 mult 3.7 + FP32 add 0.9
     alu_pj: float = 0.9  # FP32 add
+    sfu_pj: float = 14.8  # exp / divide on the special-function unit: ~4 FP32 mults (assumption)
     spm_access_pj: float = 10.0  # 64-bit read of an 8 KB SRAM
     dram_byte_pj: float = 20.0  # 64-bit DRAM access 1.3-2.6 nJ -> ~160-320 pJ/B; conservative low
     link_hop_pj: float = 0.5

@@ -43,7 +43,9 @@ def energy_breakdown(arrays: list[ArrayResult], arch, dram_bytes: int, kernels: 
         for op, count in a.op_counts:
             if op in ("mul", "mac"):
                 compute += count * e.mac_pj
-            elif op not in ("load", "store", "gather", "scatter", "acc"):
+            elif op in ("exp", "div"):
+                compute += count * e.sfu_pj
+            elif op not in ("load", "store", "gather", "scatter", "acc", "accmax"):
                 compute += count * e.alu_pj
     row_bits = arch.spm.words_per_row * arch.word_bytes * 8
     accesses = sum(int(a.spm_reads_per_line.sum() + a.spm_writes_per_line.sum()) for a in arrays)
