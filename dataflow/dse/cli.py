@@ -17,6 +17,8 @@ def add_parser(sub) -> None:
                    help="local worker processes (default: one per core)")
     s.add_argument("--scheduler", metavar="tcp://HOST:PORT",
                    help="run the points on this existing Dask cluster instead")
+    s.add_argument("--scheduler-timeout", type=float, default=30, metavar="S",
+                   help="seconds to wait for the Dask scheduler (default: %(default)s)")
     s.add_argument("--serial", action="store_true", help="evaluate in this process, one by one")
     s.add_argument("--search", choices=("optuna",),
                    help="guided multi-objective search (NSGA-II) instead of the whole grid")
@@ -72,7 +74,7 @@ def sweep_command(args: argparse.Namespace) -> int:
                 print(f"{sweep.name}: {len(g.points)} points ({g.impossible_archs} impossible "
                       f"architectures skipped, {g.duplicates} duplicates merged)")
             return 0
-        runner = make_runner(args.workers, args.scheduler, args.serial)
+        runner = make_runner(args.workers, args.scheduler, args.serial, args.scheduler_timeout)
         try:
             with ResultsStore(args.out) as store:
                 if args.search:

@@ -100,11 +100,12 @@ class DaskRunner:
         self.client.close()
 
 
-def make_runner(workers: int | None = None, scheduler: str | None = None, serial: bool = False):
+def make_runner(workers: int | None = None, scheduler: str | None = None, serial: bool = False,
+                scheduler_timeout_s: float = 30):
     if scheduler and serial:
         raise ValueError("--serial and --scheduler exclude each other")
     if scheduler:
-        return DaskRunner(scheduler)
+        return DaskRunner(scheduler, scheduler_timeout_s)
     if serial or workers == 1:
         return SerialRunner()
     return PoolRunner(workers)
