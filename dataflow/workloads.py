@@ -20,6 +20,8 @@ from typing import Any, Callable
 WORKLOAD_MODULES: tuple[str, ...] = (
     "dataflow.api",
     "dataflow.attention.api",
+    "dataflow.dynamic",
+    "dataflow.moe",
 )
 
 

@@ -1,0 +1,146 @@
+"""Dynamic sparse matmul and the ReLU FFN: operands, simulation, and their workloads.
+
+`dataflow simulate --workload dynamic-spmm --sparsity S --granularity {32x1,1x64,32x64,dense}`
+runs C = A @ B where A's zeros (a fraction S, laid out element-wise or in micro-tiles of
+`--mask-granularity`) are found at run time (REFERENCES.md "PIT"); `relu-ffn` runs
+Y = ReLU(X @ W1 + b) @ W2 with the second linear layer consuming the dynamically sparse
+activations. Every result carries in its `notes` the MACs computed, the MACs wasted on zeros
+(both from the engine's operation counts on the real data) and the index build's cycles.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from dataflow.dynamic.microtile import (
+    GRANULARITIES,
+    MASK_GRANULARITIES,
+    check_sparsity,
+    parse_granularity,
+    random_mask,
+)
+
+INDEX_KERNELS = ("index_scan", "index_compact")
+CHOICES = (*GRANULARITIES, "dense")
+
+
+@dataclass(frozen=True)
+class DynamicStats:
+    """Where a dynamic sparse matmul's cycles and MACs went (cycles at the array clock)."""
+
+    granularity: str
+    sparsity: float  # measured fraction of zeros in A
+    tile_density: float  # fraction of micro-tiles holding a nonzero (1.0 for dense)
+    computed_macs: int  # MACs the matmul kernels issued (lanes counted), from the engine
+    useful_macs: int  # MACs on A's nonzeros: nnz(A) * n
+    index_cycles: int  # cycles of the run-time index build (scan + compaction kernels)
+    compute_cycles: int  # cycles of everything else (gathers, matmul, write-back)
+    cycles: int
+
+    @property
+    def wasted_macs(self) -> int:
+        return self.computed_macs - self.useful_macs
+
+    @property
+    def wasted_fraction(self) -> float:
+        return self.wasted_macs / self.computed_macs if self.computed_macs else 0.0
+
+    def notes(self) -> tuple[str, ...]:
+        return (f"granularity {self.granularity}: sparsity {self.sparsity:.4f}, "
+                f"{100 * self.tile_density:.2f}% of micro-tiles nonzero",
+                f"MACs computed {self.computed_macs:,}, useful {self.useful_macs:,}, "
+                f"wasted on zeros {self.wasted_macs:,} ({100 * self.wasted_fraction:.1f}%)",
+                f"index build {self.index_cycles:,} cycles, compute {self.compute_cycles:,} cycles")
+
+
+def make_dynamic_operands(m: int, k: int, n: int, sparsity: float, mask_granularity: str,
+                          seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """A (m x k, fp32, a fraction `sparsity` of zeros laid out per `mask_granularity`) and
+    dense B (k x n); seeded."""
+    if mask_granularity not in MASK_GRANULARITIES:
+        raise ValueError(f"--mask-granularity must be one of {MASK_GRANULARITIES}, "
+                         f"got {mask_granularity!r}")
+    if n <= 0:
+        raise ValueError(f"--n must be a positive integer, got {n}")
+    rng = np.random.default_rng(seed)
+    keep = random_mask(m, k, check_sparsity(sparsity), mask_granularity, rng)
+    a = rng.standard_normal((m, k), dtype=np.float32) * keep
+    return a.astype(np.float32), rng.standard_normal((k, n), dtype=np.float32)
+
+
+def _stats(res, granularity: str, a: np.ndarray, n: int, tile_density: float,
+           skip_macs: int) -> DynamicStats:
+    index = sum(kr.end_cycle - kr.start_cycle for kr in res.kernels if kr.kernel in INDEX_KERNELS)
+    return DynamicStats(granularity=granularity, sparsity=1.0 - np.count_nonzero(a) / a.size,
+                        tile_density=tile_density, computed_macs=res.macs - skip_macs,
+                        useful_macs=int(np.count_nonzero(a)) * n, index_cycles=index,
+                        compute_cycles=res.cycles - index, cycles=res.cycles)
+
+
+def simulate_dynamic_matmul(a: np.ndarray, b: np.ndarray, granularity: str, arch=None, *,
+                            engine: str = "fast", panel_rows: int | None = None, trace: bool = False):
+    """Simulate C = A @ B with A's pattern found at run time; returns (SimResult, DynamicStats).
+
+    `granularity`: "32x1", "1x64" (PIT micro-tiles), "32x64" (block-sparse tiles) or "dense"
+    (GEMM over the zero-filled A, the baseline). The SimResult's values are checked against
+    numpy (A @ B in float64)."""
+    from dataflow.api import finish, resolve_arch
+    from dataflow.dynamic.lower import lower_dense_reference, lower_dynamic_spmm
+    from dataflow.mapper import map_program
+    from dataflow.pe_array.simulate import simulate_mapping
+
+    if granularity not in CHOICES:
+        raise ValueError(f"--granularity must be one of {CHOICES}, got {granularity!r}")
+    t0 = time.perf_counter()
+    spec = resolve_arch(arch)
+    a = np.asarray(a, dtype=np.float32)
+    b = np.asarray(b, dtype=np.float32)
+    if granularity == "dense":
+        prog, density, skip = lower_dense_reference(a, b), 1.0, 0
+    else:
+        prog, index = lower_dynamic_spmm(a, b, granularity, panel_rows=panel_rows,
+                                         capacity_words=spec.spm.capacity_words)
+        density, skip = index.tile_density, a.size  # the scan squares every element once
+    mapping = map_program(prog, spec)
+    res = simulate_mapping(mapping, engine=engine, trace=trace, workload=f"dynamic-spmm/{granularity}")
+    res = finish(res, (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32), t0, mapping)
+    stats = _stats(res, granularity, a, b.shape[1], density, skip)
+    return dataclasses.replace(res, notes=res.notes + stats.notes()), stats
+
+
+def _run_dynamic_spmm(spec, *, engine="fast", seed=0, trace=False, m=256, k=256, n=64,
+                      sparsity=0.9, granularity="32x1", mask_granularity=None):
+    if granularity not in CHOICES:
+        raise ValueError(f"--granularity must be one of {CHOICES}, got {granularity!r}")
+    mg = mask_granularity or (granularity if granularity != "dense" else "element")
+    a, b = make_dynamic_operands(m, k, n, sparsity, mg, seed)
+    res, _ = simulate_dynamic_matmul(a, b, granularity, spec, engine=engine, trace=trace)
+    return res
+
+
+def register_workloads() -> None:
+    from dataflow.api import _MATMUL_PARAMS
+    from dataflow.dynamic.ffn import FFN_PARAMS, run_relu_ffn
+    from dataflow.workloads import Param, Workload, register
+
+    mnk = tuple(p for p in _MATMUL_PARAMS if p.name in ("m", "k", "n"))
+    register(Workload(
+        "dynamic-spmm", _run_dynamic_spmm,
+        (*mnk,
+         Param("sparsity", float, 0.9, "fraction of zeros, in [0, 1) (dynamic-spmm: of A; "
+               "relu-ffn: of the hidden neurons that are dead)"),
+         Param("granularity", str, "32x1", "micro-tile the kernel gathers (32x1, 1x64: PIT; "
+               "32x64: block-sparse; dense: GEMM baseline)", choices=CHOICES),
+         Param("mask_granularity", str, None, "how A's zeros are laid out (element, or whole "
+               "micro-tiles; default: the --granularity, as in PIT's micro-benchmark)",
+               choices=(None, *MASK_GRANULARITIES))),
+        "C = A @ B, A's sparsity found at run time (PIT micro-tiles vs block-sparse)"))
+    register(Workload("relu-ffn", run_relu_ffn, FFN_PARAMS,
+                      "Y = ReLU(X W1 + b) W2, the second layer on dynamically sparse activations"))
+
+
+__all__ = ["DynamicStats", "make_dynamic_operands", "parse_granularity", "simulate_dynamic_matmul"]

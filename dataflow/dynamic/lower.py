@@ -1,0 +1,287 @@
+"""Kernels of PIT-style dynamic sparsity (REFERENCES.md "PIT"): index build, SRead, SWrite.
+
+C = A @ B where A (m x k) is sparse with a pattern known only at run time. The program:
+
+1. `index_scan`: reads every element of A once and accumulates a * a per micro-tile (a tile is
+   nonzero iff its sum is > 0) -- the run-time cost of finding the pattern, which PIT counts.
+2. `index_compact`: writes each nonzero tile's column (and, for 1 x 64 tiles, its tile id)
+   to its slot of the compacted index (a SCATTER per tile). The slots are the exclusive prefix
+   sum of the tile flags; that serial scan over the flags is computed on the host and streamed
+   in (the DFG has no compare or scan op), so this kernel charges one load per tile for it.
+3. compute, one kernel per panel of A's rows (panels keep the gathered operand within the SPM):
+   - 32 x 1 and 32 x 64 (`tile_rows`): for each group of 32 rows, the nonzero tiles' columns
+     of A and rows of B are gathered (SRead = `Op.GATHER`) into the dense inner loop. k is a
+     reduction axis, which PIT permutes freely, so C's rows stay in place (accumulated in a
+     register, written once).
+   - 1 x 64 (`row_gather`): the rows that hold a nonzero tile are gathered into a packed dense
+     block G (m is permuted, not reduced), each packed row reducing over its nonzero 1 x 64
+     tiles, and `swrite` writes G's rows back to their places in C (SWrite = `Op.SCATTER`).
+     (The engine's SCATTER overwrites, so each packed row reduces over all its k-blocks before
+     the write-back; the CUDA path instead scatter-adds partial rows per k-block.)
+
+The compute kernels read the compacted index the `index_compact` kernel produced (the buffers
+flow from kernel to kernel in the engine); the iteration domain (tiles per tile row) comes from
+the host-built `MicroTileIndex`, as every sparse domain does (the mapper tiles with it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from dataflow.dfg.graph import Addr, Buffer, DFGError, Kernel, Loop, Node, Program
+from dataflow.dfg.lower import gemm_kernel, run_passes
+from dataflow.dfg.ops import Op
+from dataflow.dynamic.microtile import MicroTileIndex, build_index, computed_macs
+
+PARTS = 8  # partial sums per wide tile in the scan (one SIMD vector of contiguous words)
+
+
+def square_acc_nodes(load: Node, acc_buffer: str, acc_addr: Addr) -> tuple[Node, ...]:
+    """load a; acc += a * a. A tile is nonzero iff its sum of squares is > 0: a sum of
+    non-negative terms, so it is > 0 exactly when one a * a is (`microtile.tile_nonzero_mask`
+    is the same test on the host)."""
+    return (
+        load,
+        Node(1, Op.MUL, (0, 0), name="a*a"),
+        Node(2, Op.ACC, (1,), buffer=acc_buffer, addr=acc_addr, name="norm+="),
+    )
+
+
+def index_scan_kernel(m: int, k: int, tile: tuple[int, int], src: str = "A",
+                      name: str = "index_scan") -> Kernel:
+    """norm[tile] (x PARTS for wide tiles) = sum of src * src over the tile; src is m x k, row-major."""
+    bh, bw = tile
+    tr, kt = m // bh, k // bw
+    if bw == 1:  # 32 x 1: vector over the tile column, reduce down the 32 rows
+        load = Node(0, Op.LOAD, buffer=src, addr=Addr((("tr", bh * k), ("er", k), ("tc", 1))),
+                    name="a")
+        nodes = square_acc_nodes(load, "norm", Addr((("tr", k), ("tc", 1))))
+        loops = (Loop("tr", tr), Loop("tc", k), Loop("er", bh))
+        size, vec = tr * k, "tc"
+    else:
+        if bw % PARTS:
+            raise DFGError(f"{name}: tile width {bw} must be 1 or a multiple of {PARTS}")
+        load = Node(0, Op.LOAD, buffer=src, addr=Addr(
+            (("tr", bh * k), ("tc", bw), ("er", k), ("e8", PARTS), ("part", 1))), name="a")
+        nodes = square_acc_nodes(load, "norm", Addr((("tr", kt * PARTS), ("tc", PARTS), ("part", 1))))
+        loops = (Loop("tr", tr), Loop("tc", kt), Loop("part", PARTS), Loop("er", bh),
+                 Loop("e8", bw // PARTS))
+        size, vec = tr * kt * PARTS, "part"
+    return Kernel(name=name, loops=loops, nodes=nodes,
+                  buffers=(Buffer(src, m * k), Buffer("norm", size, "output")),
+                  vector_var=vec, carried=((2, 2, 1),))
+
+
+def index_compact_kernel(tiles: int, nnz: int, with_tile_id: bool,
+                         name: str = "index_compact") -> Kernel:
+    """crd[slot[t]] = tile_col[t] (and tile_id[slot[t]] = t) for every tile t; zero tiles write
+    the spare last slot."""
+    nodes = [
+        Node(0, Op.LOAD, buffer="slot", addr=Addr((("t", 1),)), name="slot"),
+        Node(1, Op.LOAD, buffer="tile_col", addr=Addr((("t", 1),)), name="col"),
+        Node(2, Op.SCATTER, (0, 1), buffer="crd", addr=Addr(index_stride=1), name="crd[slot]="),
+    ]
+    bufs = [Buffer("slot", tiles), Buffer("tile_col", tiles), Buffer("crd", nnz + 1, "output")]
+    if with_tile_id:
+        nodes += [Node(3, Op.LOAD, buffer="tile_ids", addr=Addr((("t", 1),)), name="t"),
+                  Node(4, Op.SCATTER, (0, 3), buffer="tile_id", addr=Addr(index_stride=1),
+                       name="tile_id[slot]=")]
+        bufs += [Buffer("tile_ids", tiles), Buffer("tile_id", nnz + 1, "output")]
+    return Kernel(name=name, loops=(Loop("t", tiles),), nodes=tuple(nodes), buffers=tuple(bufs))
+
+
+def tile_rows_kernel(rows: int, row0: int, m: int, k: int, n: int, tile: tuple[int, int],
+                     pos: np.ndarray, crd_offset: int, nnz: int, a_buf: str,
+                     name: str) -> Kernel:
+    """C[row0 + r, :] += sum over the nonzero tiles of r's tile row of A[r, tile] @ B[tile, :],
+    for the `rows` rows of A held in `a_buf` (a panel starting at row `row0`)."""
+    bh, bw = tile
+    ec = (("ec", 1),) if bw > 1 else ()
+    nodes = (
+        Node(0, Op.LOAD, buffer="crd", addr=Addr((("p", 1),), const=crd_offset), name="crd"),
+        Node(1, Op.GATHER, (0,), buffer=a_buf,
+             addr=Addr((("tr", bh * k), ("er", k), *ec), index_stride=bw), name="SRead A"),
+        Node(2, Op.GATHER, (0,), buffer="B",
+             addr=Addr(((("ec", n),) if bw > 1 else ()) + (("j", 1),), index_stride=bw * n),
+             name="SRead B"),
+        Node(3, Op.MUL, (1, 2), name="a*b"),
+        Node(4, Op.ACC, (3,), buffer="C",
+             addr=Addr((("tr", bh * n), ("er", n), ("j", 1)), const=row0 * n), name="C+="),
+    )
+    loops = (Loop("tr", rows // bh), Loop("er", bh), Loop("j", n), Loop("p", pos="tile_pos", parent="tr"))
+    if bw > 1:
+        loops += (Loop("ec", bw),)
+    return Kernel(name=name, loops=loops, nodes=nodes,
+                  buffers=(Buffer("crd", nnz + 1), Buffer(a_buf, rows * k), Buffer("B", k * n),
+                           Buffer("C", m * n, "output")),
+                  vector_var="j", carried=((4, 4, 1),),
+                  domain_arrays=(("tile_pos", np.asarray(pos, dtype=np.int64)),))
+
+
+def row_gather_kernel(nrows: int, q0: int, row0: int, k: int, n: int, bw: int, qpos: np.ndarray,
+                      crd_offset: int, nnz: int, total_rows: int, a_buf: str, a_rows: int,
+                      name: str) -> Kernel:
+    """G[q0 + q, :] = sum over row q's nonzero 1 x bw tiles of A[row, tile] @ B[tile, :]: the
+    `nrows` gathered rows of a panel of A starting at row `row0`."""
+    kt = k // bw
+    nodes = (
+        Node(0, Op.LOAD, buffer="tile_id", addr=Addr((("p", 1),), const=crd_offset), name="tile"),
+        # tile t = row * kt + kb starts at word t * bw of row-major A; the panel starts at row0
+        Node(1, Op.GATHER, (0,), buffer=a_buf, addr=Addr((("ec", 1),), const=-row0 * kt * bw,
+                                                          index_stride=bw), name="SRead A"),
+        Node(2, Op.LOAD, buffer="crd", addr=Addr((("p", 1),), const=crd_offset), name="kb"),
+        Node(3, Op.GATHER, (2,), buffer="B", addr=Addr((("ec", n), ("j", 1)), index_stride=bw * n),
+             name="SRead B"),
+        Node(4, Op.MUL, (1, 3), name="a*b"),
+        Node(5, Op.ACC, (4,), buffer="G", addr=Addr((("q", n), ("j", 1)), const=q0 * n), name="G+="),
+    )
+    return Kernel(name=name,
+                  loops=(Loop("q", nrows), Loop("j", n), Loop("p", pos="row_pos", parent="q"),
+                         Loop("ec", bw)),
+                  nodes=nodes,
+                  buffers=(Buffer("tile_id", nnz + 1), Buffer(a_buf, a_rows * k),
+                           Buffer("crd", nnz + 1), Buffer("B", k * n),
+                           Buffer("G", max(1, total_rows) * n, "output")),
+                  vector_var="j", carried=((5, 5, 1),),
+                  domain_arrays=(("row_pos", np.asarray(qpos, dtype=np.int64)),))
+
+
+def swrite_kernel(nrows: int, m: int, n: int, name: str = "swrite") -> Kernel:
+    """C[rows[q], :] = G[q, :] (SWrite: gathered rows back to their places)."""
+    nodes = (
+        Node(0, Op.LOAD, buffer="rows", addr=Addr((("q", 1),)), name="row"),
+        Node(1, Op.LOAD, buffer="G", addr=Addr((("q", n), ("j", 1))), name="g"),
+        Node(2, Op.SCATTER, (0, 1), buffer="C", addr=Addr((("j", 1),), index_stride=n),
+             name="SWrite C"),
+    )
+    return Kernel(name=name, loops=(Loop("q", nrows), Loop("j", n)), nodes=nodes,
+                  buffers=(Buffer("rows", nrows), Buffer("G", nrows * n), Buffer("C", m * n, "output")),
+                  vector_var="j")
+
+
+def renamed(kernel: Kernel, names: dict[str, str], name: str | None = None) -> Kernel:
+    """`kernel` with its buffers renamed (to chain a library kernel into a larger program)."""
+    nodes = tuple(dataclasses.replace(nd, buffer=names.get(nd.buffer, nd.buffer)) for nd in kernel.nodes)
+    bufs = tuple(dataclasses.replace(b, name=names.get(b.name, b.name)) for b in kernel.buffers)
+    return dataclasses.replace(kernel, nodes=nodes, buffers=bufs, name=name or kernel.name)
+
+
+def panel_rows_for(m: int, k: int, n: int, bh: int, capacity_words: int) -> int:
+    """Rows per panel of A: the most (a multiple of `bh`) whose panel plus B fill at most half
+    the SPM, so the gathered (whole-resident) operands fit next to the streamed ones."""
+    room = capacity_words // 2 - k * n
+    if room < bh * k:
+        raise DFGError(f"B ({k} x {n} = {k * n} words) leaves no room for a {bh}-row panel of A "
+                       f"in an SPM of {capacity_words} words; use a smaller --n or --k")
+    return max(bh, min(m, (room // k) // bh * bh))
+
+
+def index_kernels(m: int, k: int, index: MicroTileIndex, src: str, with_tile_id: bool):
+    """(kernels, inputs) of the run-time index build over the m x k operand in buffer `src`."""
+    bh, bw = index.tile
+    tiles = index.tile_nonzero.size
+    kt = k // bw
+    kernels = (index_scan_kernel(m, k, index.tile, src),
+               index_compact_kernel(tiles, index.nnz_tiles, with_tile_id))
+    inputs = [("slot", index.slot), ("tile_col", np.tile(np.arange(kt, dtype=np.int64), m // bh))]
+    if with_tile_id:
+        inputs.append(("tile_ids", np.arange(tiles, dtype=np.int64)))
+    return kernels, inputs
+
+
+def compute_kernels(a_name: str, a: np.ndarray, n: int, index: MicroTileIndex, panel_rows: int,
+                    dtype) -> tuple[list[Kernel], list[tuple[str, np.ndarray]]]:
+    """The compute (and, for 1 x bw tiles, SWrite) kernels over panels of A's rows."""
+    m, k = a.shape
+    bh, bw = index.tile
+    kernels: list[Kernel] = []
+    inputs: list[tuple[str, np.ndarray]] = []
+    panels = [(r0, min(m, r0 + panel_rows)) for r0 in range(0, m, panel_rows)]
+
+    def panel_buffer(i, r0, r1):
+        if len(panels) == 1:
+            return a_name
+        name = f"{a_name}_panel{i}"
+        inputs.append((name, np.ascontiguousarray(a[r0:r1], dtype=dtype).ravel()))
+        return name
+
+    if bh > 1:
+        for i, (r0, r1) in enumerate(panels):
+            t0, t1 = r0 // bh, r1 // bh
+            pos = index.pos[t0:t1 + 1] - index.pos[t0]
+            kernels.append(tile_rows_kernel(r1 - r0, r0, m, k, n, index.tile, pos,
+                                            int(index.pos[t0]), index.nnz_tiles,
+                                            panel_buffer(i, r0, r1), f"sread_{i}"))
+        return kernels, inputs
+    counts = np.diff(index.pos)
+    rows = np.flatnonzero(counts > 0).astype(np.int64)
+    q = 0
+    for i, (r0, r1) in enumerate(panels):
+        mine = rows[(rows >= r0) & (rows < r1)]
+        if not len(mine):
+            continue
+        qpos = np.concatenate(([index.pos[mine[0]]], index.pos[mine + 1])) - index.pos[mine[0]]
+        kernels.append(row_gather_kernel(len(mine), q, r0, k, n, bw, qpos, int(index.pos[mine[0]]),
+                                         index.nnz_tiles, len(rows), panel_buffer(i, r0, r1),
+                                         r1 - r0, f"sread_{i}"))
+        q += len(mine)
+    if len(rows):
+        kernels.append(swrite_kernel(len(rows), m, n))
+        inputs.append(("rows", rows))
+    return kernels, inputs
+
+
+def lower_dynamic_spmm(a: np.ndarray, b: np.ndarray, granularity: str, panel_rows: int | None = None,
+                       capacity_words: int | None = None, dtype=np.float32):
+    """(Program, MicroTileIndex) of C = A @ B with A's pattern found at run time at
+    `granularity` ("32x1", "1x64", "32x64"; `dataflow.dynamic.microtile.GRANULARITIES`).
+    `panel_rows` (a multiple of the tile height) splits A's rows into panels; by default the
+    largest panel that fits half of `capacity_words` next to B, or all rows."""
+    from dataflow.dynamic.microtile import check_shape, parse_granularity
+
+    tile = parse_granularity(granularity)
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
+        raise DFGError(f"dynamic spmm needs A (m x k) and B (k x n); got {a.shape} and {b.shape}")
+    (m, k), n = a.shape, b.shape[1]
+    check_shape(m, k, tile, granularity)
+    if panel_rows is None:
+        panel_rows = m if capacity_words is None else panel_rows_for(m, k, n, tile[0], capacity_words)
+    if panel_rows <= 0 or panel_rows % tile[0]:
+        raise DFGError(f"panel_rows must be a positive multiple of {tile[0]}, got {panel_rows}")
+    a = np.ascontiguousarray(a, dtype=dtype)
+    index = build_index(a, tile)
+    kernels, inputs = index_kernels(m, k, index, "A", with_tile_id=tile[0] == 1)
+    ck, cin = compute_kernels("A", a, n, index, panel_rows, dtype)
+    kernels = tuple(kernels) + tuple(ck)
+    if not ck:  # all-zero A: nothing to compute, C stays zero (a store-free program is empty)
+        kernels += (zero_output_kernel(m, n),)
+    prog = Program(
+        name=f"dynamic_spmm_{granularity}_{m}x{k}x{n}", kernels=kernels,
+        inputs=(("A", a.ravel()), ("B", np.ascontiguousarray(b, dtype=dtype).ravel()),
+                *inputs, *cin),
+        outputs=(("C", (m, n)),), dtype=np.dtype(dtype).name,
+        macs=int(np.count_nonzero(a)) * n,
+        meta=(("granularity", granularity), ("computed_macs", computed_macs(index, n))),
+    )
+    return run_passes(prog), index
+
+
+def zero_output_kernel(m: int, n: int) -> Kernel:
+    """C = 0 * B[0, :] for every row: the output of an all-zero A, written once."""
+    nodes = (Node(0, Op.CONST, value=0.0, name="0"),
+             Node(1, Op.STORE, (0,), buffer="C", addr=Addr((("i", n), ("j", 1))), name="C="))
+    return Kernel(name="zero_c", loops=(Loop("i", m), Loop("j", n)), nodes=nodes,
+                  buffers=(Buffer("C", m * n, "output"),), vector_var="j")
+
+
+def lower_dense_reference(a: np.ndarray, b: np.ndarray, dtype=np.float32) -> Program:
+    """The dense baseline: GEMM over the same (zero-filled) A."""
+    from dataflow.dfg.lower import lower_gemm
+
+    return lower_gemm(a, b, dtype)
+
+
+__all__ = ["gemm_kernel", "index_compact_kernel", "index_scan_kernel", "lower_dynamic_spmm",
+           "row_gather_kernel", "swrite_kernel", "tile_rows_kernel"]
