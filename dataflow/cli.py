@@ -13,6 +13,7 @@ from dataflow.workloads import all_params, workloads
 #: `parser.set_defaults(func=handler)`; `handler(args) -> int` is the exit code.
 COMMAND_MODULES: tuple[str, ...] = (
     "dataflow.dse.cli",
+    "dataflow.cuda.cli",
 )
 
 

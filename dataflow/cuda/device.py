@@ -52,8 +52,12 @@ def cuda_module():
 
     Raises `GpuUnavailableError` when numba.cuda was already imported in GPU mode by someone
     else in a process without a GPU (the mode cannot change after the first import)."""
-    if "numba.cuda" not in sys.modules and not have_gpu():
+    if "numba.cuda" not in sys.modules and not have_gpu() and not simulator_requested():
         os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+        if "numba.core.config" in sys.modules:  # numba read its environment when imported
+            from numba.core import config
+
+            config.reload_config()
     from numba import cuda
 
     if not on_simulator() and not have_gpu():

@@ -1,0 +1,93 @@
+"""`dataflow crosscheck` and `dataflow compare` (the CUDA path's subcommands)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _workload_flags(p: argparse.ArgumentParser) -> None:
+    """--workload and every workload parameter flag, as `dataflow simulate` has them."""
+    from dataflow.api import DEFAULT_ARCH
+    from dataflow.cuda.workloads import gpu_workloads
+    from dataflow.workloads import all_params
+
+    p.add_argument("--workload", required=True, choices=sorted(gpu_workloads()),
+                   help="a workload the CUDA path covers")
+    p.add_argument("--arch", default=str(DEFAULT_ARCH), help="dataflow architecture YAML "
+                   "(default: %(default)s)")
+    for prm in all_params().values():
+        kw = {"choices": [c for c in prm.choices if c is not None]} if prm.choices else {}
+        p.add_argument(prm.flag, dest=prm.name, type=prm.type, default=None, help=prm.help, **kw)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _params(args) -> dict:
+    from dataflow.workloads import all_params
+
+    return {n: getattr(args, n) for n in all_params() if getattr(args, n, None) is not None}
+
+
+def add_parser(sub) -> None:
+    c = sub.add_parser("crosscheck", help="numpy vs sim vs cuda on the same inputs",
+                       description="Run one workload's operands through the numpy reference, "
+                       "the simulated dataflow array and the CUDA kernels (in the CUDA simulator "
+                       "when there is no GPU) and report the largest error of each pair. Exit "
+                       "code 1 when a pair differs beyond the fp32 tolerances.")
+    _workload_flags(c)
+    c.set_defaults(func=crosscheck_command)
+
+    m = sub.add_parser("compare", help="dataflow simulated vs GPU measured-or-modelled cost",
+                       description="Simulated time and energy of a workload on a dataflow "
+                       "architecture next to each GPU's: measured with CUDA events when this "
+                       "machine has that GPU, else modelled from arch_configs/gpus/NAME.yaml "
+                       "(per-kernel roofline); every number says which.")
+    _workload_flags(m)
+    m.add_argument("--gpu", action="append", default=None, metavar="NAME|FILE.yaml",
+                   help="GPU spec (repeatable; default jetson_xavier_nx)")
+    m.add_argument("--model-only", action="store_true",
+                   help="model every GPU even when one is present")
+    m.add_argument("--plot", default=None, metavar="FILE.png",
+                   help="bar chart of time and energy (default out/compare_WORKLOAD.png)")
+    m.add_argument("--no-plot", action="store_true")
+    m.set_defaults(func=compare_command)
+
+
+def _errors():
+    from dataflow.cli import user_errors
+    from dataflow.cuda.device import GpuUnavailableError
+
+    return (*user_errors(), GpuUnavailableError, NotImplementedError)
+
+
+def crosscheck_command(args) -> int:
+    from dataflow.cuda.compare import crosscheck
+
+    try:
+        r = crosscheck(args.workload, args.arch, seed=args.seed, **_params(args))
+    except _errors() as exc:
+        print(f"dataflow crosscheck: error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(r.to_dict()) if args.json else r.summary())
+    return 0 if r.ok else 1
+
+
+def compare_command(args) -> int:
+    from dataflow.cuda.compare import compare, plot_comparison
+
+    try:
+        r = compare(args.workload, args.arch, args.gpu or ["jetson_xavier_nx"], seed=args.seed,
+                    measure_if_present=not args.model_only, **_params(args))
+    except _errors() as exc:
+        print(f"dataflow compare: error: {exc}", file=sys.stderr)
+        return 2
+    plot = None
+    if not args.no_plot:
+        plot = plot_comparison(r, args.plot or f"out/compare_{args.workload}.png")
+    if args.json:
+        print(json.dumps(dict(r.to_dict(), plot=plot)))
+    else:
+        print(r.summary() + (f"\n  plot: {plot}" if plot else ""))
+    return 0

@@ -1,0 +1,149 @@
+"""Registered workloads on the CUDA path: the same operands on numpy, sim and cuda.
+
+A `GpuWorkload` builds the operands a dataflow workload (`dataflow.workloads`) builds for the same
+parameters and seed, and runs them three ways: the numpy reference, the sim backend (lower ->
+map -> cycle-level engine, returning the `SimResult`) and the CUDA kernels. `dataflow crosscheck`
+and `dataflow compare` are built on this table; a workload missing here is one the CUDA path
+does not cover yet, and those commands say so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class GpuWorkload:
+    name: str
+    inputs: Callable[..., dict]  # inputs(seed=..., **params) -> operands
+    numpy: Callable[[dict], Any]
+    sim: Callable[[dict, Any], tuple[Any, Any]]  # (operands, ArchSpec) -> (values, SimResult)
+    cuda: Callable[..., Any]  # cuda(operands, runner=...) -> values
+    describe: Callable[[dict], str] = lambda ops: ""
+
+
+# --- gemm / spmm ----------------------------------------------------------------------------
+
+def _matmul_inputs(kind: str):
+    def inputs(*, seed: int = 0, m: int, k: int, n: int, density: float, dataflow=None) -> dict:
+        from dataflow.api import make_operands
+
+        a, b = make_operands(kind, m, k, n, density, seed)
+        return {"a": a, "b": b, "dataflow": dataflow}
+    return inputs
+
+
+def _matmul_numpy(ops: dict):
+    from dataflow.ust_frontend.ops import as_tensor, matmul_reference
+
+    return matmul_reference(as_tensor(ops["a"]), as_tensor(ops["b"]))
+
+
+def _matmul_sim(ops: dict, arch):
+    from dataflow.ust_frontend.ops import matmul
+
+    return matmul(ops["a"], ops["b"], backend="sim", arch=arch, dataflow=ops["dataflow"],
+                  return_result=True)
+
+
+def _gemm_cuda(ops: dict, runner=None):
+    from dataflow.cuda import ops as cu
+
+    return cu.gemm(ops["a"], ops["b"], runner=runner)
+
+
+def _spmm_cuda(ops: dict, runner=None):
+    from dataflow.cuda import ops as cu
+
+    a = ops["a"]
+    return cu.spmm(a.indptr, a.indices, a.data, a.shape, ops["b"], runner=runner)
+
+
+def _matmul_describe(ops: dict) -> str:
+    a, b = ops["a"], ops["b"]
+    nnz = getattr(a, "nnz", None)
+    return f"A {a.shape[0]}x{a.shape[1]}" + (f" ({nnz:,} stored)" if nnz is not None else "") \
+        + f" @ B {b.shape[0]}x{b.shape[1]}"
+
+
+# --- attention ------------------------------------------------------------------------------
+
+def _attention_inputs(*, seed: int = 0, pattern: str, seq: int, dim: int, **pattern_params):
+    from dataflow.attention.api import mask_csr
+    from dataflow.attention.patterns import resolve
+
+    # the operands and pattern the `attention` workload builds (dataflow.attention.api._run)
+    given = {k: v for k, v in pattern_params.items() if v is not None}
+    p = resolve(pattern, seq, **given, seed=seed) if pattern in ("bigbird", "nm") else \
+        resolve(pattern, seq, **given)
+    rng = np.random.default_rng(seed)
+    q, k, v = (rng.standard_normal((seq, dim), dtype=np.float32) for _ in range(3))
+    pos, crd, _ = mask_csr(p, seq)
+    return {"q": q, "k": k, "v": v, "pos": pos, "crd": crd, "pattern": p}
+
+
+def _attention_numpy(ops: dict):
+    from dataflow.attention import attention_reference
+
+    return attention_reference(ops["q"], ops["k"], ops["v"], ops["pos"], ops["crd"])
+
+
+def _attention_sim(ops: dict, arch):
+    from dataflow.attention import sparse_attention
+
+    return sparse_attention(ops["q"], ops["k"], ops["v"], pattern=ops["pattern"], backend="sim",
+                            arch=arch, return_result=True)
+
+
+def _attention_cuda(ops: dict, runner=None):
+    from dataflow.cuda import ops as cu
+
+    return cu.sparse_attention(ops["q"], ops["k"], ops["v"], ops["pos"], ops["crd"],
+                               runner=runner)
+
+
+def _attention_describe(ops: dict) -> str:
+    seq = ops["q"].shape[0]
+    return (f"{ops['pattern']}, seq {seq}, dim {ops['q'].shape[1]}, "
+            f"{len(ops['crd']):,} of {seq * seq:,} scores")
+
+
+_TABLE: dict[str, GpuWorkload] = {
+    "gemm": GpuWorkload("gemm", _matmul_inputs("gemm"), _matmul_numpy, _matmul_sim, _gemm_cuda,
+                        _matmul_describe),
+    "spmm": GpuWorkload("spmm", _matmul_inputs("spmm"), _matmul_numpy, _matmul_sim, _spmm_cuda,
+                        _matmul_describe),
+    "attention": GpuWorkload("attention", _attention_inputs, _attention_numpy, _attention_sim,
+                             _attention_cuda, _attention_describe),
+}
+
+
+def register(w: GpuWorkload) -> None:
+    """Add (or replace) the CUDA mapping of a dataflow workload."""
+    _TABLE[w.name] = w
+
+
+def gpu_workloads() -> dict[str, GpuWorkload]:
+    """The covered workloads that this checkout's dataflow registry has."""
+    from dataflow.workloads import workloads
+
+    have = workloads()
+    return {k: w for k, w in _TABLE.items() if k in have}
+
+
+def get(name: str) -> GpuWorkload:
+    table = gpu_workloads()
+    if name not in table:
+        raise ValueError(f"workload {name!r} has no CUDA mapping yet; the CUDA path covers "
+                         f"{', '.join(sorted(table))}")
+    return table[name]
+
+
+def resolve_params(name: str, given: dict) -> dict:
+    """The dataflow workload's parameters with its defaults (an unknown flag is an error)."""
+    from dataflow.workloads import get as get_workload
+
+    return get_workload(name).resolve(given)
