@@ -111,6 +111,45 @@ def _attention_describe(ops: dict) -> str:
             f"{len(ops['crd']):,} of {seq * seq:,} scores")
 
 
+# --- dynamic sparsity (PIT micro-tiles) -------------------------------------------------------
+
+def _dynamic_inputs(*, seed: int = 0, m: int, k: int, n: int, sparsity: float, granularity: str,
+                    mask_granularity=None) -> dict:
+    from dataflow.dynamic import make_dynamic_operands
+
+    # the operands the `dynamic-spmm` workload builds (dataflow.dynamic.api._run_dynamic_spmm)
+    mg = mask_granularity or (granularity if granularity != "dense" else "element")
+    a, b = make_dynamic_operands(m, k, n, sparsity, mg, seed)
+    return {"a": a, "b": b, "granularity": granularity, "mask_granularity": mg}
+
+
+def _dynamic_numpy(ops: dict):
+    return (ops["a"].astype(np.float64) @ ops["b"].astype(np.float64)).astype(np.float32)
+
+
+def _dynamic_sim(ops: dict, arch):
+    from dataflow.dynamic import simulate_dynamic_matmul
+
+    res, _ = simulate_dynamic_matmul(ops["a"], ops["b"], ops["granularity"], arch)
+    return res.output, res
+
+
+def _dynamic_cuda(ops: dict, runner=None):
+    from dataflow.cuda import ops as cu
+
+    if ops["granularity"] == "dense":
+        return cu.gemm(ops["a"], ops["b"], runner=runner)
+    gm, gk = (int(x) for x in ops["granularity"].split("x"))
+    return cu.microtile_matmul(ops["a"], ops["b"], (gm, gk), runner=runner)[0]
+
+
+def _dynamic_describe(ops: dict) -> str:
+    a, b = ops["a"], ops["b"]
+    return (f"A {a.shape[0]}x{a.shape[1]} at {100 * (1 - np.count_nonzero(a) / a.size):.0f}% "
+            f"zeros ({ops['mask_granularity']} layout) @ B {b.shape[0]}x{b.shape[1]}, "
+            f"{ops['granularity']} micro-tiles")
+
+
 _TABLE: dict[str, GpuWorkload] = {
     "gemm": GpuWorkload("gemm", _matmul_inputs("gemm"), _matmul_numpy, _matmul_sim, _gemm_cuda,
                         _matmul_describe),
@@ -118,6 +157,8 @@ _TABLE: dict[str, GpuWorkload] = {
                         _matmul_describe),
     "attention": GpuWorkload("attention", _attention_inputs, _attention_numpy, _attention_sim,
                              _attention_cuda, _attention_describe),
+    "dynamic-spmm": GpuWorkload("dynamic-spmm", _dynamic_inputs, _dynamic_numpy, _dynamic_sim,
+                                _dynamic_cuda, _dynamic_describe),
 }
 
 
