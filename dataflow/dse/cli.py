@@ -90,8 +90,12 @@ def sweep_command(args: argparse.Namespace) -> int:
     except _errors() as exc:
         print(f"dataflow: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"dataflow: interrupted; every finished point is stored in {args.out}: run the "
+              "same command again to resume", file=sys.stderr)
+        return 130
     print(f"{sweep.name}: {summary.text()}; results in {args.out}")
-    return 0
+    return 1 if getattr(summary, "values_mismatch", 0) else 0
 
 
 def pareto_command(args: argparse.Namespace) -> int:

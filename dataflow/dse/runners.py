@@ -122,6 +122,7 @@ class RunSummary:
     duplicates: int  # records that found their point already stored (0 unless two sweeps race)
     impossible_archs: int
     wall_s: float
+    values_mismatch: int = 0  # points whose engine output differs from the numpy reference
 
     @property
     def points_per_s(self) -> float:
@@ -132,7 +133,9 @@ class RunSummary:
                 f"{self.evaluated} evaluated ({self.failed} failed) in {self.wall_s:.1f} s "
                 f"({self.points_per_s:.2f} points/s, {self.runner})"
                 + (f"; {self.impossible_archs} impossible architectures skipped"
-                   if self.impossible_archs else ""))
+                   if self.impossible_archs else "")
+                + (f"; {self.values_mismatch} points whose values DO NOT MATCH the numpy reference"
+                   if self.values_mismatch else ""))
 
 
 def run_points(points: list[Point], store: ResultsStore, runner, run_id: str, *,
@@ -174,5 +177,7 @@ def run_sweep(sweep: Sweep, store: ResultsStore, runner, *, progress: bool = Fal
     evaluated, failed, dups = run_points(pending, store, runner, run_id, progress=progress,
                                          retry_failed=retry_failed, already_stored=skipped)
     store.finish_run(run_id)
+    mismatch = store.conn.execute("SELECT COUNT(*) FROM dse_points WHERE run_id = ? AND "
+                                  "values_match = 0", (run_id,)).fetchone()[0]
     return RunSummary(run_id, runner.name, len(grid.points), skipped, evaluated, failed, dups,
-                      grid.impossible_archs, time.perf_counter() - t0)
+                      grid.impossible_archs, time.perf_counter() - t0, mismatch)
