@@ -1,13 +1,12 @@
 """Lowering of masked attention O = softmax(mask(Q K^T / sqrt(d))) V to one `Program`.
 
-Six kernels over the mask's CSR arrays (pos, crd), run one after another:
+Five kernels over the mask's CSR arrays (pos, crd), run one after another:
 
-1. `sddmm`         S_part[p, l] = sum_c Q[i, c*L + l] * K[crd[p], c*L + l]   (lane partial sums)
-2. `sddmm_reduce`  S[p] = sum_l S_part[p, l]
-3. `softmax_max`   rowmax[i] = max_p S[p]                                   (accmax)
-4. `softmax_exp`   E[p] = exp(scale * (S[p] - rowmax[i]));  rowsum[i] += E[p]
-5. `softmax_norm`  P[p] = E[p] / rowsum[i]
-6. `spmm`          O[i, :] += P[p] * V[crd[p], :]                      (the CSR SpMM of lower.py)
+1. `sddmm`         S[p] = sum_c vsum(Q[i, c*L : c*L+L] * K[crd[p], c*L : c*L+L])   (L = lanes)
+2. `softmax_max`   rowmax[i] = max_p S[p]                                   (accmax)
+3. `softmax_exp`   E[p] = exp(scale * (S[p] - rowmax[i]));  rowsum[i] += E[p]
+4. `softmax_norm`  P[p] = E[p] / rowsum[i]
+5. `spmm`          O[i, :] += P[p] * V[crd[p], :]                      (the CSR SpMM of lower.py)
 
 Only stored entries are touched, so every kernel's iteration count scales with the mask's nnz
 (the dense pattern is the CSR of an all-ones mask). The row max is subtracted before exp as in
@@ -24,11 +23,11 @@ import numpy as np
 
 from dataflow.dfg.graph import Addr, Buffer, DFGError, Kernel, Loop, Node, Program
 from dataflow.dfg.lower import run_passes, spmm_csr_kernel
-from dataflow.dfg.lower_sddmm import sddmm_csr_lanes_kernel
+from dataflow.dfg.lower_sddmm import sddmm_csr_vector_kernel
 from dataflow.dfg.ops import Op
 
 #: Kernel names in program order, and the phase each belongs to (SimResult breakdowns).
-KERNEL_PHASE = {"sddmm": "sddmm", "sddmm_reduce": "sddmm", "softmax_max": "softmax", "softmax_exp": "softmax",
+KERNEL_PHASE = {"sddmm": "sddmm", "softmax_max": "softmax", "softmax_exp": "softmax",
                 "softmax_norm": "softmax", "spmm": "spmm"}
 
 
@@ -51,20 +50,6 @@ def _row_entry_kernel(name: str, m: int, pos: np.ndarray, nodes: tuple[Node, ...
     return Kernel(name=name, loops=(Loop("i", m), Loop("p", pos="M_pos", parent="i")),
                   nodes=nodes, buffers=buffers, carried=carried,
                   domain_arrays=(("M_pos", np.asarray(pos, dtype=np.int64)),))
-
-
-def sddmm_reduce_kernel(m: int, pos: np.ndarray, lanes: int) -> Kernel:
-    """S[p] = sum over t < lanes of S_part[p, t]: the cross-lane sum of the SDDMM's partials,
-    as a scalar reduction loop (an acc held in a register while p stays the same)."""
-    nnz = int(pos[-1])
-    nodes = (
-        Node(0, Op.LOAD, buffer="S_part", addr=Addr((("p", lanes), ("t", 1))), name="part"),
-        Node(1, Op.ACC, (0,), buffer="S", addr=Addr((("p", 1),)), name="S+="),
-    )
-    return Kernel(name="sddmm_reduce",
-                  loops=(Loop("i", m), Loop("p", pos="M_pos", parent="i"), Loop("t", lanes)),
-                  nodes=nodes, buffers=(Buffer("S_part", nnz * lanes), Buffer("S", nnz, "output")),
-                  carried=((1, 1, 1),), domain_arrays=(("M_pos", np.asarray(pos, dtype=np.int64)),))
 
 
 def softmax_max_kernel(m: int, pos: np.ndarray) -> Kernel:
@@ -140,12 +125,12 @@ def lower_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos: np.ndarray
     kp = np.zeros((n, dp), dtype=dtype)
     qp[:, :d], kp[:, :d] = q, k
     scale = 1.0 / math.sqrt(d)
-    sddmm = rename_buffers(sddmm_csr_lanes_kernel(m, dp, n, pos, lanes),
-                           {"A": "Q", "BT": "K", "C_part": "S_part"}, "sddmm")
+    sddmm = rename_buffers(sddmm_csr_vector_kernel(m, dp, n, pos, lanes),
+                           {"A": "Q", "BT": "K", "C_val": "S"}, "sddmm")
     spmm = rename_buffers(spmm_csr_kernel(m, n, dv, pos),
                           {"A_val": "P", "A_crd": "M_crd", "B": "V", "C": "O", "A_pos": "M_pos"},
                           "spmm")
-    kernels = (sddmm, sddmm_reduce_kernel(m, pos, lanes), softmax_max_kernel(m, pos),
+    kernels = (sddmm, softmax_max_kernel(m, pos),
                softmax_exp_kernel(m, pos, scale), softmax_norm_kernel(m, pos), spmm)
     prog = Program(
         name=f"attention_{m}x{n}x{d}_nnz{nnz}", kernels=kernels,

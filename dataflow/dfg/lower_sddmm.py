@@ -64,17 +64,17 @@ def lower_sddmm_csr(a: np.ndarray, b: np.ndarray, pos: np.ndarray, crd: np.ndarr
     return run_passes(prog)
 
 
-def sddmm_csr_lanes_kernel(m: int, k: int, n: int, pos: np.ndarray, lanes: int,
-                           name: str = "sddmm_csr_lanes") -> Kernel:
-    """Pattern-only SDDMM vectorised along the reduction: C_part[p, l] = sum over chunks c of
-    A[i, c*lanes + l] * B^T[M.crd[p], c*lanes + l], for each stored mask entry p of row i.
 
-    `k` must be a multiple of `lanes` (pad A and B^T with zero columns). Each entry keeps
-    `lanes` partial sums in its vector accumulator; a consumer adds the `lanes` partials of an
-    entry (a cross-lane reduction by scalar loads, which this engine models), so the reduction
-    runs `lanes` wide instead of one MAC per cycle per copy as in `sddmm_csr_kernel`."""
+def sddmm_csr_vector_kernel(m: int, k: int, n: int, pos: np.ndarray, lanes: int,
+                            name: str = "sddmm_csr_vector") -> Kernel:
+    """Pattern-only SDDMM with the reduction vectorised: C[p] = sum over chunks c of
+    vsum(A[i, c*lanes : (c+1)*lanes] * B^T[M.crd[p], c*lanes : (c+1)*lanes]).
+
+    `k` must be a multiple of `lanes` (pad A and B^T with zero columns). Each chunk is one SIMD
+    multiply and one lane sum (vsum); the scalar accumulator holds C[p] over the chunks, so the
+    reduction runs `lanes` MACs per iteration instead of one as in `sddmm_csr_kernel`."""
     if k % lanes:
-        raise DFGError(f"sddmm_csr_lanes_kernel: k={k} must be a multiple of lanes={lanes}")
+        raise DFGError(f"sddmm_csr_vector_kernel: k={k} must be a multiple of lanes={lanes}")
     nnz = int(pos[-1])
     nodes = (
         Node(0, Op.LOAD, buffer="M_crd", addr=Addr((("p", 1),)), name="crd"),
@@ -82,7 +82,8 @@ def sddmm_csr_lanes_kernel(m: int, k: int, n: int, pos: np.ndarray, lanes: int,
         Node(2, Op.GATHER, (0,), buffer="BT", addr=Addr((("c", lanes), ("l", 1)), index_stride=k),
              name="BT[crd]"),
         Node(3, Op.MUL, (1, 2), name="a*b"),
-        Node(4, Op.ACC, (3,), buffer="C_part", addr=Addr((("p", lanes), ("l", 1))), name="C+="),
+        Node(4, Op.VSUM, (3,), name="sum lanes"),
+        Node(5, Op.ACC, (4,), buffer="C_val", addr=Addr((("p", 1),)), name="C+="),
     )
     return Kernel(
         name=name,
@@ -90,8 +91,8 @@ def sddmm_csr_lanes_kernel(m: int, k: int, n: int, pos: np.ndarray, lanes: int,
                Loop("l", lanes)),
         nodes=nodes,
         buffers=(Buffer("M_crd", nnz), Buffer("A", m * k), Buffer("BT", n * k),
-                 Buffer("C_part", nnz * lanes, "output")),
+                 Buffer("C_val", nnz, "output")),
         vector_var="l",
-        carried=((4, 4, 1),),
+        carried=((5, 5, 1),),
         domain_arrays=(("M_pos", np.asarray(pos, dtype=np.int64)),),
     )

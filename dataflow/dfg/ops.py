@@ -24,6 +24,7 @@ class Op(str, Enum):
     ROUTE = "route"  # pass-through on a PE (routing / shuffle)
     ACC_MAX = "accmax"  # max-accumulate into an SPM buffer (a row max of softmax): read-modify-write
     DIV = "div"  # a / b, rounded once (softmax normalisation; on the special-function unit)
+    VSUM = "vsum"  # sum of a SIMD vector's lanes -> a scalar (a lane-reduction adder tree)
 
     @property
     def is_memory(self) -> bool:
@@ -52,5 +53,5 @@ MEMORY_OPS = frozenset({Op.LOAD, Op.GATHER, Op.STORE, Op.SCATTER, Op.ACC, Op.ACC
 ARITY = {
     Op.CONST: 0, Op.LOAD: 0, Op.GATHER: 1, Op.STORE: 1, Op.SCATTER: 2, Op.ACC: 1,
     Op.MUL: 2, Op.ADD: 2, Op.SUB: 2, Op.MAC: 3, Op.MAX: 2, Op.EXP: 1, Op.BFLY: 2, Op.ROUTE: 1,
-    Op.ACC_MAX: 1, Op.DIV: 2,
+    Op.ACC_MAX: 1, Op.DIV: 2, Op.VSUM: 1,
 }

@@ -33,12 +33,12 @@ def buffer_arrays(kernel: Kernel, inputs: dict[str, np.ndarray], dtype) -> dict[
 
 def vector_nodes(kernel: Kernel) -> frozenset[int]:
     """Nodes whose value is a SIMD vector: memory nodes addressed by the vector variable, and
-    anything computed from a vector."""
+    anything computed from a vector except a lane sum (vsum), whose value is a scalar."""
     vec: set[int] = set()
     if kernel.vector_var is None:
         return frozenset()
     for n in kernel.nodes:
-        if n.addr is not None and n.addr.coef(kernel.vector_var) or n.op.value not in ("load", "gather") and any(i in vec for i in n.inputs):
+        if n.addr is not None and n.addr.coef(kernel.vector_var) or n.op.value not in ("load", "gather", "vsum") and any(i in vec for i in n.inputs):
             vec.add(n.id)
     return frozenset(vec)
 

@@ -36,5 +36,12 @@ def apply_op(op: Op, args: list[np.ndarray], dtype, const: float = 0.0) -> np.nd
         return a[0] + np.asarray(const, dtype=dtype) * a[1]
     if op is Op.DIV:
         return a[0] / a[1]
+    if op is Op.VSUM:
+        # lanes summed in lane order (one rounding per add), the same in both engines: the
+        # fast engine passes (iterations, lanes), the reference one (lanes,)
+        s = a[0][..., 0]
+        for lane in range(1, a[0].shape[-1]):
+            s = s + a[0][..., lane]
+        return s[..., None]
     raise NotImplementedError(f"no arithmetic semantics for {op.value}")
 

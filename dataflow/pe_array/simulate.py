@@ -45,6 +45,8 @@ def energy_breakdown(arrays: list[ArrayResult], arch, dram_bytes: int, kernels: 
                 compute += count * e.mac_pj
             elif op in ("exp", "div"):
                 compute += count * e.sfu_pj
+            elif op == "vsum":  # lanes - 1 adds of the reduction tree
+                compute += count * e.alu_pj * (arch.pe_array.simd_lanes - 1)
             elif op not in ("load", "store", "gather", "scatter", "acc", "accmax"):
                 compute += count * e.alu_pj
     row_bits = arch.spm.words_per_row * arch.word_bytes * 8
