@@ -257,3 +257,111 @@ def torch_object(kind: str, extra: tuple, fmt: TensorFormat, shape, storage: Sto
                                        check_invariants=False)
     return torch.sparse_bsc_tensor(t(pos[1]), t(crd[1]), blocks, size=size,
                                    check_invariants=False)
+
+
+# -- cupy (GPU buffers) -------------------------------------------------------------------------
+#
+# cupy is imported only when a cupy object (or another object exposing the CUDA array interface,
+# e.g. a Numba device array) is seen. A tensor viewing device buffers keeps them as they are:
+# `from_package` / `to_package` stay zero-copy; computations that run on the host (to_dense,
+# convert, the numpy and sim backends) work on a host copy (`Tensor.to_host`).
+
+
+def is_device_array(a) -> bool:
+    """True for arrays in GPU memory: they expose `__cuda_array_interface__`."""
+    if a is None or isinstance(a, np.ndarray):
+        return False
+    if is_torch(a):  # torch raises (not AttributeError) on the attribute of sparse tensors
+        return bool(a.is_cuda) and str(a.layout) == "torch.strided"
+    return hasattr(a, "__cuda_array_interface__")
+
+
+def is_cupy(x) -> bool:
+    """A cupy / cupyx.scipy.sparse object, or any other object in GPU memory."""
+    if isinstance(x, np.ndarray):
+        return False
+    return type(x).__module__.split(".")[0] in ("cupy", "cupyx") or is_device_array(x)
+
+
+def device_pointer(a) -> int:
+    """The device address of an array's first element (CUDA array interface `data[0]`)."""
+    return int(a.__cuda_array_interface__["data"][0])
+
+
+def to_numpy(a):
+    """A host (numpy) copy of a device array; host arrays and None pass through."""
+    if not is_device_array(a):
+        return a
+    if hasattr(a, "get"):  # cupy.ndarray.get(): device -> host copy
+        return a.get()
+    import cupy
+
+    return cupy.asnumpy(cupy.asarray(a))  # any __cuda_array_interface__ object
+
+
+def cupy_view(x, fmt: TensorFormat | None) -> PackageView:
+    """A view of a cupy array or a cupyx.scipy.sparse csr/csc/coo matrix (device buffers)."""
+    import cupy
+
+    if not isinstance(x, cupy.ndarray) and not _is_cupyx_sparse(x):
+        x = cupy.asarray(x)  # another __cuda_array_interface__ object: cupy wraps, no copy
+    shape = tuple(int(n) for n in x.shape)
+    if isinstance(x, cupy.ndarray):
+        fmt = fmt or NamedFormats.dense(x.ndim)
+        perm = dense_permutation(fmt)
+        if perm is None:
+            raise ValueError(f"{fmt} is not a dense format; convert after from_package")
+        # contiguous in level order exactly when the layouts agree: then no copy is made
+        in_level_order = cupy.ascontiguousarray(x.transpose(perm))
+        storage = Storage((None,) * fmt.num_levels, (None,) * fmt.num_levels,
+                          in_level_order.reshape(-1))
+        return PackageView(fmt, shape, storage, "cupy.ndarray")
+    fmt_name = x.format
+    # cupyx keeps flags instead of scanning: canonical = sorted and free of duplicates
+    canonical = bool(getattr(x, "has_canonical_format", False))
+    if fmt_name in ("csr", "csc"):
+        ordered = canonical or bool(getattr(x, "has_sorted_indices", False))
+        fmt = _weaken(NamedFormats.CSR if fmt_name == "csr" else NamedFormats.CSC,
+                      ordered=ordered, unique=canonical)
+        storage = Storage((None, x.indptr), (None, x.indices), x.data)
+        return PackageView(fmt, shape, storage, f"cupyx.{fmt_name}", (type(x),))
+    if fmt_name == "coo":
+        fmt = _weaken(NamedFormats.coo(2), ordered=canonical, unique=True)
+        nnz = int(x.data.size)
+        pos = (np.array([0, nnz], np.int64), None)  # a host array: it holds no device data
+        return PackageView(fmt, shape, Storage(pos, (x.row, x.col), x.data), "cupyx.coo",
+                           (type(x),))
+    raise TypeError(f"cupyx.scipy.sparse format {fmt_name!r} is not supported; use csr, csc "
+                    "or coo")
+
+
+def _is_cupyx_sparse(x) -> bool:
+    return type(x).__module__.split(".")[0] == "cupyx" and hasattr(x, "format")
+
+
+def cupy_object(kind: str, extra: tuple, fmt: TensorFormat, shape, storage: Storage):
+    """The cupy object a device tensor came from, rebuilt on the same device buffers."""
+    pos, crd, val = storage.pos, storage.crd, storage.val
+    if kind == "cupy.ndarray":
+        return numpy_array(fmt, shape, val)  # reshape/transpose: views, on cupy arrays too
+    cls = extra[0]
+    if kind in ("cupyx.csr", "cupyx.csc"):
+        return cls((val, crd[1], pos[1]), shape=tuple(shape), copy=False)
+    if kind == "cupyx.coo":
+        return cls((val, (crd[0], crd[1])), shape=tuple(shape), copy=False)
+    raise ValueError(kind)
+
+
+def to_device_like(result, like):
+    """`result` (numpy or scipy.sparse) copied to the GPU when `like` lives there."""
+    if not is_cupy(like):
+        return result
+    import scipy.sparse as sp
+
+    if sp.issparse(result):
+        import cupyx.scipy.sparse as csp
+
+        return csp.csr_matrix(sp.csr_matrix(result))
+    import cupy
+
+    return cupy.asarray(result)

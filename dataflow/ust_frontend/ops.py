@@ -131,7 +131,11 @@ SEMIRINGS: dict[str, dict] = {
 
 
 def as_tensor(x) -> Tensor:
-    return x if isinstance(x, Tensor) else Tensor.from_package(x)
+    """`x` as a UST Tensor on the host: a view of numpy / scipy / torch buffers; GPU (cupy)
+    operands are copied to the host once, since the numpy and sim backends compute there
+    (a registered GPU backend can read the original from the op's `_a_package`)."""
+    t = x if isinstance(x, Tensor) else Tensor.from_package(x)
+    return t.to_host()
 
 
 def is_dense(t: Tensor) -> bool:
@@ -262,7 +266,9 @@ def _wrap_like(result: np.ndarray, like):
         return torch.from_numpy(result)
     if isinstance(like, Tensor):
         return Tensor.from_package(result)
-    return result
+    from dataflow.ust_frontend.interop import to_device_like
+
+    return to_device_like(result, like)  # back to the GPU for cupy operands
 
 
 class _StatefulOp:
@@ -623,7 +629,13 @@ class Elementwise(_StatefulOp):
             raw.sort_indices()
             if self.epilog is not None:
                 raw.data = np.asarray(self.epilog(raw.data)).astype(raw.dtype)
-            return raw if sp.issparse(self._a_package) else Tensor.from_package(raw)
+            if sp.issparse(self._a_package):
+                return raw
+            from dataflow.ust_frontend.interop import is_cupy, to_device_like
+
+            if is_cupy(self._a_package):
+                return to_device_like(raw, self._a_package)  # cupyx operands: a cupyx result
+            return Tensor.from_package(raw)
         raw = np.asarray(raw)
         if self.epilog is not None:
             raw = np.asarray(self.epilog(raw))

@@ -34,7 +34,9 @@ class Tensor:
                  base=None):
         self.tensor_format = as_format(tensor_format)
         self.shape = tuple(int(n) for n in shape)
-        self._storage = Storage(tuple(pos), tuple(crd), np.asarray(val))
+        # device (cupy) buffers are kept as they are: a view, not a host copy
+        self._storage = Storage(tuple(pos), tuple(crd),
+                                val if interop.is_device_array(val) else np.asarray(val))
         self._package = package
         self._package_extra = package_extra
         self.base = base  # the package object this tensor views, if any
@@ -43,12 +45,14 @@ class Tensor:
     # -- construction ------------------------------------------------------------------------
     @classmethod
     def from_package(cls, x, tensor_format: TensorFormat | str | None = None) -> Tensor:
-        """A view (no copy) of a numpy array, scipy.sparse matrix/array or torch tensor.
+        """A view (no copy) of a numpy array, scipy.sparse matrix/array, torch tensor, or a
+        cupy array / cupyx.scipy.sparse csr/csc/coo matrix (any object with
+        ``__cuda_array_interface__`` goes through ``cupy.asarray``, also without a copy).
 
-        numpy arrays become a dense format (row-major unless ``tensor_format`` names another
-        all-dense format); scipy csr/csc/coo/bsr/dia and torch dense/COO/CSR/CSC/BSR/BSC keep
-        their own format. When ``tensor_format`` differs from the package's layout the result
-        is converted (a copy).
+        numpy and cupy arrays become a dense format (row-major unless ``tensor_format`` names
+        another all-dense format); scipy csr/csc/coo/bsr/dia, cupyx csr/csc/coo and torch
+        dense/COO/CSR/CSC/BSR/BSC keep their own format. When ``tensor_format`` differs from
+        the package's layout the result is converted (a copy, on the host).
         """
         fmt = None if tensor_format is None else as_format(tensor_format)
         if isinstance(x, np.ndarray):
@@ -57,10 +61,14 @@ class Tensor:
             view = interop.numpy_view(x, fmt)
         elif _is_scipy_sparse(x):
             view = interop.scipy_view(x)
-        elif interop.is_torch(x):
+        elif interop.is_torch(x) and not interop.is_device_array(x):
             view = interop.torch_view(x)
+        elif interop.is_cupy(x):
+            if fmt is not None and not fmt.is_dense:
+                return cls.from_package(x).convert(tensor_format=fmt)
+            view = interop.cupy_view(x, fmt)
         else:
-            raise TypeError(f"from_package takes numpy, scipy.sparse or torch objects, "
+            raise TypeError(f"from_package takes numpy, scipy.sparse, torch or cupy objects, "
                             f"not {type(x).__name__}")
         tensor = cls(view.tensor_format, view.shape, view.storage.pos, view.storage.crd,
                      view.storage.val, package=view.kind, package_extra=view.extra, base=x)
@@ -133,17 +141,36 @@ class Tensor:
     def num_levels(self) -> int:
         return self.tensor_format.num_levels
 
+    # -- device ------------------------------------------------------------------------------
+    @property
+    def on_device(self) -> bool:
+        """True when the buffers live in GPU memory (a view of a cupy object)."""
+        return interop.is_device_array(self._storage.val)
+
+    def to_host(self) -> Tensor:
+        """This tensor with numpy buffers: itself when already on the host, else a copy of
+        every pos/crd/val array (device -> host)."""
+        if not self.on_device:
+            return self
+        st = self._storage
+        return Tensor(self.tensor_format, self.shape, [interop.to_numpy(a) for a in st.pos],
+                      [interop.to_numpy(a) for a in st.crd], interop.to_numpy(st.val))
+
+    def _host_storage(self) -> Storage:
+        return self.to_host()._storage
+
     # -- conversion --------------------------------------------------------------------------
     def entries(self) -> tuple[list[np.ndarray], np.ndarray]:
         """Dimension coordinates and values of the stored entries (filler zeros dropped)."""
-        return entries(self.tensor_format, self.shape, self._storage)
+        return entries(self.tensor_format, self.shape, self._host_storage())
 
     def to_dense(self) -> np.ndarray:
-        """The tensor as a dense numpy array (duplicates summed)."""
+        """The tensor as a dense numpy array (duplicates summed; a host copy of a device
+        tensor)."""
         fmt = self.tensor_format
         if fmt.is_dense:
-            return np.array(interop.numpy_array(fmt, self.shape, self.val))
-        coords, values = entries(fmt, self.shape, self._storage, keep_stored_zeros=True)
+            return np.array(interop.numpy_array(fmt, self.shape, self._host_storage().val))
+        coords, values = entries(fmt, self.shape, self._host_storage(), keep_stored_zeros=True)
         return _scatter(self.shape, coords, values)
 
     def convert(self, *, tensor_format: TensorFormat | str, index_type=None,
@@ -180,11 +207,16 @@ class Tensor:
         if kind.startswith("scipy."):
             return interop.scipy_object(kind, extra, self.tensor_format, self.shape,
                                         self._storage)
+        if kind.startswith(("cupy.", "cupyx.")):
+            return interop.cupy_object(kind, extra, self.tensor_format, self.shape,
+                                       self._storage)
         return interop.torch_object(kind, extra, self.tensor_format, self.shape, self._storage)
 
     # -- element access ----------------------------------------------------------------------
     def get_value(self, index: Sequence[int]):
         """The stored value at a dimension index, or None where nothing is stored."""
+        if self.on_device:
+            return self.to_host().get_value(index)
         index = tuple(int(i) for i in index)
         if len(index) != len(self.shape) or any(not 0 <= i < n
                                                 for i, n in zip(index, self.shape)):
@@ -251,7 +283,7 @@ class Tensor:
         """
         from .draw import draw
 
-        return draw(self, ax=ax, **kwargs)
+        return draw(self.to_host(), ax=ax, **kwargs)
 
     def __repr__(self) -> str:
         name = self.tensor_format.name or str(self.tensor_format)
@@ -261,7 +293,7 @@ class Tensor:
     # -- checks ------------------------------------------------------------------------------
     def verify(self) -> Tensor:
         """Check every level's storage invariants (O(nse)); return self, raise ValueError."""
-        verify(self.tensor_format, self.shape, self._storage)
+        verify(self.tensor_format, self.shape, self._host_storage())
         return self
 
     def _check_lengths(self):
