@@ -24,7 +24,6 @@ from dataflow.dynamic.microtile import (
     random_mask,
 )
 
-INDEX_KERNELS = ("index_scan", "index_compact")
 CHOICES = (*GRANULARITIES, "dense")
 
 
@@ -74,7 +73,7 @@ def make_dynamic_operands(m: int, k: int, n: int, sparsity: float, mask_granular
 
 def _stats(res, granularity: str, a: np.ndarray, n: int, tile_density: float,
            skip_macs: int) -> DynamicStats:
-    index = sum(kr.end_cycle - kr.start_cycle for kr in res.kernels if kr.kernel in INDEX_KERNELS)
+    index = sum(kr.end_cycle - kr.start_cycle for kr in res.kernels if kr.kernel.startswith("index_"))
     return DynamicStats(granularity=granularity, sparsity=1.0 - np.count_nonzero(a) / a.size,
                         tile_density=tile_density, computed_macs=res.macs - skip_macs,
                         useful_macs=int(np.count_nonzero(a)) * n, index_cycles=index,

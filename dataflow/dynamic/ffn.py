@@ -129,7 +129,7 @@ def simulate_relu_ffn(x, w1, b, w2, granularity: str = "32x1", arch=None, *, eng
     # MACs of the second layer: all MULs minus the first GEMM's and (sparse) the scan's squares
     skip = t * d * h + (hact.size if index is not None else 0)
     idx = sum(kr.end_cycle - kr.start_cycle for kr in res.kernels
-              if kr.kernel in ("index_scan", "index_compact"))
+              if kr.kernel.startswith("index_"))
     stats = DynamicStats(granularity=granularity, sparsity=1.0 - np.count_nonzero(hact) / hact.size,
                          tile_density=index.tile_density if index is not None else 1.0,
                          computed_macs=res.macs - skip, useful_macs=int(np.count_nonzero(hact)) * d,

@@ -4,8 +4,8 @@ C = A @ B where A (m x k) is sparse with a pattern known only at run time. The p
 
 1. `index_scan`: reads every element of A once and accumulates a * a per micro-tile (a tile is
    nonzero iff its sum is > 0) -- the run-time cost of finding the pattern, which PIT counts.
-2. `index_compact`: writes each nonzero tile's column (and, for 1 x 64 tiles, its tile id)
-   to its slot of the compacted index (a SCATTER per tile). The slots are the exclusive prefix
+2. `index_compact` (and `index_compact_ids` for 1 x 64 tiles): writes each nonzero tile's
+   column (tile id) to its slot of the compacted index (a SCATTER per tile). The slots are the exclusive prefix
    sum of the tile flags; that serial scan over the flags is computed on the host and streamed
    in (the DFG has no compare or scan op), so this kernel charges one load per tile for it.
 3. compute, one kernel per panel of A's rows (panels keep the gathered operand within the SPM):
@@ -39,13 +39,16 @@ PARTS = 8  # partial sums per wide tile in the scan (one SIMD vector of contiguo
 
 
 def square_acc_nodes(load: Node, acc_buffer: str, acc_addr: Addr) -> tuple[Node, ...]:
-    """load a; acc += a * a. A tile is nonzero iff its sum of squares is > 0: a sum of
-    non-negative terms, so it is > 0 exactly when one a * a is (`microtile.tile_nonzero_mask`
-    is the same test on the host)."""
+    """load a (twice: both loads read one SPM row in one cycle, which the line broadcasts, and
+    two loads route more freely than one value fanned out to both inputs of a MUL);
+    acc += a * a. A tile is nonzero iff its sum of squares is > 0: a sum of non-negative
+    terms, so it is > 0 exactly when one a * a is (`microtile.tile_nonzero_mask` is the same
+    test on the host)."""
     return (
         load,
-        Node(1, Op.MUL, (0, 0), name="a*a"),
-        Node(2, Op.ACC, (1,), buffer=acc_buffer, addr=acc_addr, name="norm+="),
+        dataclasses.replace(load, id=1),
+        Node(2, Op.MUL, (0, 1), name="a*a"),
+        Node(3, Op.ACC, (2,), buffer=acc_buffer, addr=acc_addr, name="norm+="),
     )
 
 
@@ -71,25 +74,22 @@ def index_scan_kernel(m: int, k: int, tile: tuple[int, int], src: str = "A",
         size, vec = tr * kt * PARTS, "part"
     return Kernel(name=name, loops=loops, nodes=nodes,
                   buffers=(Buffer(src, m * k), Buffer("norm", size, "output")),
-                  vector_var=vec, carried=((2, 2, 1),))
+                  vector_var=vec, carried=((3, 3, 1),))
 
 
-def index_compact_kernel(tiles: int, nnz: int, with_tile_id: bool,
+def index_compact_kernel(tiles: int, nnz: int, source: str = "tile_col", target: str = "crd",
                          name: str = "index_compact") -> Kernel:
-    """crd[slot[t]] = tile_col[t] (and tile_id[slot[t]] = t) for every tile t; zero tiles write
-    the spare last slot."""
-    nodes = [
+    """target[slot[t]] = source[t] for every tile t (zero tiles write the spare last slot):
+    `crd` gets each nonzero tile's column; for 1 x bw tiles a second such kernel writes
+    `tile_id` (the tile's row-major id) from `tile_ids`."""
+    nodes = (
         Node(0, Op.LOAD, buffer="slot", addr=Addr((("t", 1),)), name="slot"),
-        Node(1, Op.LOAD, buffer="tile_col", addr=Addr((("t", 1),)), name="col"),
-        Node(2, Op.SCATTER, (0, 1), buffer="crd", addr=Addr(index_stride=1), name="crd[slot]="),
-    ]
-    bufs = [Buffer("slot", tiles), Buffer("tile_col", tiles), Buffer("crd", nnz + 1, "output")]
-    if with_tile_id:
-        nodes += [Node(3, Op.LOAD, buffer="tile_ids", addr=Addr((("t", 1),)), name="t"),
-                  Node(4, Op.SCATTER, (0, 3), buffer="tile_id", addr=Addr(index_stride=1),
-                       name="tile_id[slot]=")]
-        bufs += [Buffer("tile_ids", tiles), Buffer("tile_id", nnz + 1, "output")]
-    return Kernel(name=name, loops=(Loop("t", tiles),), nodes=tuple(nodes), buffers=tuple(bufs))
+        Node(1, Op.LOAD, buffer=source, addr=Addr((("t", 1),)), name=source),
+        Node(2, Op.SCATTER, (0, 1), buffer=target, addr=Addr(index_stride=1), name=f"{target}[slot]="),
+    )
+    return Kernel(name=name, loops=(Loop("t", tiles),), nodes=nodes,
+                  buffers=(Buffer("slot", tiles), Buffer(source, tiles),
+                           Buffer(target, nnz + 1, "output")))
 
 
 def tile_rows_kernel(rows: int, row0: int, m: int, k: int, n: int, tile: tuple[int, int],
@@ -184,7 +184,10 @@ def index_kernels(m: int, k: int, index: MicroTileIndex, src: str, with_tile_id:
     tiles = index.tile_nonzero.size
     kt = k // bw
     kernels = (index_scan_kernel(m, k, index.tile, src),
-               index_compact_kernel(tiles, index.nnz_tiles, with_tile_id))
+               index_compact_kernel(tiles, index.nnz_tiles))
+    if with_tile_id:
+        kernels += (index_compact_kernel(tiles, index.nnz_tiles, "tile_ids", "tile_id",
+                                         "index_compact_ids"),)
     inputs = [("slot", index.slot), ("tile_col", np.tile(np.arange(kt, dtype=np.int64), m // bh))]
     if with_tile_id:
         inputs.append(("tile_ids", np.arange(tiles, dtype=np.int64)))

@@ -1,0 +1,173 @@
+"""Dynamic sparsity (PIT-style micro-tiles): values vs numpy, the run-time index built on the
+array equals the host's, wasted MACs from the real data, speedup monotone in sparsity, engines
+agree, ReLU FFN, CLI, bad parameters."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from dataflow.dynamic import build_index, make_dynamic_operands, simulate_dynamic_matmul
+from dataflow.dynamic.ffn import make_ffn_operands, simulate_relu_ffn
+from dataflow.dynamic.lower import lower_dynamic_spmm
+from dataflow.dynamic.microtile import computed_macs, random_mask, tile_nonzero_mask
+from dataflow.testing import assert_close
+
+GRANS = ("32x1", "1x64", "32x64")
+
+
+@pytest.fixture(scope="module")
+def element_runs(default_arch):
+    """One element-wise random A at 99% zeros, run at every granularity and dense."""
+    a, b = make_dynamic_operands(64, 128, 16, 0.99, "element", seed=3)
+    return a, b, {g: simulate_dynamic_matmul(a, b, g, default_arch) for g in (*GRANS, "dense")}
+
+
+@pytest.mark.parametrize("g", (*GRANS, "dense"))
+def test_values_equal_numpy_of_the_masked_matrix(element_runs, g):
+    a, b, runs = element_runs
+    res, _ = runs[g]
+    assert res.values_match_reference
+    assert_close(res.output, (a.astype(np.float64) @ b).astype(np.float32), dtype=np.float32)
+
+
+def test_wasted_macs_come_from_the_data(element_runs):
+    a, b, runs = element_runs
+    n = b.shape[1]
+    useful = int(np.count_nonzero(a)) * n
+    for g in GRANS:
+        st = runs[g][1]
+        # the engine's MAC count (op counts on the real addresses) equals the index's closed form
+        assert st.computed_macs == computed_macs(build_index(a, st_tile(g)), n)
+        assert st.useful_macs == useful
+        assert st.wasted_macs == st.computed_macs - useful >= 0
+    assert runs["dense"][1].computed_macs == a.size * n
+    waste = {g: runs[g][1].wasted_macs for g in (*GRANS, "dense")}
+    # on element-wise random zeros, a 32x1 micro-tile is empty far more often than a 1x64 one,
+    # and a 32x64 block almost never is
+    assert waste["32x1"] < waste["1x64"] < waste["32x64"] <= waste["dense"]
+
+
+def st_tile(g):
+    from dataflow.dynamic.microtile import GRANULARITIES
+
+    return GRANULARITIES[g]
+
+
+def test_micro_tiles_on_tile_pattern_waste_nothing_and_blocks_do(default_arch):
+    a, b = make_dynamic_operands(64, 128, 8, 0.9, "32x1", seed=1)
+    _, pit = simulate_dynamic_matmul(a, b, "32x1", default_arch)
+    _, block = simulate_dynamic_matmul(a, b, "32x64", default_arch)
+    assert pit.wasted_macs == 0
+    assert block.wasted_macs > 0.5 * block.computed_macs
+
+
+def test_index_kernels_build_the_host_index(default_arch):
+    """The scan's per-tile sums and the compaction's scattered index, as the engine computes
+    them, equal the host's MicroTileIndex (1x64 also scatters tile ids)."""
+    from dataflow.mapper import map_program
+    from dataflow.pe_array.simulate import run_array
+
+    a, b = make_dynamic_operands(8, 128, 8, 0.7, "element", seed=5)
+    prog, index = lower_dynamic_spmm(a, b, "1x64")
+    outs = {}
+    for r in run_array(map_program(prog, default_arch)):
+        outs.update(dict(r.outputs))
+    nz = outs["norm"].reshape(8, 2, 8).sum(axis=2) > 0  # 8 partial sums per 1x64 tile
+    assert np.array_equal(nz, index.tile_nonzero)
+    assert np.array_equal(nz, tile_nonzero_mask(a, (1, 64)))
+    p = index.nnz_tiles
+    assert np.array_equal(outs["crd"][:p], index.crd)
+    assert np.array_equal(outs["tile_id"][:p], index.tile_id)
+
+
+def test_speedup_over_dense_grows_with_sparsity(default_arch):
+    cycles = {}
+    for s in (0.5, 0.9, 0.99):
+        a, b = make_dynamic_operands(64, 128, 16, s, "32x1", seed=2)
+        res, st = simulate_dynamic_matmul(a, b, "32x1", default_arch)
+        assert res.values_match_reference
+        cycles[s] = res.cycles
+        # index build is a fixed cost: it reads all of A whatever the sparsity
+        assert st.index_cycles > 0
+    dense, _ = simulate_dynamic_matmul(a, b, "dense", default_arch)
+    speedup = [dense.cycles / cycles[s] for s in (0.5, 0.9, 0.99)]
+    assert speedup[0] < speedup[1] < speedup[2]
+    assert speedup[2] > 1.0
+
+
+def test_column_blocks_have_identical_timing(default_arch):
+    """B's values never change an address, so every column block of a wide B costs the same
+    cycles (the benchmark runs N = 1024 as identical column blocks)."""
+    a, b = make_dynamic_operands(32, 64, 16, 0.8, "element", seed=4)
+    r1, _ = simulate_dynamic_matmul(a, b[:, :8], "32x1", default_arch)
+    r2, _ = simulate_dynamic_matmul(a, b[:, 8:], "32x1", default_arch)
+    assert r1.cycles == r2.cycles and r1.macs == r2.macs
+    assert not np.array_equal(r1.output, r2.output)
+
+
+@pytest.mark.parametrize("g", GRANS)
+def test_reference_engine_agrees(default_arch, g):
+    """The per-cycle stepper and the fast engine give identical results on every kernel of
+    the program (two panels, so the chained C / G buffers are covered)."""
+    from dataflow.mapper import map_program
+    from dataflow.pe_array.simulate import run_array
+
+    a, b = make_dynamic_operands(64 if g != "1x64" else 8, 64, 8, 0.8, "element", seed=6)
+    prog, _ = lower_dynamic_spmm(a, b, g, panel_rows=32 if g != "1x64" else 4)
+    mapping = map_program(prog, default_arch)
+    fast, ref = run_array(mapping, "fast"), run_array(mapping, "reference")
+    for f, r in zip(fast, ref):
+        assert f.same_as(r) == [], f.kernel
+    c = dict(fast[-1].outputs)["C"].reshape(a.shape[0], 8)
+    assert_close(c, (a.astype(np.float64) @ b).astype(np.float32))
+
+
+def test_random_mask_hits_the_sparsity_at_its_granularity():
+    rng = np.random.default_rng(0)
+    for g, (bh, bw) in (("32x1", (32, 1)), ("1x64", (1, 64)), ("32x64", (32, 64))):
+        keep = random_mask(64, 128, 0.75, g, rng)
+        assert keep.mean() == pytest.approx(0.25)
+        tiles = keep.reshape(64 // bh, bh, 128 // bw, bw)
+        assert np.all(tiles.all(axis=(1, 3)) | ~tiles.any(axis=(1, 3)))  # whole tiles only
+
+
+def test_relu_ffn_second_layer_on_sparse_activations(default_arch):
+    ops = make_ffn_operands(32, 16, 128, 0.75, seed=0)
+    res, st = simulate_relu_ffn(*ops, "32x1", default_arch)
+    dense, dst = simulate_relu_ffn(*ops, "dense", default_arch)
+    assert res.values_match_reference and dense.values_match_reference
+    assert_close(res.output, dense.output)
+    assert st.sparsity >= 0.75  # dead neurons plus ReLU zeros of the live ones
+    assert st.useful_macs == dst.useful_macs
+    assert st.tile_density == pytest.approx(0.25)  # exactly the live neurons' 32x1 tiles
+    assert st.wasted_macs < dst.wasted_macs
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"sparsity": 1.0}, "--sparsity must be in [0, 1)"),
+    ({"sparsity": -0.1}, "--sparsity must be in [0, 1)"),
+    ({"granularity": "4x4"}, "--granularity must be one of"),
+    ({"mask_granularity": "2x2"}, "--mask-granularity must be one of"),
+    ({"m": 48}, "divisible by 32"),
+])
+def test_bad_parameters_name_themselves(default_arch, params, message):
+    import dataflow
+
+    base = {"m": 64, "k": 64, "n": 8}
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace(")", r"\)")):
+        dataflow.simulate("dynamic-spmm", arch=default_arch, **{**base, **params})
+
+
+def test_cli_dynamic_spmm(capsys):
+    from dataflow.cli import main
+
+    rc = main(["simulate", "--workload", "dynamic-spmm", "--m", "32", "--k", "64", "--n", "8",
+               "--sparsity", "0.9", "--granularity", "32x1", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["values_match_reference"]
+    assert any("wasted on zeros" in n for n in out["notes"])
+    assert main(["simulate", "--workload", "dynamic-spmm", "--sparsity", "1.5"]) == 2
+    assert "--sparsity must be in [0, 1)" in capsys.readouterr().err
