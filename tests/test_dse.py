@@ -233,3 +233,15 @@ def test_example_sweeps_are_valid():
     for path in paths:
         grid = grid_points(load_sweep(path))
         assert grid.points
+
+
+def test_every_registered_workload_can_be_swept(tmp_path):
+    """Sweeps take workloads from the registry, whatever module registered them."""
+    from dataflow.workloads import workloads
+
+    for name, w in workloads().items():
+        path = write(tmp_path, f"arch: {{sweep: {{spm.lines: [8, 16]}}}}\nworkloads: [{name}]\n",
+                     f"{name}.yaml")
+        points = grid_points(load_sweep(path)).points
+        assert len(points) == 2 and {p.workload for p in points} == {name}
+        assert dict(points[0].params) == w.resolve({})  # every default is part of the point

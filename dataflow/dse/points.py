@@ -67,7 +67,8 @@ class Point:
 
 
 def _group(workload: str, params) -> str:
-    return f"{workload}({', '.join(f'{k}={v}' for k, v in params)})"
+    # parameters left at None are the workload's own choice: not worth a place in the name
+    return f"{workload}({', '.join(f'{k}={v}' for k, v in params if v is not None)})"
 
 
 def instance_group(sweep: Sweep, workload: str, instance: dict) -> str:
