@@ -262,7 +262,7 @@ def _resolve_base(base: Any, sweep_path: Path | None, source: str) -> dict:
         try:
             return arch_to_dict(arch_from_dict(base, source=f"{source}: arch.base"))
         except ArchError as exc:
-            raise SweepError(source, f"arch.base.{exc.key_path}", str(exc).split(": ")[-1]) from None
+            raise SweepError(source, f"arch.base.{exc.key_path}", _tail(exc)) from None
     if not isinstance(base, str):
         raise SweepError(source, "arch.base", f"expected a file name or a mapping, got {base!r}")
     candidates = []
