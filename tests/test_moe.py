@@ -1,0 +1,145 @@
+"""Mixture of experts: routing, values vs the numpy reference, load imbalance in the timeline,
+placements, errors, the timeline drawing and the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from dataflow.moe import draw_timeline, make_moe_operands, moe_reference, route, simulate_moe
+from dataflow.moe.gating import gate_logits
+from dataflow.testing import assert_close
+
+
+def test_route_top_k_and_dispatch_order():
+    rng = np.random.default_rng(0)
+    logits = rng.standard_normal((50, 6))
+    r = route(logits, 2)
+    for t in range(50):  # brute force: the two largest logits, larger first
+        assert list(r.expert[t]) == list(np.argsort(-logits[t])[:2])
+        sel = logits[t, r.expert[t]]
+        assert_close(r.gate[t], np.exp(sel) / np.exp(sel).sum())
+    assert r.offsets[-1] == 100 and np.array_equal(r.tokens_per_expert,
+                                                   np.bincount(r.expert.ravel(), minlength=6))
+    for e in range(6):  # rows of expert e hold exactly its tokens, ascending
+        rows = r.token_of_row[r.offsets[e]:r.offsets[e + 1]]
+        assert np.array_equal(rows, np.flatnonzero((r.expert == e).any(axis=1)))
+    # row_of points back at the token
+    assert np.array_equal(r.token_of_row[r.row_of], np.repeat(np.arange(50)[:, None], 2, axis=1))
+
+
+@pytest.fixture(scope="module")
+def runs(default_arch):
+    """Balanced-ish (skew 0) and skewed routing, both placements; 4 experts, top-2."""
+    out = {}
+    for skew in (0.0, 4.0):
+        ops = make_moe_operands(4, 64, 16, 16, skew, seed=1)
+        for placement in ("parallel", "sequential"):
+            out[skew, placement] = (ops, *simulate_moe(*ops, 2, default_arch, placement=placement))
+    return out
+
+
+@pytest.mark.parametrize("placement", ("parallel", "sequential"))
+@pytest.mark.parametrize("skew", (0.0, 4.0))
+def test_values_equal_numpy(runs, skew, placement):
+    ops, res, _ = runs[skew, placement]
+    assert res.values_match_reference
+    assert_close(res.output, moe_reference(*ops, 2), dtype=np.float32)
+
+
+def test_engine_logits_give_the_same_top_k(default_arch):
+    """The gate kernel's logits (engine arithmetic) route every token as the host does."""
+    from dataflow.mapper import map_program
+    from dataflow.moe.lower import front_program
+    from dataflow.pe_array.simulate import run_array
+
+    x, wg, bias, w = make_moe_operands(4, 32, 16, 8, 0.0, seed=2)
+    r = route(gate_logits(x, wg, bias), 2)
+    arrays = run_array(map_program(front_program(x, wg, r), default_arch))
+    logits = dict(arrays[0].outputs)["logits"].reshape(32, 4) + bias
+    assert np.array_equal(route(logits, 2).expert, r.expert)
+    xd = dict(arrays[1].outputs)["Xd"].reshape(-1, 16)
+    assert np.array_equal(xd, x[r.token_of_row])  # dispatch is a pure copy
+
+
+def test_skewed_routing_makes_the_busiest_expert_longest(runs):
+    _, res, routing = runs[4.0, "parallel"]
+    n = routing.tokens_per_expert
+    spans = {k.kernel: k.end_cycle - k.start_cycle for k in res.kernels}
+    busiest = f"expert{int(np.argmax(n))}"
+    experts = {k: v for k, v in spans.items() if k.startswith("expert")}
+    assert max(experts, key=experts.get) == busiest
+    assert n.max() >= 2 * n.mean()  # the skew really skews
+
+
+def test_parallel_total_is_front_plus_busiest_expert_plus_combine(runs):
+    for skew in (0.0, 4.0):
+        _, res, routing = runs[skew, "parallel"]
+        ks = {k.kernel: k for k in res.kernels}
+        experts = [k for k in res.kernels if k.kernel.startswith("expert")]
+        assert len(experts) == int(np.count_nonzero(routing.tokens_per_expert))
+        start = {k.start_cycle for k in experts}
+        assert len(start) == 1  # side by side: all start when dispatch's program is done
+        assert start.pop() >= ks["dispatch"].end_cycle
+        # combine waits for the slowest expert, whose region's program ends at its kernel's end
+        # plus the write-back tail
+        slowest = max(k.end_cycle for k in experts)
+        assert ks["combine"].start_cycle >= slowest
+        assert res.cycles >= ks["combine"].end_cycle
+    balanced = runs[0.0, "parallel"][1]
+    skewed = runs[4.0, "parallel"][1]
+    assert skewed.cycles > balanced.cycles  # the same work, worse spread, longer layer
+
+
+def test_sequential_total_is_the_sum_of_kernels(runs):
+    _, res, _ = runs[4.0, "sequential"]
+    ks = res.kernels
+    assert all(a.end_cycle == b.start_cycle for a, b in zip(ks, ks[1:]))
+    assert [k.kernel for k in ks][:2] == ["gate", "dispatch"] and ks[-1].kernel == "combine"
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"experts": 4, "top_k": 5}, r"--top-k \(5\) cannot exceed --experts \(4\)"),
+    ({"experts": 3, "placement": "parallel"}, "split the 8x8 PE array"),
+    ({"skew": -1.0}, "--skew must be >= 0"),
+    ({"tokens": 0}, "--tokens must be a positive integer"),
+])
+def test_bad_parameters(default_arch, params, message):
+    import dataflow
+
+    with pytest.raises(ValueError, match=message):
+        dataflow.simulate("moe", arch=default_arch, **{"tokens": 16, "dim": 8, "hidden": 8, **params})
+
+
+def test_odd_expert_count_runs_sequentially(default_arch):
+    import dataflow
+
+    res = dataflow.simulate("moe", arch=default_arch, experts=3, top_k=1, tokens=16, dim=8,
+                            hidden=8, placement="sequential")
+    assert res.values_match_reference
+
+
+def test_draw_timeline_has_a_bar_per_kernel(runs):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    _, res, _ = runs[4.0, "parallel"]
+    ax = draw_timeline(res)
+    bars = ax.patches
+    assert len(bars) == len(res.kernels)
+    assert [b.get_x() for b in bars] == [k.start_cycle for k in res.kernels]
+    assert [b.get_width() for b in bars] == [k.end_cycle - k.start_cycle for k in res.kernels]
+
+
+def test_cli_moe(capsys):
+    from dataflow.cli import main
+
+    rc = main(["simulate", "--workload", "moe", "--experts", "4", "--top-k", "2", "--tokens", "32",
+               "--dim", "8", "--hidden", "8", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["values_match_reference"]
+    assert [k["kernel"] for k in out["kernels"]][:2] == ["gate", "dispatch"]
+    assert main(["simulate", "--workload", "moe", "--experts", "2", "--top-k", "3"]) == 2
+    assert "--top-k (3) cannot exceed --experts (2)" in capsys.readouterr().err
