@@ -164,3 +164,74 @@ def test_pruning_helpers_and_errors(model):
         inject(nn.Sequential(nn.Linear(4, 4)), backend="numpy", weight_format="bsr")
     lin = nn.Sequential(nn.Linear(8, 4))
     assert prune_n_m(lin, 1, 4)["0"] == pytest.approx(0.75)
+
+
+def _same_state(a: dict, b: dict):
+    assert list(a) == list(b)
+    for k, v in a.items():
+        assert_close(v.numpy(), b[k].numpy())
+
+
+def test_state_dict_keeps_the_original_keys_and_values(model, x, cache):
+    prune_model(model, 0.5)
+    original = {k: v.clone() for k, v in model.state_dict().items()}
+    inject(model, backend="numpy", cache=cache)
+    state = model.state_dict()
+    _same_state(state, original)  # same keys in the same order, same (pruned) values
+    # the weights live in the buffers: the forward pass reads them (UST views, no copies)
+    buffers = dict(model.named_buffers())
+    assert {"head.weight_values", "head.weight_crow_indices", "head.weight_col_indices",
+            "head.bias"} <= set(buffers)
+    feats = torch.randn(3, 32)
+    with torch.no_grad():
+        before = model.head(feats) - model.head.bias
+        buffers["head.weight_values"].mul_(2)
+        after = model.head(feats) - model.head.bias
+    assert_close(after.numpy(), 2 * before.numpy())
+
+
+def test_state_dict_round_trips_between_injected_and_original_models(model, x, cache):
+    import io
+
+    prune_model(model, 0.5)
+    ref = run(model, x)
+    plain = copy.deepcopy(model)
+    inject(model, backend="numpy", cache=cache)
+    # injected -> injected (through torch.save / torch.load): same outputs
+    torch.manual_seed(5)
+    other = TinyTransformer().eval()
+    prune_model(other, 0.3)  # another structure: loading re-derives the CSR weights
+    report = inject(other, backend="numpy", cache=cache)
+    assert not np.allclose(run(other, x), ref)
+    buf = io.BytesIO()
+    torch.save(model.state_dict(), buf)
+    buf.seek(0)
+    other.load_state_dict(torch.load(buf))
+    assert_close(run(other, x), ref)
+    assert report.layers["head"].nnz == np.count_nonzero(plain.head.weight.detach().numpy())
+    # injected -> original, and original -> injected
+    torch.manual_seed(7)
+    fresh = TinyTransformer().eval()
+    fresh.load_state_dict(model.state_dict())
+    assert_close(run(fresh, x), ref)
+    torch.manual_seed(8)
+    again = TinyTransformer().eval()
+    inject(again, backend="numpy", cache=cache)
+    again.load_state_dict(plain.state_dict())
+    assert_close(run(again, x), ref)
+
+
+def test_state_dict_load_errors_name_the_key(model, cache):
+    inject(model, backend="numpy", cache=cache)
+    state = model.state_dict()
+    del state["head.weight"]
+    with pytest.raises(RuntimeError, match='Missing key.*"head.weight"'):
+        model.load_state_dict(state)
+    state = model.state_dict()
+    state["enc.linear1.weight"] = torch.zeros(3, 3)
+    with pytest.raises(RuntimeError, match=r"size mismatch for enc.linear1.weight.*\(3, 3\)"):
+        model.load_state_dict(state)
+    state = model.state_dict()
+    state["enc.self_attn.in_proj_weight"] = torch.zeros(96, 32)  # loads, then runs
+    model.load_state_dict(state)
+    assert not model.enc.self_attn.q_proj.dense_weight().any()

@@ -128,18 +128,73 @@ def _modules():
     from torch import nn
 
     class UstLinear(nn.Module):
-        """y = x @ W^T + b with W a UST Tensor, run as W @ x^T on the configured backend."""
+        """y = x @ W^T + b with W a UST Tensor, run as W @ x^T on the configured backend.
+
+        W's storage arrays are the module's buffers (`weight_values`, and for CSR
+        `weight_crow_indices`, `weight_col_indices`: torch views of the UST arrays, no copy),
+        so `.buffers()` sees them and `weight_ust` is rebuilt from them on every call. The
+        state_dict keeps nn.Linear's keys (`weight` as a dense tensor, `bias`), so checkpoints
+        move between the injected and the original model both ways; loading a `weight`
+        re-derives the UST weight (its format kept, its structure from the loaded zeros)."""
 
         def __init__(self, weight: Tensor, bias, config: EngineConfig, stats: LayerStats):
             super().__init__()
             self.out_features, self.in_features = weight.shape
-            self.weight_ust = weight
+            self._set_weight(weight)
             self.register_buffer("bias", None if bias is None else bias.detach().clone())
             self.config, self.stats = config, stats
             self.register_forward_pre_hook(_no_op_hook)  # keeps torch's fused paths off
 
+        def _set_weight(self, w: Tensor) -> None:
+            self._csr = not w.tensor_format.is_dense
+            # not persistent: the state_dict holds the dense `weight` (see the class doc)
+            self.register_buffer("weight_values", torch.from_numpy(w.val), persistent=False)
+            if self._csr:
+                self.register_buffer("weight_crow_indices", torch.from_numpy(w.pos(1)),
+                                     persistent=False)
+                self.register_buffer("weight_col_indices", torch.from_numpy(w.crd(1)),
+                                     persistent=False)
+
+        @property
+        def weight_ust(self) -> Tensor:
+            """The UST weight, a view of the buffers."""
+            from dataflow.ust_frontend.named import NamedFormats
+
+            val = self.weight_values.detach().cpu().numpy()
+            shape = (self.out_features, self.in_features)
+            if not self._csr:
+                return Tensor(NamedFormats.DenseMatrixRight, shape, [None, None], [None, None],
+                              val)
+            return Tensor(NamedFormats.CSR, shape,
+                          [None, self.weight_crow_indices.cpu().numpy()],
+                          [None, self.weight_col_indices.cpu().numpy()], val)
+
         def dense_weight(self):
             return torch.from_numpy(self.weight_ust.to_dense())
+
+        def _save_to_state_dict(self, destination, prefix, keep_vars):
+            destination[prefix + "weight"] = self.dense_weight()
+            super()._save_to_state_dict(destination, prefix, keep_vars)
+
+        def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict,
+                                  missing_keys, unexpected_keys, error_msgs):
+            key = prefix + "weight"
+            if key in state_dict:
+                w = state_dict.pop(key)  # not a buffer name: keep it out of `unexpected`
+                w = w.to_dense() if w.layout != torch.strided else w
+                shape = (self.out_features, self.in_features)
+                if tuple(w.shape) != shape:
+                    error_msgs.append(f"size mismatch for {key}: copying a param with shape "
+                                      f"{tuple(w.shape)}, the shape in current model is {shape}")
+                else:
+                    new = _weight_tensor(w.detach().cpu().numpy(),
+                                         "csr" if self._csr else "dense")
+                    self._set_weight(new)
+                    self.stats.nnz = int(np.count_nonzero(new.val))
+            elif strict:
+                missing_keys.append(key)
+            super()._load_from_state_dict(state_dict, prefix, local_metadata, strict,
+                                          missing_keys, unexpected_keys, error_msgs)
 
         def forward(self, x):
             from dataflow.ust_frontend.ops import Matmul
@@ -177,11 +232,20 @@ def _modules():
             self.head_dim = mha.embed_dim // mha.num_heads
             self.batch_first, self.dropout = mha.batch_first, mha.dropout
             self._qkv_same_embed_dim = True
-            self.in_proj_bias = None if mha.in_proj_bias is None else mha.in_proj_bias.detach()
             self.q_proj, self.k_proj = projections["q"], projections["k"]
             self.v_proj, self.out_proj = projections["v"], projections["out"]
             self.register_forward_pre_hook(_no_op_hook)
+            # the state_dict keeps nn.MultiheadAttention's packed keys (in_proj_weight,
+            # in_proj_bias, out_proj.*): checkpoints move between the two models both ways
+            self.register_state_dict_post_hook(_pack_in_proj)
+            self.register_load_state_dict_pre_hook(_unpack_in_proj)
             self.train(mha.training)  # a new Module starts in training mode: dropout on
+
+        @property
+        def in_proj_bias(self):
+            """The packed q/k/v bias, read from the projections (as nn.MultiheadAttention's)."""
+            biases = [getattr(self, p).bias for p in _QKV]
+            return None if any(b is None for b in biases) else torch.cat(biases)
 
         def _heads(self, x):
             n, length, _ = x.shape
@@ -222,6 +286,41 @@ def _modules():
             return out, (weights.mean(dim=1) if average_attn_weights else weights)
 
     return UstLinear, UstMultiheadAttention
+
+
+_QKV = ("q_proj", "k_proj", "v_proj")
+
+
+def _pack_in_proj(module, state_dict, prefix, local_metadata) -> None:
+    """state_dict post-hook: q/k/v projections -> nn.MultiheadAttention's packed keys."""
+    import torch
+
+    packed = {}  # first q/k/v key -> (packed key, value); the other two are dropped
+    for part in ("weight", "bias"):
+        keys = [f"{prefix}{p}.{part}" for p in _QKV]
+        if all(k in state_dict for k in keys):
+            packed[keys[0]] = (f"{prefix}in_proj_{part}",
+                               torch.cat([state_dict[k] for k in keys]))
+            packed.update({k: None for k in keys[1:]})
+    if not packed:
+        return
+    items = list(state_dict.items())  # rebuilt in place, so the keys keep MHA's order
+    state_dict.clear()
+    for k, v in items:
+        if k not in packed:
+            state_dict[k] = v
+        elif packed[k] is not None:
+            state_dict[packed[k][0]] = packed[k][1]
+
+
+def _unpack_in_proj(module, state_dict, prefix, local_metadata, strict, missing_keys,
+                    unexpected_keys, error_msgs) -> None:
+    """load_state_dict pre-hook: packed in_proj_* keys -> the q/k/v projections' keys."""
+    for part in ("weight", "bias"):
+        key = f"{prefix}in_proj_{part}"
+        if key in state_dict:
+            for p, chunk in zip(_QKV, state_dict.pop(key).chunk(3)):
+                state_dict[f"{prefix}{p}.{part}"] = chunk
 
 
 def _mha_supported(mha) -> str | None:
