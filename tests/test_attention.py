@@ -17,7 +17,12 @@ from dataflow.attention import (
     phase_cycles,
     sparse_attention,
 )
-from dataflow.attention.api import mask_csr
+from dataflow.attention.api import (
+    KERNEL_NODES,
+    issue_bound_cycles,
+    kernel_iterations,
+    mask_csr,
+)
 from dataflow.testing import assert_close
 
 SMALL = {"bigbird": {"block": 8}}  # bigbird's default block (16) leaves few blocks at seq 64
@@ -182,6 +187,7 @@ def test_fast_and_reference_engines_agree_on_attention(dim, lanes, default_arch)
     q, k, v = qkv(16, dim, seed=4)
     pos, crd, _ = mask_csr("window", 16, window=2)
     mapping = map_program(lower_attention(q, k, v, pos, crd, lanes=lanes), default_arch)
+    assert {k.name: len(k.nodes) for k in mapping.program.kernels} == KERNEL_NODES
     fast, ref = run_array(mapping, "fast"), run_array(mapping, "reference")
     for a, b in zip(fast, ref):
         assert a.same_as(b) == [], a.kernel
@@ -209,6 +215,10 @@ def test_cycles_scale_with_nnz_and_respect_the_compute_bound(default_arch):
         assert iters == {"sddmm": nnz * (dim // lanes), "softmax_max": nnz,
                          "softmax_exp": nnz, "softmax_norm": nnz,
                          "spmm": nnz * -(-dim // lanes)}, name
+        assert iters == kernel_iterations(nnz, dim, dim, lanes)
+        bound = issue_bound_cycles(nnz, dim, dim, default_arch)
+        for kr in r.kernels:  # one op per PE per cycle
+            assert kr.compute_cycles >= bound[kr.kernel], (name, kr.kernel)
         ph = phase_cycles(r)
         assert set(ph) == {"sddmm", "softmax", "spmm"}
         assert sum(ph.values()) == r.compute_cycles
