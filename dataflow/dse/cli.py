@@ -95,7 +95,19 @@ def sweep_command(args: argparse.Namespace) -> int:
               "same command again to resume", file=sys.stderr)
         return 130
     print(f"{sweep.name}: {summary.text()}; results in {args.out}")
+    for error, n in _failures(args.out, summary.run_id):
+        print(f"  {n} failed: {error}")
     return 1 if getattr(summary, "values_mismatch", 0) else 0
+
+
+def _failures(db: str, run_id: str, limit: int = 5) -> list[tuple[str, int]]:
+    """The commonest error messages of a run's failed points."""
+    from dataflow.dse.store import ResultsStore
+
+    with ResultsStore(db) as store:
+        return store.conn.execute(
+            "SELECT error, COUNT(*) AS n FROM dse_points WHERE run_id = ? AND status = 'failed' "
+            "GROUP BY error ORDER BY n DESC LIMIT ?", (run_id, limit)).fetchall()
 
 
 def pareto_command(args: argparse.Namespace) -> int:

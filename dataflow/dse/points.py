@@ -8,6 +8,7 @@ and the seed. The same design reached from two sweep files has one id, so result
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
@@ -41,7 +42,7 @@ class Point:
                 "params": {**dict(self.params), **dict(self.options)},
                 "engine": self.engine, "seed": self.seed}
 
-    @property
+    @functools.cached_property
     def point_id(self) -> str:
         return hashlib.sha256(canonical_json(self.canonical()).encode()).hexdigest()[:16]
 

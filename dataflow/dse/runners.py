@@ -102,8 +102,9 @@ class DaskRunner:
 
 def make_runner(workers: int | None = None, scheduler: str | None = None, serial: bool = False,
                 scheduler_timeout_s: float = 30):
-    if scheduler and serial:
-        raise ValueError("--serial and --scheduler exclude each other")
+    if scheduler and (serial or workers):
+        raise ValueError("--scheduler runs on the cluster's workers: it takes no --serial or "
+                         "--workers")
     if scheduler:
         return DaskRunner(scheduler, scheduler_timeout_s)
     if serial or workers == 1:
