@@ -38,6 +38,10 @@ class KernelSpec:
 
 def kernels() -> tuple[KernelSpec, ...]:
     """All kernels of `dataflow.cuda`, each at every signature the launchers use."""
+    if "numba.cuda" not in sys.modules:  # let the device module pick GPU or simulator first
+        from dataflow.cuda.device import cuda_module
+
+        cuda_module()
     from dataflow.cuda.kernels import attention, butterfly, dense, microtile, sparse
 
     sc = "int64"
@@ -109,12 +113,20 @@ def compile_ptx(spec: KernelSpec, cc: tuple[int, int]) -> dict:
         out.update(ok=False, error=f"{type(exc).__name__}: {exc}")
         return out
     target = re.search(r"^\.target\s+(\S+)", ptx, re.M)
+    # fp64 arithmetic in an fp32 kernel (a Python float constant, math.inf, ...) runs at 1/64
+    # of the fp32 rate on many GPUs: the simulator hides it, the PTX shows it
+    f64 = len(re.findall(r"^\s*[a-z][\w.]*\.f64\b", ptx, re.M))
     out.update(ok=True, target=target.group(1) if target else None,
-               entry=".entry" in ptx, shared_bytes=_shared_bytes(ptx), ptx_chars=len(ptx))
+               entry=".entry" in ptx, shared_bytes=_shared_bytes(ptx), f64_instructions=f64,
+               ptx_chars=len(ptx))
     return out
 
 
 def compile_all_ptx(ccs=((8, 0), (9, 0))) -> list[dict]:
+    """Every registered kernel compiled for every compute capability in `ccs` (a process
+    without NUMBA_ENABLE_CUDASIM; numba.cuda is imported here, in compiler mode, first)."""
+    from numba import cuda  # noqa: F401  (before kernels() could switch the simulator on)
+
     return [compile_ptx(spec, cc) for spec in kernels() for cc in ccs]
 
 
