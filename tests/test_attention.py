@@ -266,3 +266,25 @@ def test_compute_energy_is_the_closed_form_of_the_op_counts(default_arch):
     want = (e.mac_pj * nnz * (16 + 1 + 8) + e.sfu_pj * 2 * nnz + e.alu_pj * 2 * nnz
             + e.alu_pj * (lanes - 1) * nnz * (16 // lanes))
     assert dict(res.energy_pj)["compute"] == pytest.approx(want, rel=1e-12)
+
+
+def test_plans_are_cached_by_structure_not_values(default_arch, tmp_path):
+    from dataflow.attention.op import SparseAttention
+    from dataflow.ust_frontend.cache import PlanCache
+
+    store = PlanCache(directory=tmp_path)
+    q, k, v = qkv(32, 8, seed=6)
+    pos, crd, _ = mask_csr("butterfly", 32)
+    a = SparseAttention(q, k, v, pos, crd)
+    a.plan(arch=default_arch, cache=store)
+    first = a.execute("sim")
+    assert a.plan_source == "built"
+    b = SparseAttention(2 * q, k, v, pos, crd)  # new values, same structure: a memory hit
+    b.plan(arch=default_arch, cache=store)
+    assert b.plan_source == "memory"
+    assert_close(b.execute("sim"), b.execute("numpy"))
+    assert not np.allclose(first, b.execute("sim"))
+    pos2, crd2, _ = mask_csr("window", 32, window=1)  # another structure: planned again
+    c = SparseAttention(q, k, v, pos2, crd2)
+    c.plan(arch=default_arch, cache=store)
+    assert c.plan_source == "built"

@@ -108,7 +108,8 @@ def _as_matrix(name: str, x) -> np.ndarray:
 
 
 def sparse_attention(q, k, v, pattern="dense", backend: str = "numpy", arch=None, *,
-                     engine: str = "fast", return_result: bool = False, **pattern_params):
+                     engine: str = "fast", return_result: bool = False, cache=None,
+                     **pattern_params):
     """Masked attention softmax(mask(Q K^T / sqrt(d))) V with a structured sparsity pattern.
 
     `pattern` is a name from `PATTERNS` (its parameters, e.g. `window=8`, `dilation=2`,
@@ -116,7 +117,9 @@ def sparse_attention(q, k, v, pattern="dense", backend: str = "numpy", arch=None
     numpy; nonzeros are attended). `backend="numpy"` is the reference; `"sim"` lowers to
     SDDMM -> masked softmax -> SpMM kernels, maps them on `arch` (default preset) and runs the
     cycle-level `engine`. Returns the (seq_q, dim_v) float32 output, or `(output, SimResult)`
-    when `return_result` (sim only; the result's `kernels` give per-kernel cycles).
+    when `return_result` (sim only; the result's `kernels` give per-kernel cycles). Plans
+    (lower + map) are cached like the other frontend ops' (`cache`: a PlanCache, None for the
+    default memory + disk cache, False to always plan afresh).
     """
     if backend not in BACKENDS:
         raise ValueError(f"sparse_attention: backend must be one of {BACKENDS}, got {backend!r}")
@@ -140,30 +143,31 @@ def sparse_attention(q, k, v, pattern="dense", backend: str = "numpy", arch=None
         from dataflow.cuda.ops import sparse_attention as cuda_attention
 
         return cuda_attention(q, k, v, pos, crd)
-    res = _simulate(q, k, v, pos, crd, arch, engine, workload="attention")
+    res = _simulate(q, k, v, pos, crd, arch, engine, workload="attention", cache=cache)
     return (res.output, res) if return_result else res.output
 
 
-def _simulate(q, k, v, pos, crd, arch, engine, workload, trace=False, t0=None, notes=()):
+def _simulate(q, k, v, pos, crd, arch, engine, workload, trace=False, t0=None, cache=None):
+    """Plan (through the plan cache unless `cache` is False), run the engine, check values."""
     import dataclasses
 
-    from dataflow.api import finish, resolve_arch
-    from dataflow.mapper import map_program
+    from dataflow.api import finish
+    from dataflow.attention.op import SparseAttention
     from dataflow.pe_array.simulate import simulate_mapping
 
     t0 = time.perf_counter() if t0 is None else t0
-    spec = resolve_arch(arch)
-    prog = lower_attention(q, k, v, pos, crd, lanes=spec.pe_array.simd_lanes)
-    mapping = map_program(prog, spec)
+    op = SparseAttention(q, k, v, pos, crd)
+    plan = op.plan(arch=arch, cache=cache)
+    mapping = plan.bind(op._lower())
     res = simulate_mapping(mapping, engine=engine, trace=trace, workload=workload)
     res = finish(res, attention_reference(q, k, v, pos, crd), t0, mapping)
     ph = phase_cycles(res)
-    bound = compute_bound_cycles(len(crd), q.shape[1], v.shape[1], spec)
+    bound = compute_bound_cycles(len(crd), q.shape[1], v.shape[1], plan.arch)
     extra = (f"attention nnz {len(crd):,} of {q.shape[0] * k.shape[0]:,} "
              f"({100 * len(crd) / (q.shape[0] * k.shape[0]):.1f}%); compute cycles by phase: "
              + ", ".join(f"{k_} {v_:,}" for k_, v_ in ph.items())
-             + f"; MAC bound {bound:,} cycles",)
-    return dataclasses.replace(res, notes=tuple(res.notes) + tuple(notes) + extra)
+             + f"; MAC bound {bound:,} cycles; plan {op.plan_source}",)
+    return dataclasses.replace(res, notes=tuple(res.notes) + extra)
 
 
 # --- the `attention` workload -----------------------------------------------------------------
@@ -181,7 +185,7 @@ def _run(spec, *, engine: str = "fast", seed: int = 0, trace: bool = False, patt
     q, k, v = (rng.standard_normal((seq, dim), dtype=np.float32) for _ in range(3))
     pos, crd, _ = mask_csr(p, seq)
     return _simulate(q, k, v, pos, crd, spec, engine, workload=f"attention/{p}", trace=trace,
-                     t0=t0)
+                     t0=t0, cache=False)
 
 
 _PATTERN_PARAMS = (

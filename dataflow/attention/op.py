@@ -1,0 +1,75 @@
+"""`SparseAttention`: masked attention as a stateful frontend op (plan once, execute often).
+
+Planning (lower + map) depends on the shapes of q, k, v, the mask's structure and the arch,
+never on values, so plans go through the frontend's plan cache (memory and disk, see
+`dataflow.ust_frontend.cache`) like `Matmul` and `Sddmm` do.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+
+from dataflow.attention.lower import lower_attention
+from dataflow.ust_frontend.named import NamedFormats
+from dataflow.ust_frontend.ops import _StatefulOp, as_tensor
+from dataflow.ust_frontend.tensor import Tensor
+
+# The cache's code fingerprint covers dfg/, mapper/ and arch/; this lowering lives elsewhere,
+# so its source hash goes into the op name (and thus the plan key): editing it retires old plans.
+_LOWERING_SHA = hashlib.sha256(
+    (Path(__file__).resolve().parent / "lower.py").read_bytes()).hexdigest()[:12]
+
+
+class SparseAttention(_StatefulOp):
+    """O = softmax(mask(Q K^T / sqrt(d))) V with `mask` given by its CSR arrays (pos, crd).
+
+    `execute(backend="numpy")` is the dense masked reference; `"sim"` runs the planned mapping
+    on the fast engine (`last_result` holds the SimResult)."""
+
+    op = f"attention:{_LOWERING_SHA}"
+
+    def __init__(self, q, k, v, pos: np.ndarray, crd: np.ndarray):
+        super().__init__()
+        self._lanes = None
+        self.reset_operands(q, k, v, pos, crd)
+
+    def reset_operands(self, q=None, k=None, v=None, pos=None, crd=None) -> None:
+        """New values; the plan stays valid while the shapes and the mask's structure do."""
+        if q is not None:
+            self.q = np.ascontiguousarray(q, dtype=np.float32)
+        if k is not None:
+            self.k = np.ascontiguousarray(k, dtype=np.float32)
+        if v is not None:
+            self.v = np.ascontiguousarray(v, dtype=np.float32)
+        if pos is not None or crd is not None:
+            self.pos = np.asarray(pos, dtype=np.int64)
+            self.crd = np.asarray(crd, dtype=np.int64)
+        shape = (self.q.shape[0], self.k.shape[0])
+        # the structure the kernels walk, as a CSR tensor: its pos/crd bytes key the plan
+        self.mask = Tensor(NamedFormats.CSR, shape, [None, self.pos], [None, self.crd],
+                           np.ones(len(self.crd), dtype=np.float32))
+
+    def _operands(self):
+        return (as_tensor(self.q), as_tensor(self.k), as_tensor(self.v), self.mask)
+
+    def plan(self, arch=None, backend: str = "sim", *, dataflow=None, cache=None):
+        if backend == "sim":
+            from dataflow.api import resolve_arch
+
+            arch = resolve_arch(arch)
+            self._lanes = arch.pe_array.simd_lanes  # the SDDMM's reduction width
+        return super().plan(arch, backend, dataflow=dataflow, cache=cache)
+
+    def _lower(self):
+        return lower_attention(self.q, self.k, self.v, self.pos, self.crd, lanes=self._lanes or 1)
+
+    def _reference(self) -> np.ndarray:
+        from dataflow.attention.api import attention_reference
+
+        return attention_reference(self.q, self.k, self.v, self.pos, self.crd)
+
+    def _finish(self, raw) -> np.ndarray:
+        return np.asarray(raw, dtype=np.float32)
