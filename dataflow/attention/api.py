@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 
-from dataflow.attention.lower import KERNEL_PHASE, lower_attention
+from dataflow.attention.lower import KERNEL_PHASE
 from dataflow.attention.patterns import (
     DEFAULTS,
     PATTERNS,
