@@ -131,6 +131,29 @@ def test_key_ignores_values_but_not_structure_shape_format_dtype():
     assert key_of(a, b.astype(np.float64)) != base  # dtype
 
 
+def test_key_depends_on_the_op_and_every_operand_structure():
+    from dataflow.ust_frontend.ops import Elementwise, Sddmm
+
+    a, _ = operands()
+    s = sp.random(12, 10, density=0.3, format="csr", dtype=np.float32, random_state=4)
+    ew = {k: Elementwise(k, a, s).plan(cache=False).key for k in ("add", "multiply")}
+    assert ew["add"] != ew["multiply"]
+    b = sp.random(10, 6, density=0.3, format="csr", dtype=np.float32, random_state=2)
+    spgemm = key_of(a, b)  # the sparse B's structure is in the key too
+    assert spgemm != key_of(a, sp.random(10, 6, density=0.3, format="csr", dtype=np.float32,
+                                         random_state=3))
+    assert spgemm != key_of(a, b.toarray())  # SpGEMM and SpMM are other ops
+    x, y = np.ones((12, 4), np.float32), np.ones((4, 6), np.float32)
+
+    def sddmm_key(mask, scale=1.0):
+        return Sddmm(x * scale, y, mask).plan(cache=False).key
+
+    mask = sp.random(12, 6, density=0.3, format="csr", dtype=np.float32, random_state=5)
+    assert sddmm_key(mask) == sddmm_key(mask * 2, scale=3.0)  # values only
+    assert sddmm_key(mask) != sddmm_key(
+        sp.random(12, 6, density=0.3, format="csr", dtype=np.float32, random_state=6))
+
+
 def test_key_depends_on_arch_and_dataflow():
     a, b = np.ones((8, 8), np.float32), np.ones((8, 8), np.float32)
     assert key_of(a, b) != key_of(a, b, arch=variant(**{"spm.lines": 2}))

@@ -197,6 +197,43 @@ def test_sddmm_prolog_epilog(backend, cache):
     assert_close(out.to_dense(), 10 * mask.toarray() * (a.astype(np.float64) @ np.abs(b)))
 
 
+def test_sddmm_semiring_on_numpy_and_a_clear_error_on_sim(cache):
+    a, b, mask = rand((5, 4)), rand((4, 6), 1), rand_sparse(5, 6, 0.5, seed=3)
+    out = sddmm(a, b, mask, semiring="max_plus")
+    csr = mask.tocsr()
+    rows = np.repeat(np.arange(5), np.diff(csr.indptr))
+    # C.val[p] = mask.val[p] + max_k (A[i, k] + B[k, j])
+    want = csr.data.astype(np.float64) + np.array(
+        [max(a[i, k] + b[k, j] for k in range(4)) for i, j in zip(rows, csr.indices)])
+    assert_close(out.val, want)
+    with pytest.raises(NotImplementedError, match="sim backend computes plus-times only"):
+        sddmm(a, b, mask, backend="sim", semiring="max_plus", cache=cache)
+    with pytest.raises(ValueError, match="unknown semiring"):
+        sddmm(a, b, mask, semiring="tropical")
+
+
+def test_elementwise_semiring_on_numpy_and_a_clear_error_on_sim(cache):
+    s, t = rand_sparse(5, 4, 0.4, seed=1), rand_sparse(5, 4, 0.4, seed=2)
+    sd, td = s.toarray().astype(np.float64), t.toarray().astype(np.float64)
+    ins, int_ = sd != 0, td != 0
+    # min_plus: add is min over the union, multiply is + over the intersection; an absent
+    # entry is +inf, so the result is dense
+    got = add(s, t, semiring="min_plus")
+    want = np.where(ins & int_, np.minimum(sd, td),
+                    np.where(ins, sd, np.where(int_, td, np.inf)))
+    assert isinstance(got, np.ndarray) and np.array_equal(np.isinf(got), np.isinf(want))
+    assert_close(np.where(np.isinf(want), 0, got), np.where(np.isinf(want), 0, want))
+    got = multiply(s, t, semiring="min_plus")
+    want = np.where(ins & int_, sd + td, np.inf)
+    assert np.array_equal(np.isinf(got), np.isinf(want))
+    assert_close(np.where(np.isinf(want), 0, got), np.where(np.isinf(want), 0, want))
+    with pytest.raises(NotImplementedError, match="sim backend computes plus-times only"):
+        add(s, t, backend="sim", semiring="min_plus", cache=cache)
+    # plus_times is the default op, so it runs on the sim
+    assert_close(add(s, t, backend="sim", semiring="plus_times", cache=cache).toarray(),
+                 sd + td)
+
+
 def test_sddmm_sim_reports_cycles(cache):
     op = Sddmm(rand((6, 5)), rand((5, 4), 1), rand_sparse(6, 4, 0.5))
     op.plan(cache=cache)

@@ -42,12 +42,13 @@ BACKENDS = ("numpy", "sim")  # built in: methods of the op classes below
 #                  (B is k x 1 for SpMV/GEMV), `op.semiring` (None = plus-times, else a dict of
 #                  "add"/"mul"/"zero"); returns the dense (m, n) product as a numpy array.
 #   "sddmm":       `op.dense_operands()` -> (A, B) dense numpy arrays with the prolog applied,
+#                  `op.semiring` (as for matmul),
 #                  `op.mask_csr()` -> the mask's CSR (pos, crd, val); returns a 1-D numpy array
 #                  of one value per mask entry, in CSR order: val[p] * (A[i] . B[:, crd[p]]).
 #   "elementwise": `op.kind` ("add": union of stored entries, "multiply": intersection),
 #                  `op.prologued_operands()` -> (A, B) same-shape UST Tensors with the prolog
-#                  applied; returns a dense numpy array of A's shape, or a scipy.sparse matrix
-#                  when `op.sparse_result` (both operands sparse matrices).
+#                  applied, `op.semiring` (as for matmul); returns a dense numpy array of A's
+#                  shape, or a scipy.sparse matrix when `op.sparse_result`.
 # An executor that cannot run some case (e.g. a custom semiring) raises NotImplementedError
 # naming it. It may leave timing or a result object on `op.last_result`.
 
@@ -128,6 +129,21 @@ SEMIRINGS: dict[str, dict] = {
     "min_plus": {"add": np.minimum, "mul": np.add, "zero": np.inf},
     "max_times": {"add": np.maximum, "mul": np.multiply, "zero": -np.inf},
 }
+
+
+def resolve_semiring(semiring) -> dict | None:
+    """None for plus-times (the default), else a dict with "add", "mul" and "zero"."""
+    if semiring is None:
+        return None
+    if isinstance(semiring, str):
+        if semiring not in SEMIRINGS:
+            raise ValueError(f"unknown semiring {semiring!r}; choose one of {list(SEMIRINGS)}"
+                             " or pass {'add': f, 'mul': g, 'zero': z}")
+        semiring = SEMIRINGS[semiring]
+    if not isinstance(semiring, dict) or not {"add", "mul"} <= set(semiring):
+        raise ValueError("a semiring needs 'add' and 'mul' callables (and 'zero', the "
+                         "identity of add; default 0)")
+    return None if semiring is SEMIRINGS["plus_times"] else semiring
 
 
 def as_tensor(x) -> Tensor:
@@ -276,7 +292,6 @@ class _StatefulOp:
     `_lower()` (sim program from current values), `_reference()` and `_finish(raw)`."""
 
     op = "op"
-    sim_supported = True
 
     def __init__(self):
         self._plan: Plan | None = None
@@ -289,10 +304,14 @@ class _StatefulOp:
     def _notes(self) -> tuple[str, ...]:
         return ()
 
+    semiring: dict | None = None  # None: plus-times
+
     def _sim_check(self) -> None:
-        if not self.sim_supported:
-            raise NotImplementedError(f"{self.op}: the sim backend does not run this op yet; "
-                                      "use backend='numpy'")
+        if self.semiring is not None:
+            raise NotImplementedError(
+                f"{self.op}: the sim backend computes plus-times only (the engine's ACC adds, "
+                "and absent entries read as 0); run this custom semiring with "
+                "backend='numpy'")
 
     def plan(self, arch=None, backend: str = "sim", *, dataflow: str | None = None,
              cache=None) -> Plan:
@@ -361,19 +380,10 @@ class Matmul(_StatefulOp):
 
     def __init__(self, a, b, *, semiring=None, prolog=None, epilog=None):
         super().__init__()
-        if isinstance(semiring, str):
-            if semiring not in SEMIRINGS:
-                raise ValueError(f"unknown semiring {semiring!r}; choose one of {list(SEMIRINGS)}"
-                                 " or pass {'add': f, 'mul': g, 'zero': z}")
-            semiring = SEMIRINGS[semiring]
-        if semiring is not None and not {"add", "mul"} <= set(semiring):
-            raise ValueError("a semiring needs 'add' and 'mul' callables (and 'zero', the "
-                             "identity of add; default 0)")
+        self.semiring = resolve_semiring(semiring)
         if isinstance(prolog, dict) and not set(prolog) <= {"a", "b"}:
             raise ValueError(f"prolog keys must be 'a' and/or 'b', got {sorted(prolog)}")
-        self.semiring = None if semiring is SEMIRINGS["plus_times"] else semiring
         self.prolog, self.epilog = prolog, epilog
-        self.sim_supported = self.semiring is None
         self.reset_operands(a, b)
 
     def reset_operands(self, a=None, b=None) -> None:
@@ -451,13 +461,15 @@ class Sddmm(_StatefulOp):
 
     A (m x k) and B (k x n) dense, mask (m x n) sparse in any format; the result is a CSR
     `Tensor` with the mask's structure. `prolog` ({"a": f, "b": g} or one callable for both)
-    maps A and B elementwise first; `epilog` maps the result's values. sim lowers to the SDDMM
-    kernel of `dataflow.dfg.lower_sddmm`; custom semirings are not offered for SDDMM."""
+    maps A and B elementwise first; `epilog` maps the result's values. `semiring` (numpy
+    backend only): C.val[p] = mul(mask.val[p], add over k of mul(A[i, k], B[k, j])). sim
+    lowers to the SDDMM kernel of `dataflow.dfg.lower_sddmm`."""
 
     op = "sddmm"
 
-    def __init__(self, a, b, mask, *, prolog=None, epilog=None):
+    def __init__(self, a, b, mask, *, semiring=None, prolog=None, epilog=None):
         super().__init__()
+        self.semiring = resolve_semiring(semiring)
         if isinstance(prolog, dict) and not set(prolog) <= {"a", "b"}:
             raise ValueError(f"prolog keys must be 'a' and/or 'b', got {sorted(prolog)}")
         self.prolog, self.epilog = prolog, epilog
@@ -502,7 +514,14 @@ class Sddmm(_StatefulOp):
         pos, crd, val = self._csr
         rows = np.repeat(np.arange(self.mask.shape[0]), np.diff(pos))
         ad, bd = (x.astype(np.float64) for x in self._dense_ab())
-        return np.asarray(val, np.float64) * np.einsum("pk,kp->p", ad[rows], bd[:, crd])
+        val = np.asarray(val, np.float64)
+        if self.semiring is None:
+            return val * np.einsum("pk,kp->p", ad[rows], bd[:, crd])
+        add, mul = self.semiring["add"], self.semiring["mul"]
+        acc = np.full(len(val), float(self.semiring.get("zero", 0.0)))
+        for kk in range(ad.shape[1]):  # vectorised over the mask's entries
+            acc = add(acc, mul(ad[rows, kk], bd[kk, crd]))
+        return mul(val, acc)
 
     def _sim_output(self, res) -> np.ndarray:
         return np.asarray(res.output).reshape(-1)
@@ -525,12 +544,15 @@ class Elementwise(_StatefulOp):
     `prolog` ({"a": f, "b": g} or one callable for both) maps the operands' stored values
     first (absent entries stay absent); `epilog` maps the result's values (the stored ones of a
     sparse result). sim lowers to `dataflow.dfg.lower_elementwise` (co-iteration of the
-    operands' structures). No semiring: the op is the semiring's add or multiply already."""
+    operands' structures). `semiring` (numpy backend only): `add` applies its add, `multiply`
+    its mul; an absent entry is its zero, so the result is dense (an absent result entry is
+    the zero, e.g. +inf for min_plus, which no sparse package can leave implicit)."""
 
     _FNS: ClassVar[dict[str, str]] = {"add": "__add__", "multiply": "multiply"}
 
-    def __init__(self, kind: str, a, b, *, prolog=None, epilog=None):
+    def __init__(self, kind: str, a, b, *, semiring=None, prolog=None, epilog=None):
         super().__init__()
+        self.semiring = resolve_semiring(semiring)
         if kind not in self._FNS:
             raise ValueError(f"unknown elementwise op {kind!r}; choose one of {list(self._FNS)}")
         if isinstance(prolog, dict) and not set(prolog) <= {"a", "b"}:
@@ -551,7 +573,8 @@ class Elementwise(_StatefulOp):
 
     @property
     def sparse_result(self) -> bool:
-        return not is_dense(self.a) and not is_dense(self.b) and len(self.a.shape) == 2
+        return (not is_dense(self.a) and not is_dense(self.b) and len(self.a.shape) == 2
+                and self.semiring is None)
 
     def _operands(self):
         return (self.a, self.b)
@@ -598,6 +621,11 @@ class Elementwise(_StatefulOp):
 
     def _reference(self):
         a, b = self.prologued_operands()
+        if self.semiring is not None:
+            zero = float(self.semiring.get("zero", 0.0))
+            fn = self.semiring["add" if self.kind == "add" else "mul"]
+            out = fn(*(_dense_filled(t, zero) for t in (a, b)))
+            return np.asarray(out).astype(np.result_type(a.dtype, b.dtype))
         if self.sparse_result:
             import scipy.sparse as sp
 
@@ -660,33 +688,47 @@ def matmul(a, b, backend: str = "numpy", arch=None, dataflow: str | None = None,
 
 
 def sddmm(a, b, mask, backend: str = "numpy", arch=None, dataflow: str | None = None, *,
-          prolog=None, epilog=None, cache=None) -> Tensor:
+          semiring=None, prolog=None, epilog=None, cache=None) -> Tensor:
     """mask ⊙ (a @ b) on the mask's entries, as a CSR `Tensor` (see `Sddmm`)."""
     _check_backend(backend, "sddmm")
-    op = Sddmm(a, b, mask, prolog=prolog, epilog=epilog)
+    op = Sddmm(a, b, mask, semiring=semiring, prolog=prolog, epilog=epilog)
     if backend == "sim":
         op.plan(arch=arch, backend="sim", dataflow=dataflow, cache=cache)
     return op.execute(backend)
 
 
-def _elementwise(kind, a, b, backend, arch, dataflow, cache, prolog, epilog):
+def _dense_filled(t: Tensor, fill: float) -> np.ndarray:
+    """`t` densified in float64 with `fill` where it stores no entry (a semiring's zero)."""
+    if is_dense(t):
+        return t.to_dense().astype(np.float64)
+    coords, values = t.entries()
+    out = np.full(t.shape, fill)
+    present = np.zeros(t.shape, bool)
+    present[tuple(coords)] = True
+    out[present] = 0.0
+    np.add.at(out, tuple(coords), np.asarray(values, np.float64))
+    return out
+
+
+def _elementwise(kind, a, b, backend, arch, dataflow, cache, prolog, epilog, semiring):
     _check_backend(backend, "elementwise")
-    op = Elementwise(kind, a, b, prolog=prolog, epilog=epilog)
+    op = Elementwise(kind, a, b, semiring=semiring, prolog=prolog, epilog=epilog)
     if backend == "sim":
         op.plan(arch=arch, backend="sim", dataflow=dataflow, cache=cache)
     return op.execute(backend)
 
 
 def add(a, b, backend: str = "numpy", arch=None, dataflow: str | None = None, *, cache=None,
-        prolog=None, epilog=None):
+        semiring=None, prolog=None, epilog=None):
     """a + b over the union of stored entries (see `Elementwise`)."""
-    return _elementwise("add", a, b, backend, arch, dataflow, cache, prolog, epilog)
+    return _elementwise("add", a, b, backend, arch, dataflow, cache, prolog, epilog, semiring)
 
 
 def multiply(a, b, backend: str = "numpy", arch=None, dataflow: str | None = None, *,
-             cache=None, prolog=None, epilog=None):
+             cache=None, semiring=None, prolog=None, epilog=None):
     """a * b elementwise over the intersection of stored entries (see `Elementwise`)."""
-    return _elementwise("multiply", a, b, backend, arch, dataflow, cache, prolog, epilog)
+    return _elementwise("multiply", a, b, backend, arch, dataflow, cache, prolog, epilog,
+                        semiring)
 
 
 __all__ = [
@@ -707,6 +749,7 @@ __all__ = [
     "matmul_reference",
     "multiply",
     "register_backend",
+    "resolve_semiring",
     "sddmm",
     "semiring_matmul",
     "spgemm_reference",
