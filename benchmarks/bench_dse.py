@@ -6,7 +6,8 @@ One run measures every configuration side by side on the same grid (each into a 
 file): the serial runner in this process, then the local process pool with each worker count.
 Pool start-up (forkserver + imports) is timed apart from the steady state, which is what a long
 sweep sees. The target is near-linear scaling in cores; on a shared machine other load lowers it,
-so the load average is printed next to the numbers. Results of every run are checked to be
+so the load average and the cores the evaluations actually got (their CPU seconds over the wall
+seconds) are printed next to the numbers. Results of every run are checked to be
 identical to the serial run's. Writes a table and benchmarks/out/bench_dse.png.
 """
 
@@ -45,9 +46,10 @@ def timed_run(points, runner, folder: Path, label: str) -> tuple[float, dict]:
         evaluated, failed, _ = run_points(points, store, runner, run_id)
         wall = time.perf_counter() - t0
         assert evaluated == len(points) and failed == 0, (evaluated, failed)
-        values = {r["point_id"]: (r["cycles"], r["energy_pj"], r["values_match"])
-                  for r in store.rows()}
-    return wall, values
+        rows = store.rows()
+        values = {r["point_id"]: (r["cycles"], r["energy_pj"], r["values_match"]) for r in rows}
+        cpu = sum(r["result"]["evaluation_cpu_s"] for r in rows)
+    return wall, cpu, values
 
 
 def main() -> None:
@@ -73,8 +75,8 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        wall, ref = timed_run(points, SerialRunner(), folder, "serial")
-        rows.append(("serial", 1, 0.0, wall, len(points) / wall))
+        wall, cpu, ref = timed_run(points, SerialRunner(), folder, "serial")
+        rows.append(("serial", 1, 0.0, wall, len(points) / wall, cpu))
         for w in counts:
             t0 = time.perf_counter()
             runner = PoolRunner(w)
@@ -82,17 +84,20 @@ def main() -> None:
             list(runner.imap_unordered([points[i % len(points)].payload() for i in range(w)]))
             startup = time.perf_counter() - t0
             try:
-                wall, got = timed_run(points, runner, folder, f"pool{w}")
+                wall, cpu, got = timed_run(points, runner, folder, f"pool{w}")
             finally:
                 runner.close()
             assert got == ref, f"pool with {w} workers gave other results than serial"
-            rows.append((f"pool {w}", w, startup, wall, len(points) / wall))
+            rows.append((f"pool {w}", w, startup, wall, len(points) / wall, cpu))
     serial_rate = rows[0][4]
+    # cores busy = CPU seconds the evaluations got / wall seconds: below the worker count when
+    # other processes share the cores, which is what caps the speed-up on a loaded machine
     print(f"{'runner':>8} {'workers':>7} {'startup s':>9} {'sweep s':>8} {'points/s':>9} "
-          f"{'vs serial':>9} {'per worker':>10}")
-    for name, w, startup, wall, rate in rows:
+          f"{'vs serial':>9} {'per worker':>10} {'cpu ms/pt':>9} {'cores busy':>10}")
+    for name, w, startup, wall, rate, cpu in rows:
         print(f"{name:>8} {w:>7} {startup:>9.2f} {wall:>8.2f} {rate:>9.2f} "
-              f"{rate / serial_rate:>8.2f}x {rate / serial_rate / w:>9.0%}")
+              f"{rate / serial_rate:>8.2f}x {rate / serial_rate / w:>9.0%} "
+              f"{1e3 * cpu / len(points):>9.1f} {cpu / wall:>10.2f}")
     print("\nall runs stored identical cycles, energy and value checks")
 
     import matplotlib

@@ -69,7 +69,7 @@ def evaluate_point(payload: dict[str, Any]) -> dict[str, Any]:
     from dataflow.api import simulate
     from dataflow.arch import arch_from_dict
 
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     record: dict[str, Any] = {"point_id": payload["point_id"],
                               "worker": f"{socket.gethostname()}:{os.getpid()}"}
     try:
@@ -90,7 +90,8 @@ def evaluate_point(payload: dict[str, Any]) -> dict[str, Any]:
         values_match=None if r.values_match_reference is None else bool(r.values_match_reference),
         max_abs_error=None if r.max_abs_error is None else float(r.max_abs_error),
         wall_s=time.perf_counter() - t0,
-        result={**r.to_dict(), "area_mm2": area})
+        result={**r.to_dict(), "area_mm2": area,
+                "evaluation_cpu_s": time.process_time() - cpu0})
     return record
 
 
