@@ -219,6 +219,8 @@ def test_frontend_matmul_and_sddmm_on_cuda(rng):
     assert_close(out.val, sddmm(x, y, a).val)
     with pytest.raises(NotImplementedError, match="semiring"):
         dataflow.matmul(a, b, backend="cuda", semiring="max_plus")
+    with pytest.raises(NotImplementedError, match="semiring"):
+        sddmm(x, y, a, backend="cuda", semiring="max_plus")
 
 
 # --- runner, dry runs, errors ---------------------------------------------------------------

@@ -28,6 +28,9 @@ def matmul_executor(op) -> np.ndarray:
 def sddmm_executor(op) -> np.ndarray:
     from dataflow.cuda import ops
 
+    if getattr(op, "semiring", None) is not None:
+        raise NotImplementedError("sddmm on cuda: only the plus-times semiring has a kernel; "
+                                  "use backend='numpy' for custom semirings")
     a, b = op.dense_operands()
     pos, crd, val = op.mask_csr()
     return ops.sddmm(a, b, pos, crd, val)
