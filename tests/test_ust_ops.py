@@ -361,3 +361,29 @@ def test_function_form_torch_and_default_cache(tmp_path):
     assert isinstance(out, torch.Tensor) and res.cycles > 0
     assert_close(out.numpy(), (a.double() @ b.double()).numpy())
     assert list((tmp_path / "default").glob("*.plan"))  # went through the default disk cache
+
+
+# A format no package has, written by a user as a string: row pairs, compressed pairs of rows,
+# then dense columns within a stored pair row (a 2 x 1 block format, block-compressed).
+CUSTOM = "(i, j) -> (i / 2 : compressed, j : compressed, i % 2 : dense)"
+
+
+@pytest.mark.parametrize("backend", ["numpy", "sim"])
+def test_a_custom_string_format_runs_through_every_op(backend, ew_cache):
+    cache = ew_cache
+    s = rand_sparse(6, 5, 0.4, seed=11)
+    c = Tensor.from_package(s).convert(tensor_format=CUSTOM)
+    assert str(c.tensor_format) != str(NamedFormats.CSR) and c.to_dense().shape == (6, 5)
+    sd = s.toarray().astype(np.float64)
+    b = rand((5, 3), 1)
+    assert_close(matmul(c, b, backend=backend, cache=cache).to_dense(), sd @ b)  # SpMM
+    c2 = Tensor.from_package(rand_sparse(5, 4, 0.5, seed=12)).convert(tensor_format=CUSTOM)
+    assert_close(matmul(c, c2, backend=backend, cache=cache).to_dense(),
+                 sd @ c2.to_dense().astype(np.float64))  # SpGEMM
+    mask_c = Tensor.from_package(rand_sparse(6, 4, 0.5, seed=13)).convert(tensor_format=CUSTOM)
+    a = rand((6, 5), 2)
+    got = sddmm(a, c2.to_dense(), mask_c, backend=backend, cache=cache)
+    assert_close(got.to_dense(), mask_c.to_dense() * (a.astype(np.float64) @ c2.to_dense()))
+    t = Tensor.from_package(rand_sparse(6, 5, 0.4, seed=14)).convert(tensor_format=CUSTOM)
+    assert_close(add(c, t, backend=backend, cache=cache).to_dense(), sd + t.to_dense())
+    assert_close(multiply(c, t, backend=backend, cache=cache).to_dense(), sd * t.to_dense())
