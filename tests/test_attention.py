@@ -288,3 +288,12 @@ def test_plans_are_cached_by_structure_not_values(default_arch, tmp_path):
     c = SparseAttention(q, k, v, pos2, crd2)
     c.plan(arch=default_arch, cache=store)
     assert c.plan_source == "built"
+
+
+def test_reference_in_row_blocks_equals_one_block():
+    q, k, v = qkv(40, 8, seed=7)
+    pos, crd, _ = mask_csr("bigbird", 40, block=8)
+    one = attention_reference(q, k, v, pos, crd, rows_per_block=40)
+    # equal up to float64 BLAS blocking, seen through the float32 result (1 ulp)
+    np.testing.assert_allclose(attention_reference(q, k, v, pos, crd, rows_per_block=7), one,
+                               rtol=1e-6, atol=1e-7)
