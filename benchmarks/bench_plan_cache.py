@@ -6,7 +6,7 @@ For each workload, measured side by side in this run:
 - warm (disk): `plan()` on a fresh cache object over the same directory, as a new process
   would see it (key computation + read + unpickle);
 and one `execute("sim")` for scale. Times are the best of `--repeats` (cold: each on a new
-empty directory).
+empty directory). The table is printed and plotted to benchmarks/out/plan_cache.png.
 
     python benchmarks/bench_plan_cache.py [--quick] [--repeats N]
 """
@@ -28,7 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from dataflow.api import resolve_arch
 from dataflow.ust_frontend.cache import PlanCache
-from dataflow.ust_frontend.ops import Matmul, Sddmm
+from dataflow.ust_frontend.ops import Elementwise, Matmul, Sddmm
+
+OUT = Path(__file__).resolve().parent / "out"
 
 
 def machine() -> str:
@@ -55,6 +57,11 @@ def workloads(quick: bool):
     yield (f"SDDMM {s}x{s}x{s} mask 20%",
            lambda: Sddmm(rng.standard_normal((s, s), dtype=np.float32),
                          rng.standard_normal((s, s), dtype=np.float32), csr(s, s, 0.2, 2)))
+    q = 32 if quick else 64
+    yield (f"SpGEMM {q}x{q} (10%) x (10%)",
+           lambda: Matmul(csr(q, q, 0.1, 3), csr(q, q, 0.1, 4)))
+    yield (f"add CSR + CSR {m}x{k} (5%)",
+           lambda: Elementwise("add", csr(m, k, 0.05, 5), csr(m, k, 0.05, 6)))
 
 
 def best(f, repeats: int) -> float:
@@ -81,6 +88,7 @@ def main(argv=None) -> int:
     warm = Matmul(np.ones((4, 4), np.float32), np.ones((4, 4), np.float32))
     warm.plan(arch=arch, cache=False)
     warm.execute("sim")  # first-call costs (imports, numba) stay out of the table
+    rows = []
     for name, make in workloads(args.quick):
         op = make()
         with tempfile.TemporaryDirectory() as tmp:
@@ -102,9 +110,36 @@ def main(argv=None) -> int:
             exe = best(lambda op=op: op.execute("sim"), 1)
         print(f"{name:30} {cold * 1e3:9.2f} {mem * 1e3:8.3f} {disk * 1e3:8.3f} "
               f"{cold / mem:8.0f}x {cold / disk:8.0f}x {exe * 1e3:8.2f}")
+        rows.append((name, cold, mem, disk))
     print("cold = lower + map (+ write the cache file); mem/disk = key (hash of pos/crd + arch) "
           "+ lookup; exec = one sim run on the plan, for scale")
+    print(f"plot: {plot(rows)}")
     return 0
+
+
+def plot(rows) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    OUT.mkdir(exist_ok=True)
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    x = np.arange(len(rows))
+    for i, (label, col) in enumerate((("cold (lower + map)", 1), ("warm, memory", 2),
+                                      ("warm, disk", 3))):
+        ax.bar(x + (i - 1) * 0.27, [r[col] * 1e3 for r in rows], 0.27, label=label)
+    ax.set_yscale("log")
+    ax.set_ylabel("plan() time, ms (log)")
+    ax.set_xticks(x, [r[0] for r in rows], rotation=20, ha="right", fontsize=7)
+    ax.set_ylim(top=max(r[1] for r in rows) * 1e3 * 20)  # room for the legend
+    ax.legend(fontsize=8, ncol=3, loc="upper center")
+    ax.set_title("plan cache: a second identical call skips planning")
+    fig.tight_layout()
+    path = OUT / "plan_cache.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
 
 
 if __name__ == "__main__":
