@@ -139,3 +139,42 @@ def test_spgemm_on_the_sim_equals_scipy_without_densifying_b(a_kind, tmp_path):
     if a_kind == "csr":  # both engines: identical values and cycles
         ref = simulate_mapping(plan.bind(op._lower()), engine="reference")
         assert np.array_equal(ref.output, res.output) and ref.cycles == res.cycles
+
+
+def _closed_form_compute_cycles(kres, schedule_length):
+    """Per tile of n iterations on U copies at II: (ceil(n / U) - 1) * II + schedule length,
+    plus that tile's SPM-conflict stalls (the engine's modulo-schedule timing)."""
+    return sum((-(-t.iterations // kres.copies) - 1) * kres.ii + schedule_length
+               + t.stall_cycles_spm_conflict for t in kres.tiles if t.iterations)
+
+
+@pytest.mark.parametrize("op_kind", ["spgemm", "add", "multiply_dense"])
+def test_new_kernels_do_exactly_their_work_in_closed_form_time(op_kind, tmp_path):
+    """SpGEMM runs one iteration per partial product, co-iteration one per entry of S, and
+    each kernel's cycles follow the modulo-schedule closed form."""
+    from dataflow.ust_frontend.cache import PlanCache
+    from dataflow.ust_frontend.ops import Elementwise, Matmul
+
+    a = sp.random(10, 8, density=0.3, format="csr", dtype=np.float32, random_state=1)
+    b = sp.random(8, 6, density=0.3, format="csr", dtype=np.float32, random_state=2)
+    if op_kind == "spgemm":
+        op = Matmul(a, b)
+    elif op_kind == "add":
+        op = Elementwise("add", a, sp.random(10, 8, density=0.3, format="csr",
+                                             dtype=np.float32, random_state=3))
+    else:
+        op = Elementwise("multiply", a, np.ones((10, 8), np.float32))
+    plan = op.plan(cache=PlanCache(tmp_path))
+    op.execute("sim")
+    (kres,) = op.last_result.kernels
+    work = sum(t.iterations for t in kres.tiles)
+    if op_kind == "spgemm":
+        assert work == op._spgemm.products == int(np.diff(b.indptr)[a.indices].sum())
+    elif op_kind == "add":
+        assert work == op._coiteration.nnz == len(np.union1d(*(
+            np.flatnonzero(m.toarray().ravel()) for m in (a, op.b.to_package()))))
+    else:
+        assert work == a.nnz  # the intersection with a dense operand: A's entries
+    km = plan.kernel_mappings[0]
+    assert kres.compute_cycles == _closed_form_compute_cycles(kres, km.schedule_length)
+    assert kres.ii >= kres.mii
