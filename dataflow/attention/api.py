@@ -13,9 +13,11 @@ from dataflow.attention.patterns import (
     PATTERNS,
     AttentionPattern,
     PatternError,
+    mask_coords,
     pattern_mask,
     resolve,
 )
+from dataflow.ust_frontend.named import NamedFormats
 from dataflow.ust_frontend.tensor import Tensor
 from dataflow.workloads import Param, Workload, register
 
@@ -23,27 +25,57 @@ BACKENDS = ("numpy", "sim", "cuda")  # cuda: dataflow.cuda kernels (GPU or simul
 
 
 def mask_csr(pattern, seq: int, **pattern_params) -> tuple[np.ndarray, np.ndarray, Tensor]:
-    """(pos, crd, mask Tensor) of a pattern name, an `AttentionPattern`, or a given mask (a UST
-    Tensor, scipy.sparse matrix or numpy array whose nonzeros are the attended pairs)."""
+    """(pos, crd, mask as a CSR Tensor) of a pattern name, an `AttentionPattern`, or a given
+    mask (a UST Tensor in any format, scipy.sparse matrix or numpy array whose nonzeros are the
+    attended pairs; converted to CSR through the UST levels, stored zeros dropped).
+
+    A named pattern's CSR comes straight from its coordinates, which is what converting its
+    UST mask (`pattern_mask`) to CSR gives (tests hold the two equal) without walking a
+    seq x seq dense mask level by level."""
     from dataflow.ust_frontend.ops import as_tensor, csr_arrays
 
     if isinstance(pattern, (str, AttentionPattern)):
-        mask = pattern_mask(pattern, seq, **pattern_params)
+        p = pattern if isinstance(pattern, AttentionPattern) else resolve(pattern, seq,
+                                                                          **pattern_params)
+        i, crd = mask_coords(p)
+        pos = np.concatenate(([0], np.cumsum(np.bincount(i, minlength=p.seq))))
+        shape = (p.seq, p.seq)
     else:
         if pattern_params:
             raise PatternError(f"pattern parameters {sorted(pattern_params)} apply only to named "
                                "patterns, not to a given mask")
         mask = as_tensor(np.asarray(pattern, dtype=np.float32)
                          if isinstance(pattern, np.ndarray) else pattern)
-    if mask.num_dimensions != 2:
-        raise PatternError(f"an attention mask must be a matrix, got shape {mask.shape}")
-    pos, crd, val = csr_arrays(mask)
-    keep = np.asarray(val) != 0  # explicitly stored zeros are not attended
-    if not keep.all():
-        rows = np.repeat(np.arange(len(pos) - 1), np.diff(pos))[keep]
-        crd = np.asarray(crd)[keep]
-        pos = np.concatenate(([0], np.cumsum(np.bincount(rows, minlength=len(pos) - 1))))
-    return np.asarray(pos, dtype=np.int64), np.asarray(crd, dtype=np.int64), mask
+        if mask.num_dimensions != 2:
+            raise PatternError(f"an attention mask must be a matrix, got shape {mask.shape}")
+        pos, crd, val = csr_arrays(mask)
+        keep = np.asarray(val) != 0  # explicitly stored zeros are not attended
+        if not keep.all():
+            rows = np.repeat(np.arange(len(pos) - 1), np.diff(pos))[keep]
+            crd = np.asarray(crd)[keep]
+            pos = np.concatenate(([0], np.cumsum(np.bincount(rows, minlength=len(pos) - 1))))
+        shape = tuple(mask.shape)
+    pos, crd = np.asarray(pos, dtype=np.int64), np.asarray(crd, dtype=np.int64)
+    csr = Tensor(NamedFormats.CSR, shape, [None, pos], [None, crd],
+                 np.ones(len(crd), dtype=np.float32))
+    return pos, crd, csr
+
+
+def make_inputs(pattern: str, seq: int, dim: int, seed: int = 0, **pattern_params):
+    """The `attention` workload's operands: seeded standard-normal q, k, v (seq x dim, fp32),
+    the resolved pattern (its random parts seeded by `seed`) and its CSR (pos, crd).
+    Parameters given as None take the pattern's defaults."""
+    for name, val in (("seq", seq), ("dim", dim)):
+        if not isinstance(val, (int, np.integer)) or val < 1:
+            raise ValueError(f"--{name} must be a positive integer, got {val}")
+    given = {k: v for k, v in pattern_params.items() if v is not None}
+    if pattern in ("bigbird", "nm"):
+        given.setdefault("seed", seed)
+    p = resolve(pattern, seq, **given)
+    rng = np.random.default_rng(seed)
+    q, k, v = (rng.standard_normal((seq, dim), dtype=np.float32) for _ in range(3))
+    pos, crd, _ = mask_csr(p, seq)
+    return {"q": q, "k": k, "v": v, "pos": pos, "crd": crd, "pattern": p}
 
 
 def attention_reference(q, k, v, pos: np.ndarray, crd: np.ndarray,
@@ -182,17 +214,9 @@ def _simulate(q, k, v, pos, crd, arch, engine, workload, trace=False, t0=None, c
 def _run(spec, *, engine: str = "fast", seed: int = 0, trace: bool = False, pattern: str = "window",
          seq: int = 128, dim: int = 32, **pattern_params):
     t0 = time.perf_counter()
-    for name, val in (("seq", seq), ("dim", dim)):
-        if not isinstance(val, int) or val < 1:
-            raise ValueError(f"--{name} must be a positive integer, got {val}")
-    given = {k: v for k, v in pattern_params.items() if v is not None}
-    p = resolve(pattern, seq, **given, seed=seed) if pattern in ("bigbird", "nm") else \
-        resolve(pattern, seq, **given)
-    rng = np.random.default_rng(seed)
-    q, k, v = (rng.standard_normal((seq, dim), dtype=np.float32) for _ in range(3))
-    pos, crd, _ = mask_csr(p, seq)
-    return _simulate(q, k, v, pos, crd, spec, engine, workload=f"attention/{p}", trace=trace,
-                     t0=t0, cache=False)
+    x = make_inputs(pattern, seq, dim, seed, **pattern_params)
+    return _simulate(x["q"], x["k"], x["v"], x["pos"], x["crd"], spec, engine,
+                     workload=f"attention/{x['pattern']}", trace=trace, t0=t0, cache=False)
 
 
 _PATTERN_PARAMS = (

@@ -153,11 +153,13 @@ def mask_coords(p: AttentionPattern) -> tuple[np.ndarray, np.ndarray]:
         j = (np.arange(groups, dtype=np.int64)[None, :, None] * m + offs).reshape(s, -1)
         i = np.repeat(np.arange(s, dtype=np.int64), j.shape[1])
         j = j.ravel()
-    order = np.lexsort((j, i))
-    i, j = i[order], j[order]
-    keep = np.ones(len(i), dtype=bool)
-    keep[1:] = (i[1:] != i[:-1]) | (j[1:] != j[:-1])
-    return i[keep], j[keep]
+    if len(i) > 1 and not ((i[1:] > i[:-1]) | ((i[1:] == i[:-1]) & (j[1:] > j[:-1]))).all():
+        order = np.lexsort((j, i))  # butterfly and bigbird come out of order or repeated
+        i, j = i[order], j[order]
+        keep = np.ones(len(i), dtype=bool)
+        keep[1:] = (i[1:] != i[:-1]) | (j[1:] != j[:-1])
+        i, j = i[keep], j[keep]
+    return i, j
 
 
 def _diagonals(s: int, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
