@@ -14,7 +14,6 @@ from dataflow.attention.patterns import (
     AttentionPattern,
     PatternError,
     mask_coords,
-    pattern_mask,
     resolve,
 )
 from dataflow.ust_frontend.named import NamedFormats
