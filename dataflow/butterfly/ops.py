@@ -1,0 +1,185 @@
+"""Butterfly ops on the `numpy` (reference) and `sim` (the engine) backends.
+
+Every `sim` call lowers (`dfg.lower_butterfly`), plans and maps the orchestration
+(`mapper.orchestrate`) and simulates (`butterfly.simulate`); the values come from the engine.
+The `run_*` functions return the `OrchestratedRun` (SimResult, spans, bounds) as well.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from dataflow.butterfly import reference as ref
+from dataflow.butterfly.reference import ButterflyError
+from dataflow.butterfly.simulate import OrchestratedRun, merge_results, simulate_orchestrated
+from dataflow.dfg.lower_butterfly import ButterflySpec, from_blocks, lower_butterfly
+from dataflow.mapper.orchestrate import (
+    MAX_STAGES_PER_KERNEL,
+    ORCHESTRATIONS,
+    map_butterfly,
+    plan_orchestration,
+)
+
+BACKENDS = ("numpy", "sim")
+
+
+def _arch(arch):
+    from dataflow.api import resolve_arch
+
+    return resolve_arch(arch)
+
+
+def _check(backend: str, orchestration: str) -> None:
+    if backend not in BACKENDS:
+        raise ButterflyError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if orchestration not in ORCHESTRATIONS:
+        raise ButterflyError(f"orchestration must be one of {ORCHESTRATIONS}, got {orchestration!r}")
+
+
+def run_spec(spec: ButterflySpec, x2d: np.ndarray, arch, orchestration: str = "multilayer",
+             engine: str = "fast", factors=None, bias=None,
+             max_stages_per_kernel: int = MAX_STAGES_PER_KERNEL, workload: str | None = None) -> OrchestratedRun:
+    """Plan, lower, map and simulate one butterfly product on a (batch, n) operand."""
+    plan = plan_orchestration(spec, arch, orchestration, max_stages_per_kernel)
+    prog = lower_butterfly(spec, plan[1], x2d, factors, bias)
+    om = map_butterfly(prog, spec, arch, plan)
+    return simulate_orchestrated(om, engine, workload)
+
+
+def _unblock(run: OrchestratedRun, spec: ButterflySpec, name: str = "Y") -> np.ndarray:
+    p = spec.prefix
+    y = from_blocks(run.outputs[p + name + "r"], spec.batch, spec.n, spec.lanes)
+    if spec.complex_data and not spec.real_output:
+        y = y + 1j * from_blocks(run.outputs[p + name + "i"], spec.batch, spec.n, spec.lanes)
+    return y
+
+
+def _flatten(x) -> tuple[np.ndarray, tuple]:
+    x = np.asarray(x)
+    if x.ndim < 1 or x.shape[-1] < 2:
+        raise ButterflyError(f"x must have a last axis of length >= 2, got shape {x.shape}")
+    return x.reshape(-1, x.shape[-1]), x.shape
+
+
+# --- FFT ---------------------------------------------------------------------------------------
+
+def run_fft(x, arch=None, orchestration: str = "multilayer", engine: str = "fast",
+            **options) -> tuple[np.ndarray, OrchestratedRun]:
+    """`fft` on the engine: (complex64 result shaped like x, the run)."""
+    arch = _arch(arch)
+    x2, shape = _flatten(x)
+    ref.log2_exact(x2.shape[1], "the last axis of x")
+    spec = ButterflySpec(n=x2.shape[1], batch=x2.shape[0], lanes=arch.pe_array.simd_lanes,
+                         kind="fft", bitrev_input=True, real_input=not np.iscomplexobj(x2))
+    run = run_spec(spec, x2, arch, orchestration, engine, **options)
+    return _unblock(run, spec).astype(np.complex64).reshape(shape), run
+
+
+def fft(x, backend: str = "numpy", arch=None, orchestration: str = "multilayer",
+        engine: str = "fast") -> np.ndarray:
+    """The DFT along the last axis (power-of-two length), as butterfly stages on the
+    bit-reversed input. Equals `np.fft.fft(x)` within fp32 tolerance (`dataflow.testing`).
+    `numpy`: the butterfly reference in float64; `sim`: computed by the simulated array."""
+    _check(backend, orchestration)
+    if backend == "numpy":
+        return ref.fft_reference(x)
+    return run_fft(x, arch, orchestration, engine)[0]
+
+
+# --- general butterfly products ---------------------------------------------------------------
+
+def _matrix_spec(x2, factors, arch, bias=None, relu=False, prefix="") -> ButterflySpec:
+    cplx = np.iscomplexobj(x2) or any(np.iscomplexobj(np.asarray(f)) for f in factors)
+    if cplx and (bias is not None or relu):
+        raise ButterflyError("bias/relu epilogues take real x and real factors")
+    return ButterflySpec(n=x2.shape[1], batch=x2.shape[0], lanes=arch.pe_array.simd_lanes,
+                         kind="complex" if cplx else "real",
+                         real_input=cplx and not np.iscomplexobj(x2),
+                         bias=bias is not None, relu=relu, prefix=prefix)
+
+
+def run_butterfly_matmul(x, factors, arch=None, orchestration: str = "multilayer",
+                         engine: str = "fast", bias=None, relu: bool = False,
+                         **options) -> tuple[np.ndarray, OrchestratedRun]:
+    """`butterfly_matmul` on the engine: (result shaped like x, the run)."""
+    arch = _arch(arch)
+    x2, shape = _flatten(x)
+    factors = ref.check_factors(factors, x2.shape[1])
+    spec = _matrix_spec(x2, factors, arch, bias, relu)
+    run = run_spec(spec, x2, arch, orchestration, engine, factors=factors, bias=bias, **options)
+    y = _unblock(run, spec)
+    return y.astype(np.complex64 if spec.complex_data else np.float32).reshape(shape), run
+
+
+def butterfly_matmul(x, factors, backend: str = "numpy", arch=None,
+                     orchestration: str = "multilayer", engine: str = "fast") -> np.ndarray:
+    """B x along the last axis for the butterfly B = F_(S-1) ... F_0 given by `factors`
+    (log2(n) arrays of shape (n/2, 2, 2), real or complex; see `butterfly.reference`)."""
+    _check(backend, orchestration)
+    if backend == "numpy":
+        return ref.butterfly_apply(x, factors)
+    return run_butterfly_matmul(x, factors, arch, orchestration, engine)[0]
+
+
+def butterfly_linear(x, factors, bias=None, backend: str = "numpy", arch=None,
+                     orchestration: str = "multilayer", engine: str = "fast") -> np.ndarray:
+    """y = B x + bias (real): the bias add is the last stage kernel's epilogue on `sim`."""
+    _check(backend, orchestration)
+    if backend == "numpy":
+        return ref.butterfly_linear(x, factors, bias)
+    return run_butterfly_matmul(x, factors, arch, orchestration, engine, bias=bias)[0]
+
+
+def butterfly_ffn(x, factors1, factors2, bias1=None, bias2=None, backend: str = "numpy",
+                  arch=None, orchestration: str = "multilayer", engine: str = "fast") -> np.ndarray:
+    """FABNet's butterfly FFN B2 relu(B1 x + b1) + b2 (real); on `sim` two butterfly programs,
+    the ReLU and biases fused into their last stages."""
+    _check(backend, orchestration)
+    if backend == "numpy":
+        return ref.butterfly_ffn(x, factors1, factors2, bias1, bias2)
+    h, _ = run_butterfly_matmul(x, factors1, arch, orchestration, engine, bias=bias1, relu=True)
+    return run_butterfly_matmul(h, factors2, arch, orchestration, engine, bias=bias2)[0]
+
+
+# --- FNet / FABNet attention replacement -------------------------------------------------------
+
+def run_fnet_attention(x, arch=None, orchestration: str = "multilayer", engine: str = "fast",
+                       **options):
+    """Re(FFT_seq(FFT_hidden(x))) for x of shape (seq, dim) on the engine: two butterfly
+    programs (FFT over hidden for every token, then over the sequence for every feature,
+    real part only). Between them the intermediate goes to DRAM and comes back transposed by
+    the DMA (a corner turn: a 2-D FFT of seq x dim complex words does not fit the SPM in
+    general); both programs count that traffic. Returns (float32 (seq, dim), the merged
+    SimResult, (pass-1 run, pass-2 run))."""
+    arch = _arch(arch)
+    x = np.asarray(x)
+    if x.ndim != 2:
+        raise ButterflyError(f"fnet attention takes x of shape (seq, dim), got {x.shape}")
+    seq, dim = x.shape
+    ref.log2_exact(seq, "seq")
+    ref.log2_exact(dim, "dim")
+    lanes = arch.pe_array.simd_lanes
+    s1 = ButterflySpec(n=dim, batch=seq, lanes=lanes, kind="fft", bitrev_input=True,
+                       real_input=not np.iscomplexobj(x), prefix="h")
+    r1 = run_spec(s1, x, arch, orchestration, engine, workload="fnet-hidden", **options)
+    h = _unblock(r1, s1)                                   # (seq, dim) complex
+    s2 = ButterflySpec(n=seq, batch=dim, lanes=lanes, kind="fft", bitrev_input=True,
+                       real_output=True, prefix="s")
+    r2 = run_spec(s2, np.ascontiguousarray(h.T), arch, orchestration, engine,
+                  workload="fnet-seq", **options)
+    y = _unblock(r2, s2).T.astype(np.float32)              # (seq, dim) real part
+    res = merge_results([r1.result, r2.result], "fnet-attention", y,
+                        notes=("2-D FFT: pass 1 over hidden, DMA corner turn through DRAM, "
+                               "pass 2 over the sequence (real part kept)",))
+    return y, dataclasses.replace(res, output=y), (r1, r2)
+
+
+def fnet_attention(x, backend: str = "numpy", arch=None, orchestration: str = "multilayer",
+                   engine: str = "fast") -> np.ndarray:
+    """FNet token mixing Re(FFT2(x)) over (seq, dim)."""
+    _check(backend, orchestration)
+    if backend == "numpy":
+        return ref.fnet_attention(x)
+    return run_fnet_attention(x, arch, orchestration, engine)[0]

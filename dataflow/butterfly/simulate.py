@@ -1,0 +1,172 @@
+"""Simulation of an orchestrated butterfly mapping: the engine per kernel, then the system model
+with the kernels grouped into residencies (one configuration and one DRAM round trip each).
+
+The engine (`pe_array.simulate.run_array`, fast or reference) computes every kernel's values,
+per-tile array cycles and SPM traffic exactly as for any program. What the orchestration
+changes is the system level: a residency's kernels run tile by tile one after another, so its
+DMA reads only the data that enters the residency (plus coefficient tables) and writes only what
+leaves it; buffers handed between co-resident kernels stay in SPM lines and cost no DRAM bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dataflow.butterfly.reference import ButterflyError
+from dataflow.mapper.orchestrate import OrchestratedMapping, roofline
+from dataflow.pe_array.result import KernelResult, SimResult, TileResult
+from dataflow.pe_array.simulate import energy_breakdown, run_array
+from dataflow.pe_array.system import run_system
+
+
+@dataclass(frozen=True)
+class StageSpan:
+    """Kernel `kernel` ran tile `tile` on the array in cycles [start, end) on PEs `pes`."""
+
+    kernel: str
+    residency: int
+    tile: int
+    start: int
+    end: int
+    pes: tuple[tuple[int, int], ...]
+
+
+def _buffer_bytes(km, kernel, tile_index: int, word_bytes: int) -> dict[str, tuple[int, int]]:
+    """name -> (bytes read, bytes written) by DMA for one tile (the engine's rule, per buffer)."""
+    tile = km.tiles[tile_index]
+    last = tile_index == len(km.tiles) - 1
+    out = {}
+    for b in kernel.buffers:
+        alloc = km.allocation_map[b.name]
+        if alloc.streamed:
+            lo, hi = tile.window_map[b.name]
+            words = max(0, hi - lo)
+        else:
+            words = b.size if (tile_index == 0 and b.role == "input") or (last and b.role == "output") else 0
+        out[b.name] = (words * word_bytes if b.role == "input" else 0,
+                       words * word_bytes if b.role == "output" else 0)
+    return out
+
+
+@dataclass(frozen=True, eq=False)
+class OrchestratedRun:
+    """`result`: the SimResult (its `output` is the program's first output, flat);
+    `outputs`: every output buffer by name (flat, layout [nb, n, L]); `spans`: when each kernel
+    tile ran (Gantt charts); `bounds`: `orchestrate.roofline` of this run (cycles)."""
+
+    result: SimResult
+    outputs: dict
+    spans: tuple[StageSpan, ...]
+    bounds: dict
+
+
+def simulate_orchestrated(om: OrchestratedMapping, engine: str = "fast",
+                          workload: str | None = None) -> OrchestratedRun:
+    """Values and timing of `om` (cycles at the array clock, bytes, pJ)."""
+    mapping, arch = om.mapping, om.arch
+    arrays = run_array(mapping, engine)
+    wb = arch.word_bytes
+    seg_tiles = []
+    for si, seg in enumerate(om.segments):
+        produced = {b.name for i in seg for b in mapping.kernels[i].kernel.buffers if b.role == "output"}
+        consumed = {b.name for i in seg for b in mapping.kernels[i].kernel.buffers if b.role == "input"}
+        internal = produced & consumed  # handed between co-resident kernels through the SPM
+        ntiles = len(arrays[seg[0]].tiles)
+        merged = []
+        for t in range(ntiles):
+            rd = wr = comp = stall = iters = 0
+            for i in seg:
+                km = mapping.kernels[i]
+                a = arrays[i].tiles[t]
+                comp += a.compute_cycles
+                stall += a.stall_cycles_spm_conflict
+                iters += a.iterations
+                for name, (r, w) in _buffer_bytes(km, km.kernel, t, wb).items():
+                    if name not in internal:
+                        rd += r
+                        wr += w
+            merged.append(TileResult(kernel=f"residency{si}", index=t, iterations=iters,
+                                     compute_cycles=comp, stall_cycles_spm_conflict=stall,
+                                     dram_bytes_read=rd, dram_bytes_written=wr))
+        seg_tiles.append((f"residency{si}", tuple(merged)))
+    tl = run_system(seg_tiles, arch)
+    rd = sum(t.dram_bytes_read for _, ts in seg_tiles for t in ts)
+    wr = sum(t.dram_bytes_written for _, ts in seg_tiles for t in ts)
+    spans: list[StageSpan] = []
+    starts = {(name, ti): s for name, ti, s, _ in tl.tile_spans}
+    kernel_span: dict[int, list[int]] = {}
+    for si, seg in enumerate(om.segments):
+        for t in range(len(seg_tiles[si][1])):
+            cur = starts[(f"residency{si}", t)]
+            for i in seg:
+                km = mapping.kernels[i]
+                c = arrays[i].tiles[t].compute_cycles
+                spans.append(StageSpan(km.kernel.name, si, t, cur, cur + c,
+                                       tuple(sorted({p.pe for p in km.placements}))))
+                span = kernel_span.setdefault(i, [cur, cur + c])
+                span[0], span[1] = min(span[0], cur), max(span[1], cur + c)
+                cur += c
+    outputs = {}
+    for a in arrays:
+        outputs.update(dict(a.outputs))
+    kernels = tuple(
+        KernelResult(kernel=a.kernel, start_cycle=kernel_span[i][0], end_cycle=kernel_span[i][1],
+                     compute_cycles=sum(t.compute_cycles for t in a.tiles), ii=km.ii, mii=km.mii,
+                     copies=km.copies, tiles=a.tiles)
+        for i, (a, km) in enumerate(zip(arrays, mapping.kernels)))
+    bounds = roofline(om, rd + wr)
+    notes = (*om.notes,
+             f"roofline bound {bounds['bound']:.0f} cycles (issue {bounds['issue_bound']:.0f}, "
+             f"DRAM {bounds['dram_bound']:.0f}); achieved {bounds['bound'] / max(1, tl.cycles):.2f}")
+    res = SimResult(
+        workload=workload or mapping.program.name, arch=arch.name, clock_ghz=arch.clock_ghz,
+        cycles=tl.cycles, compute_cycles=sum(t.compute_cycles for _, ts in seg_tiles for t in ts),
+        stall_cycles_spm_conflict=sum(t.stall_cycles_spm_conflict for _, ts in seg_tiles for t in ts),
+        stall_cycles_dram=tl.stall_cycles_dram,
+        stall_cycles_reconfiguration=tl.stall_cycles_reconfiguration,
+        stall_cycles_dependency=0, macs=mapping.program.macs,
+        peak_macs_per_cycle=arch.pe_array.num_pes * arch.pe_array.simd_lanes,
+        pe_busy_cycles=sum(a.pe_busy_cycles for a in arrays),
+        spm_reads_per_line=sum(a.spm_reads_per_line for a in arrays),
+        spm_writes_per_line=sum(a.spm_writes_per_line for a in arrays),
+        spm_conflicts_per_line=sum(a.spm_conflicts_per_line for a in arrays),
+        dram_bytes_read=rd, dram_bytes_written=wr,
+        energy_pj=tuple(energy_breakdown(arrays, arch, rd + wr, len(om.segments)).items()),
+        kernels=kernels, output=outputs[mapping.program.outputs[0][0]], engine=engine,
+        notes=notes, mapping_summary=om.summary())
+    return OrchestratedRun(result=res, outputs=outputs, spans=tuple(spans), bounds=bounds)
+
+
+def merge_results(parts: list[SimResult], workload: str, output, notes=()) -> SimResult:
+    """Several programs run back to back (e.g. the two passes of a 2-D FFT): cycles, traffic,
+    busy cycles and energy add; kernels are shifted onto one time line."""
+    import dataclasses
+
+    if not parts:
+        raise ButterflyError("nothing to merge")
+    kernels, offset = [], 0
+    for r in parts:
+        kernels += [dataclasses.replace(k, start_cycle=k.start_cycle + offset,
+                                        end_cycle=k.end_cycle + offset) for k in r.kernels]
+        offset += r.cycles
+    energy: dict[str, float] = {}
+    for r in parts:
+        for k, v in r.energy_pj:
+            energy[k] = energy.get(k, 0.0) + v
+    f = parts[0]
+
+    def total(name):
+        return sum(getattr(r, name) for r in parts)
+
+    return dataclasses.replace(
+        f, workload=workload, cycles=total("cycles"), compute_cycles=total("compute_cycles"),
+        stall_cycles_spm_conflict=total("stall_cycles_spm_conflict"),
+        stall_cycles_dram=total("stall_cycles_dram"),
+        stall_cycles_reconfiguration=total("stall_cycles_reconfiguration"),
+        macs=total("macs"), pe_busy_cycles=total("pe_busy_cycles"),
+        spm_reads_per_line=total("spm_reads_per_line"), spm_writes_per_line=total("spm_writes_per_line"),
+        spm_conflicts_per_line=total("spm_conflicts_per_line"),
+        dram_bytes_read=total("dram_bytes_read"), dram_bytes_written=total("dram_bytes_written"),
+        energy_pj=tuple(energy.items()), kernels=tuple(kernels), output=output,
+        notes=tuple(n for r in parts for n in r.notes) + tuple(notes),
+        mapping_summary="\n".join(r.mapping_summary for r in parts))

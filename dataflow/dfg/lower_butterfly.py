@@ -1,0 +1,371 @@
+"""Lowering of butterfly products (and the FFT) to `Program`s: one kernel per *stage group*.
+
+Data layout: a batch of `batch` vectors of length n is held as [nb, n, L] (nb = batch / L
+batch blocks, L = SIMD lanes), so one SIMD vector is one point of L sequences and one SPM row.
+A kernel for the group of stages k0 .. k0+f-1 (stride s = 2^k0) runs
+
+    for bo in [0, nb):  for g in [0, n / (s 2^f)):  for o in [0, s):  for bi in lanes (vector)
+
+and each iteration loads the 2^f points P(m) = g s 2^f + o + m s (m < 2^f) of one radix-2^f
+sub-butterfly, applies the f stages in registers (values pass between PEs over links, never
+through the SPM), and stores the 2^f results. f = 1 is a plain per-stage kernel; f > 1 is a
+*fused* kernel. The stride-2^k exchange is the address pattern P(m); inside a fused kernel it
+becomes the routes between the PEs holding the pairs (over skip-hop links when the arch has
+them, see `dataflow.mapper.orchestrate`).
+
+Decimation-in-time needs the bit-reversed input: the first group addresses its loads through
+one extent-2 loop per index bit, so bitrev(P) is affine in those loops (bit-reversed
+addressing, no separate permutation pass).
+
+Stage coefficients (REFERENCES.md "Butterfly sparsity": 2n parameters per factor):
+  * `fft`: t = w x_hi, [x_lo + t, x_lo - t]; stage k's table T{k} holds (Re w, Im w, -Im w)
+    for the 2^k distinct twiddles; constant twiddles become CONST nodes and w = 1 is skipped.
+  * `real`: per pair [[a, b], [c, d]] from F{k} (4 words per pair).
+  * `complex`: per pair, each of a, b, c, d as (re, im, -im) from F{k} (12 words per pair).
+The upper/lower sums use Op.BFLY (a + s*b on the butterfly unit, FABNet's butterfly engine).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from dataflow.dfg.graph import Addr, Buffer, DFGError, Kernel, Loop, Node, Program
+from dataflow.dfg.lower import run_passes
+from dataflow.dfg.ops import Op
+
+KINDS = ("fft", "real", "complex")
+
+
+@dataclass(frozen=True)
+class StageGroup:
+    """Stages first .. first + count - 1 in one kernel."""
+
+    first: int
+    count: int
+
+    @property
+    def last(self) -> int:
+        return self.first + self.count - 1
+
+
+@dataclass(frozen=True)
+class ButterflySpec:
+    """One butterfly product over a batch: what the lowering needs, no data.
+
+    `bitrev_input`: the first group reads the input in bit-reversed order (the FFT).
+    `real_input`: the input has no imaginary part (complex kinds): CONST 0, nothing loaded.
+    `real_output`: store only the real part (FNet keeps Re). `bias`/`relu`: epilogue of the
+    last stage (butterfly linear layer / FFN; kind `real` only).
+    """
+
+    n: int
+    batch: int
+    lanes: int
+    kind: str = "fft"
+    bitrev_input: bool = False
+    real_input: bool = False
+    real_output: bool = False
+    bias: bool = False
+    relu: bool = False
+    prefix: str = ""
+
+    @property
+    def stages(self) -> int:
+        return self.n.bit_length() - 1
+
+    @property
+    def blocks(self) -> int:
+        return -(-self.batch // self.lanes)
+
+    @property
+    def complex_data(self) -> bool:
+        return self.kind != "real"
+
+    def verify(self) -> None:
+        if self.kind not in KINDS:
+            raise DFGError(f"butterfly kind must be one of {KINDS}, got {self.kind!r}")
+        if self.n < 2 or self.n & (self.n - 1):
+            raise DFGError(f"butterfly size n must be a power of two >= 2, got {self.n}")
+        if self.batch < 1 or self.lanes < 1:
+            raise DFGError(f"batch and lanes must be >= 1, got {self.batch}, {self.lanes}")
+        if (self.bias or self.relu) and self.kind != "real":
+            raise DFGError("bias/relu epilogues are for kind 'real' (butterfly linear / FFN)")
+
+
+def split_stages(stages: int, per_group: int) -> tuple[StageGroup, ...]:
+    """Stages 0..stages-1 in groups of `per_group` (the last may be shorter)."""
+    if per_group < 1:
+        raise DFGError(f"stages per kernel must be >= 1, got {per_group}")
+    return tuple(StageGroup(k, min(per_group, stages - k)) for k in range(0, stages, per_group))
+
+
+def data_names(spec: ButterflySpec, index: int, groups: int) -> tuple[str, str]:
+    """Buffer names (re, im) of the data between groups: X0 in, X1 .. X(G-1), Y out."""
+    base = f"{spec.prefix}Y" if index == groups else f"{spec.prefix}X{index}"
+    return base + "r", base + "i"
+
+
+class _Body:
+    """Builds a kernel body: one node per distinct (op, inputs, buffer, address, value)."""
+
+    def __init__(self):
+        self.nodes: list[Node] = []
+        self.memo: dict = {}
+
+    def add(self, op: Op, inputs=(), buffer=None, addr=None, value=0.0, name="") -> int:
+        key = (op, tuple(inputs), buffer, addr, value)
+        if op is not Op.STORE and key in self.memo:
+            return self.memo[key]
+        nid = len(self.nodes)
+        self.nodes.append(Node(nid, op, tuple(inputs), buffer, addr, float(value), name))
+        self.memo[key] = nid
+        return nid
+
+
+def _addr(terms: dict[str, int], const: int = 0) -> Addr:
+    return Addr(tuple(sorted((v, c) for v, c in terms.items() if c)), int(const))
+
+
+def group_kernel(spec: ButterflySpec, group: StageGroup, groups: int, index: int) -> Kernel:
+    """The kernel of stage group `index` (of `groups`) of `spec`."""
+    spec.verify()
+    n, L, f, k0 = spec.n, spec.lanes, group.count, group.first
+    S = spec.stages
+    s = 1 << k0
+    G = n // (s << f)
+    if G < 1:
+        raise DFGError(f"stage group {group} runs past stage {S - 1} of a size-{n} butterfly")
+    bitrev = spec.bitrev_input and index == 0
+    if bitrev and k0:
+        raise DFGError("bit-reversed input addressing needs the group that starts at stage 0")
+    gbits = (S - k0 - f) if bitrev else 0
+    loops = [Loop("bo", spec.blocks)]
+    if G > 1:
+        loops += [Loop(f"g{t}", 2) for t in range(gbits)] if bitrev else [Loop("g", G)]
+    if s > 1:
+        loops.append(Loop("o", s))
+    loops.append(Loop("bi", L))
+
+    def g_terms(coef: int, reverse: bool = False) -> dict[str, int]:
+        """coef * g as address terms (bit loops: bit t weighs 2^t, or 2^(S-1-(f+t)) reversed)."""
+        if G == 1:
+            return {}
+        if not bitrev:
+            return {"g": coef}
+        return {f"g{t}": (1 << (S - 1 - (f + t))) if reverse else coef << t for t in range(gbits)}
+
+    def point_addr(m: int, reverse: bool = False) -> Addr:
+        """Word address of point P(m) of this iteration, layout [nb, n, L]."""
+        if reverse:
+            rev = int(format(m, f"0{S}b")[::-1], 2)  # bitrev_S(m): m only has bits below f
+            terms = {k: c * L for k, c in g_terms(1, True).items()}
+            const = rev * L
+        else:
+            terms = {k: c * L for k, c in g_terms(s << f).items()}
+            const = m * s * L
+            if s > 1:
+                terms["o"] = L
+        terms["bo"] = n * L
+        terms["bi"] = 1
+        return _addr(terms, const)
+
+    b = _Body()
+    cplx = spec.complex_data
+    in_r, in_i = data_names(spec, index, groups)
+    out_r, out_i = data_names(spec, index + 1, groups)
+    last = index == groups - 1
+    # load the 2^f points
+    x = []
+    for m in range(1 << f):
+        a = point_addr(m, reverse=bitrev)
+        re = b.add(Op.LOAD, buffer=in_r, addr=a, name=f"x{m}.re")
+        if not cplx:
+            x.append((re, None))
+        elif spec.real_input and index == 0:
+            x.append((re, b.add(Op.CONST, value=0.0, name="0")))
+        else:
+            x.append((re, b.add(Op.LOAD, buffer=in_i, addr=a, name=f"x{m}.im")))
+    coef_bufs: dict[str, int] = {}
+    for j in range(f):
+        k = k0 + j
+        half = 1 << j
+        for m in range(1 << f):
+            if m & half:
+                continue
+            lo, hi = x[m], x[m + half]
+            if spec.kind == "fft":
+                x[m], x[m + half] = _fft_pair(b, spec, lo, hi, k, o_coef=(3 if s > 1 else 0),
+                                              const3=3 * ((m % half) * s), buf=f"{spec.prefix}T{k}")
+                coef_bufs[f"{spec.prefix}T{k}"] = 3 * (1 << k)
+            else:
+                words = 4 if spec.kind == "real" else 12
+                # pair number p = g s 2^(f-1) + o + (m >> (j+1)) s 2^j + (m mod 2^j) s
+                terms = {kk: c * words for kk, c in g_terms(s << (f - 1)).items()}
+                if s > 1:
+                    terms["o"] = words
+                const = ((m >> (j + 1)) * s * half + (m % half) * s) * words
+                buf = f"{spec.prefix}F{k}"
+                coef_bufs[buf] = words * (n // 2)
+                x[m], x[m + half] = _matrix_pair(b, spec, lo, hi, terms, const, buf)
+    # epilogue and stores
+    for m in range(1 << f):
+        a = point_addr(m)
+        re, im = x[m]
+        if last and spec.bias:
+            pt = {kk: c for kk, c in g_terms(s << f).items()}
+            if s > 1:
+                pt["o"] = 1
+            bias = b.add(Op.LOAD, buffer=f"{spec.prefix}bias", addr=_addr(pt, m * s), name=f"b{m}")
+            re = b.add(Op.ADD, (re, bias), name=f"y{m}+b")
+        if last and spec.relu:
+            re = b.add(Op.MAX, (re, b.add(Op.CONST, value=0.0, name="0")), name=f"relu{m}")
+        b.add(Op.STORE, (re,), buffer=out_r, addr=a, name=f"y{m}.re")
+        if cplx and not (last and spec.real_output):
+            b.add(Op.STORE, (im,), buffer=out_i, addr=a, name=f"y{m}.im")
+    words = spec.blocks * n * L
+    bufs = [Buffer(in_r, words)]
+    if cplx and not (spec.real_input and index == 0):
+        bufs.append(Buffer(in_i, words))
+    bufs += [Buffer(name, size) for name, size in coef_bufs.items()]
+    if last and spec.bias:
+        bufs.append(Buffer(f"{spec.prefix}bias", n))
+    bufs.append(Buffer(out_r, words, "output"))
+    if cplx and not (last and spec.real_output):
+        bufs.append(Buffer(out_i, words, "output"))
+    used = {nd.buffer for nd in b.nodes if nd.buffer}
+    name = f"{spec.prefix}bfly_s{k0}" + (f"-{group.last}" if f > 1 else "")
+    return Kernel(name=name, loops=tuple(loops), nodes=tuple(b.nodes),
+                  buffers=tuple(bf for bf in bufs if bf.name in used), vector_var="bi")
+
+
+def _snap(v: float) -> float:
+    r = round(v)
+    return float(r) if abs(v - r) < 1e-12 else float(v)
+
+
+def _fft_pair(b: _Body, spec, lo, hi, k, o_coef, const3, buf):
+    """DIT butterfly: t = w * hi; (lo + t, lo - t). w = T{k}[o + c] (or a constant)."""
+    if o_coef == 0:  # the twiddle does not depend on o: a compile-time constant
+        w = np.exp(-2j * np.pi * (const3 // 3) / (2 << k))
+        wr, wi = _snap(w.real), _snap(w.imag)
+        if (wr, wi) == (1.0, 0.0):
+            t = hi
+        else:
+            cr, ci, cn = (b.add(Op.CONST, value=v, name="w") for v in (wr, wi, -wi))
+            t = _cmul(b, (cr, ci, cn), hi)
+    else:
+        ld = [b.add(Op.LOAD, buffer=buf, addr=_addr({"o": o_coef}, const3 + q), name=f"w{k}.{q}")
+              for q in range(3)]
+        t = _cmul(b, ld, hi)
+    up = (b.add(Op.BFLY, (lo[0], t[0]), value=1.0, name="+"), b.add(Op.BFLY, (lo[1], t[1]), value=1.0, name="+"))
+    dn = (b.add(Op.BFLY, (lo[0], t[0]), value=-1.0, name="-"), b.add(Op.BFLY, (lo[1], t[1]), value=-1.0, name="-"))
+    return up, dn
+
+
+def _cmul(b: _Body, w, x):
+    """(wr + i wi)(xr + i xi) with MUL + MAC: re = wr xr + (-wi) xi, im = wr xi + wi xr."""
+    wr, wi, nwi = w
+    re = b.add(Op.MAC, (wr, x[0], b.add(Op.MUL, (nwi, x[1]))))
+    im = b.add(Op.MAC, (wr, x[1], b.add(Op.MUL, (wi, x[0]))))
+    return re, im
+
+
+def _matrix_pair(b: _Body, spec, lo, hi, terms, const, buf):
+    """[lo, hi] -> [[a, b], [c, d]] [lo, hi] with per-pair coefficients from `buf`."""
+    def coef(q):
+        return b.add(Op.LOAD, buffer=buf, addr=_addr(terms, const + q), name=f"{buf}.{q}")
+
+    if spec.kind == "real":
+        a, bb, c, d = (coef(q) for q in range(4))
+        up = b.add(Op.MAC, (a, lo[0], b.add(Op.MUL, (bb, hi[0]))))
+        dn = b.add(Op.MAC, (c, lo[0], b.add(Op.MUL, (d, hi[0]))))
+        return (up, None), (dn, None)
+    out = []
+    for row in range(2):
+        (ar, ai, an), (br, bi, bn) = [[coef(12 * 0 + 6 * row + 3 * col + q) for q in range(3)]
+                                      for col in range(2)]
+        re = b.add(Op.MUL, (ar, lo[0]))
+        re = b.add(Op.MAC, (an, lo[1], re))
+        re = b.add(Op.MAC, (br, hi[0], re))
+        re = b.add(Op.MAC, (bn, hi[1], re))
+        im = b.add(Op.MUL, (ar, lo[1]))
+        im = b.add(Op.MAC, (ai, lo[0], im))
+        im = b.add(Op.MAC, (br, hi[1], im))
+        im = b.add(Op.MAC, (bi, hi[0], im))
+        out.append((re, im))
+    return out[0], out[1]
+
+
+# --- data layout and tables ------------------------------------------------------------------
+
+def to_blocks(x: np.ndarray, lanes: int, dtype=np.float32) -> np.ndarray:
+    """(batch, n) -> flat [nb, n, L] (batch padded with zeros to a multiple of L)."""
+    batch, n = x.shape
+    nb = -(-batch // lanes)
+    pad = np.zeros((nb * lanes, n), dtype=dtype)
+    pad[:batch] = x
+    return np.ascontiguousarray(pad.reshape(nb, lanes, n).transpose(0, 2, 1)).ravel()
+
+
+def from_blocks(flat: np.ndarray, batch: int, n: int, lanes: int) -> np.ndarray:
+    """Inverse of `to_blocks`: flat [nb, n, L] -> (batch, n)."""
+    nb = -(-batch // lanes)
+    return flat.reshape(nb, n, lanes).transpose(0, 2, 1).reshape(nb * lanes, n)[:batch]
+
+
+def coefficient_inputs(spec: ButterflySpec, factors=None, bias=None, dtype=np.float32) -> dict[str, np.ndarray]:
+    """The coefficient buffers every group may read: T{k} (fft) or F{k} (real/complex)."""
+    out = {}
+    p = spec.prefix
+    for k in range(spec.stages):
+        if spec.kind == "fft":
+            w = np.exp(-2j * np.pi * np.arange(1 << k) / (2 << k))
+            out[f"{p}T{k}"] = np.stack([w.real, w.imag, -w.imag], -1).astype(dtype).ravel()
+        elif spec.kind == "real":
+            out[f"{p}F{k}"] = np.asarray(factors[k], dtype=dtype).reshape(-1)
+        else:
+            f = np.asarray(factors[k], dtype=np.complex128)
+            out[f"{p}F{k}"] = np.stack([f.real, f.imag, -f.imag], -1).astype(dtype).reshape(-1)
+    if spec.bias:
+        out[f"{p}bias"] = np.asarray(bias, dtype=dtype).reshape(spec.n)
+    return out
+
+
+def lower_butterfly(spec: ButterflySpec, groups: tuple[StageGroup, ...], x: np.ndarray,
+                    factors=None, bias=None, dtype=np.float32) -> Program:
+    """Program of one kernel per group for `spec` applied to x (batch, n) (real or complex).
+
+    Outputs: `Yr` (and `Yi` for complex data unless `real_output`), laid out [nb, n, L]."""
+    spec.verify()
+    if sum(g.count for g in groups) != spec.stages or [g.first for g in groups] != \
+            list(np.cumsum([0] + [g.count for g in groups[:-1]])):
+        raise DFGError(f"stage groups {groups} must cover stages 0..{spec.stages - 1} in order")
+    x = np.asarray(x)
+    if x.ndim != 2 or x.shape != (spec.batch, spec.n):
+        raise DFGError(f"x must have shape (batch, n) = ({spec.batch}, {spec.n}), got {x.shape}")
+    G = len(groups)
+    kernels = tuple(group_kernel(spec, g, G, i) for i, g in enumerate(groups))
+    xr, xi = data_names(spec, 0, G)
+    inputs = {xr: to_blocks(np.real(x), spec.lanes, dtype)}
+    if spec.complex_data and not spec.real_input:
+        inputs[xi] = to_blocks(np.imag(x) if np.iscomplexobj(x) else np.zeros_like(x, dtype=dtype),
+                               spec.lanes, dtype)
+    needed = {bf.name for k in kernels for bf in k.buffers}
+    inputs.update({k: v for k, v in coefficient_inputs(spec, factors, bias, dtype).items() if k in needed})
+    words = spec.blocks * spec.n * spec.lanes
+    yr, yi = data_names(spec, G, G)
+    outputs = ((yr, (words,)),) + (((yi, (words,)),) if spec.complex_data and not spec.real_output else ())
+    prog = Program(name=f"{spec.prefix}butterfly_{spec.kind}_n{spec.n}_b{spec.batch}",
+                   kernels=kernels, inputs=tuple(inputs.items()), outputs=outputs,
+                   dtype=np.dtype(dtype).name, macs=butterfly_macs(spec),
+                   meta=(("butterfly", spec), ("groups", groups)))
+    return run_passes(prog)
+
+
+def butterfly_macs(spec: ButterflySpec) -> int:
+    """Useful multiplies of the product (closed form): per 2x2 block 4 real multiplies (real),
+    16 (complex matrix), 4 per twiddle multiply (fft); lanes of padded batch rows excluded."""
+    pairs = spec.batch * spec.stages * spec.n // 2
+    return pairs * {"real": 4, "complex": 16, "fft": 4}[spec.kind]

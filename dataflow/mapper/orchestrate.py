@@ -1,0 +1,328 @@
+"""Layer orchestration of butterfly stage kernels: layer-by-layer, stage-fused, multi-layer.
+
+Three ways to run the log2(n) stages of a butterfly on one array (DESIGN.md, "Mapper"):
+
+* ``layer``: one kernel per stage, one after another; every kernel reconfigures the array, reads
+  its input from DRAM and writes its output back (DRAM traffic ~ stages x data).
+* ``fused``: f stages per kernel (a radix-2^f body: intermediate values stay in registers and on
+  links); ceil(stages / f) kernels, each a DRAM round trip.
+* ``multilayer``: c stage kernels *co-resident* (MLX, ISCA 2026: several logical layers held as
+  tagged instruction blocks in each PE, REFERENCES.md): one configuration for the residency, the
+  data handed from kernel to kernel through SPM lines, one DRAM round trip per residency. Within
+  a tile the co-resident kernels run one after another (the hardware arbiter switches blocks;
+  our model does not overlap them, a conservative choice).
+
+How many stages go in one kernel (f) and how many kernels stay co-resident (c) is chosen from
+the architecture, and the reason is recorded (`FusionChoice.reason`, the mapping's notes):
+  * instruction entries: a kernel of N nodes needs N <= PEs x instruction_entries; co-resident
+    kernels need, on every PE, the sum of their placed instructions <= instruction_entries;
+  * registers: every value edge of the body holds a register on its consumer PE
+    (`mapper/legality.py`), so E edges need E <= PEs x register_file_entries;
+  * SPM: a residency of c kernels keeps, per tile, its double-buffered input and output and
+    c - 1 intermediate buffers: words <= spm capacity;
+  * mapper effort: `max_stages_per_kernel` (default 2; a radix-8 complex body has ~150 nodes and
+    the modulo scheduler needs minutes for it);
+  * and whatever the modulo scheduler reports when a candidate does not map (then f - 1).
+
+The stride-2^k exchanges are the routes between the PEs that hold a pair; the scheduler routes
+them over the mesh and, when `interconnect.skip_hop_strides` is set, over skip-hop links (one hop
+for a stride the arch has, MLX's "butterfly strides in one or two hops").
+
+Mappings of kernels with identical bodies (same ops and edges) are reused: placements depend on
+the body only, tiles and SPM allocation are recomputed for each kernel and the whole is checked
+by `legality.check_kernel_mapping`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from dataclasses import dataclass
+
+from dataflow.arch.spec import ArchSpec
+from dataflow.dfg.graph import Kernel
+from dataflow.dfg.lower_butterfly import ButterflySpec, StageGroup, group_kernel, split_stages
+from dataflow.mapper.legality import check_kernel_mapping
+from dataflow.mapper.map import map_kernel
+from dataflow.mapper.mapping import KernelMapping, Mapping, MappingError
+from dataflow.mapper.tiling import MIN_TILES, tile_and_allocate
+
+ORCHESTRATIONS = ("layer", "fused", "multilayer")
+MAX_STAGES_PER_KERNEL = 2
+
+
+@dataclass(frozen=True)
+class FusionChoice:
+    """f stages per kernel, c kernels per residency, and why (limits: name -> largest value
+    that resource allows)."""
+
+    mode: str
+    stages: int
+    stages_per_kernel: int
+    kernels_per_residency: int
+    tile_rows: int
+    limits: tuple[tuple[str, int], ...]
+    reason: str
+
+    @property
+    def stages_on_chip(self) -> int:
+        """Stages computed between two DRAM round trips."""
+        return min(self.stages, self.stages_per_kernel * self.kernels_per_residency)
+
+
+@dataclass(frozen=True, eq=False)
+class OrchestratedMapping:
+    """A `Mapping` plus how its kernels share the array: `segments` are the residencies (tuples
+    of kernel indices co-resident on the array; one configuration and one DRAM round trip
+    each)."""
+
+    mapping: Mapping
+    spec: ButterflySpec
+    choice: FusionChoice
+    segments: tuple[tuple[int, ...], ...]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def arch(self) -> ArchSpec:
+        return self.mapping.arch
+
+    def summary(self) -> str:
+        head = (f"{self.choice.mode}: {len(self.mapping.kernels)} kernels of <= "
+                f"{self.choice.stages_per_kernel} stages, {len(self.segments)} residenc"
+                f"{'y' if len(self.segments) == 1 else 'ies'}")
+        return "\n".join([head, self.mapping.summary(), *self.notes])
+
+
+# --- mapping with reuse of identical bodies ----------------------------------------------------
+
+_SHAPES: dict = {}
+
+
+def _shape_key(kernel: Kernel, arch: ArchSpec):
+    from dataflow.pe_array.common import vector_nodes
+
+    vec = vector_nodes(kernel)
+    return (arch, tuple((n.op, n.inputs, n.id in vec) for n in kernel.nodes))
+
+
+def map_stage_kernel(kernel: Kernel, arch: ArchSpec, tile_rows: int) -> KernelMapping:
+    """`map_kernel` with the schedule of an identical body reused (tiles recomputed, checked)."""
+    key = _shape_key(kernel, arch)
+    hit = _SHAPES.get(key)
+    if hit is None:
+        km = map_kernel(kernel, arch, max_tile_rows=tile_rows)
+        _SHAPES[key] = km
+        return km
+    tiles, allocs = tile_and_allocate(kernel, arch, tile_rows)
+    km = dataclasses.replace(hit, kernel=kernel, tiles=tiles, allocations=allocs,
+                             notes=hit.notes + (f"schedule reused from {hit.kernel.name!r}",))
+    check_kernel_mapping(km, arch)
+    return km
+
+
+# --- the choice ---------------------------------------------------------------------------------
+
+def default_tile_rows(spec: ButterflySpec) -> int:
+    """Batch blocks per tile: at least MIN_TILES tiles so DMA overlaps compute (as tiling.py)."""
+    return max(1, -(-spec.blocks // MIN_TILES))
+
+
+def _edges(kernel: Kernel) -> int:
+    return sum(len(n.inputs) for n in kernel.nodes)
+
+
+def tile_words(spec: ButterflySpec, rows: int) -> int:
+    """SPM words of one data buffer set (re and im) for a tile of `rows` batch blocks."""
+    return rows * spec.n * spec.lanes * (2 if spec.complex_data else 1)
+
+
+def coefficient_words(spec: ButterflySpec) -> int:
+    if spec.kind == "fft":
+        return 3 * spec.n
+    return spec.stages * (spec.n // 2) * (4 if spec.kind == "real" else 12)
+
+
+def spm_residency_limit(spec: ButterflySpec, arch: ArchSpec, rows: int) -> int:
+    """Largest c whose per-tile working set fits: double-buffered input and output plus c - 1
+    intermediates plus the coefficient tables (0 when even c = 1 does not fit)."""
+    cap = arch.spm.capacity_words
+    free = cap - coefficient_words(spec) - 4 * tile_words(spec, rows)
+    if free < 0:
+        return 0
+    return 1 + free // tile_words(spec, rows)
+
+
+def choose_stages_per_kernel(spec: ButterflySpec, arch: ArchSpec,
+                             max_stages: int = MAX_STAGES_PER_KERNEL) -> tuple[int, list, str]:
+    """Largest f the closed-form limits allow: (f, limits, reason)."""
+    pes = arch.pe_array.num_pes
+    S = spec.stages
+    limits = [("stages", S), ("mapper effort (max_stages_per_kernel)", max_stages)]
+    f_instr = f_regs = 0
+    for f in range(1, S + 1):
+        groups = split_stages(S, f)
+        ks = [group_kernel(spec, g, len(groups), i) for i, g in enumerate(groups)]
+        if max(len(k.nodes) for k in ks) <= pes * arch.pe_array.instruction_entries:
+            f_instr = f
+        if max(_edges(k) for k in ks) <= pes * arch.pe_array.register_file_entries:
+            f_regs = f
+        if f > max_stages and f > max(f_instr, f_regs):
+            break
+    limits += [("instruction entries", f_instr), ("registers", f_regs)]
+    f = min(v for _, v in limits)
+    if f < 1:
+        name = "pe_array.instruction_entries" if f_instr < 1 else "pe_array.register_file_entries"
+        raise MappingError(f"butterfly n={spec.n}: not even one stage per kernel fits {name} "
+                           f"on {arch.name!r} ({pes} PEs)")
+    binding = [name for name, v in limits if v == f]
+    reason = (f"{f} stage{'s' if f > 1 else ''} per kernel, limited by {' and '.join(binding)} "
+              f"(limits: " + ", ".join(f"{n} {v}" for n, v in limits) + ")")
+    return f, limits, reason
+
+
+def _map_groups(spec, arch, groups, rows):
+    kernels = [group_kernel(spec, g, len(groups), i) for i, g in enumerate(groups)]
+    return kernels, [map_stage_kernel(k, arch, rows) for k in kernels]
+
+
+def _instructions(km: KernelMapping) -> Counter:
+    return Counter(p.pe for p in km.placements)
+
+
+def plan_orchestration(spec: ButterflySpec, arch: ArchSpec, mode: str,
+                       max_stages_per_kernel: int = MAX_STAGES_PER_KERNEL):
+    """Choose f (and c) for `mode`, mapping the candidate kernels.
+
+    Returns (choice, groups, kernel mappings, segments)."""
+    if mode not in ORCHESTRATIONS:
+        raise MappingError(f"orchestration must be one of {ORCHESTRATIONS}, got {mode!r}")
+    if arch.pe_array.kind != "reconfigurable":
+        raise MappingError(f"butterfly kernels need a reconfigurable array; {arch.name!r} is "
+                           f"{arch.pe_array.kind}")
+    S = spec.stages
+    rows = default_tile_rows(spec)
+    limit_c = spm_residency_limit(spec, arch, rows)
+    if limit_c < 1:
+        raise MappingError(
+            f"butterfly n={spec.n}: one tile ({rows} batch block(s) of {spec.n} x {spec.lanes} "
+            f"{'complex ' if spec.complex_data else ''}words, double-buffered in and out, plus "
+            f"{coefficient_words(spec)} coefficient words) does not fit the SPM of {arch.name!r}: "
+            f"spm.lines x spm.capacity_words_per_line = {arch.spm.capacity_words} words")
+    if mode == "layer":
+        f, limits, reason = 1, [("layer-by-layer", 1)], "layer-by-layer: one stage per kernel"
+    else:
+        f, limits, reason = choose_stages_per_kernel(spec, arch, max_stages_per_kernel)
+    notes = []
+    while True:
+        groups = split_stages(S, f)
+        try:
+            kernels, kms = _map_groups(spec, arch, groups, rows)
+            break
+        except MappingError as exc:
+            if f == 1:
+                raise
+            notes.append(f"{f} stages per kernel did not map ({exc}); trying {f - 1}")
+            limits.append(("modulo scheduler", f - 1))
+            reason = f"{f - 1} stages per kernel: the modulo scheduler could not map {f}"
+            f -= 1
+    c = 1
+    segments = tuple((i,) for i in range(len(kms)))
+    if mode == "multilayer":
+        c, segments, why = _residencies(kms, arch, limit_c)
+        reason += "; " + why
+        limits.append(("co-resident kernels (spm)", limit_c))
+    choice = FusionChoice(mode=mode, stages=S, stages_per_kernel=f, kernels_per_residency=c,
+                          tile_rows=rows, limits=tuple(limits), reason=reason)
+    return choice, groups, kms, segments, tuple(notes)
+
+
+def _residencies(kms, arch, limit_c):
+    """Greedy residencies: consecutive kernels while every PE's instructions and the SPM fit."""
+    entries = arch.pe_array.instruction_entries
+    segments, cur, used = [], [], Counter()
+    why_split = set()
+    for i, km in enumerate(kms):
+        ins = _instructions(km)
+        over = any(used[pe] + n > entries for pe, n in ins.items())
+        if cur and (over or len(cur) >= limit_c):
+            why_split.add("instruction entries" if over else "SPM capacity")
+            segments.append(tuple(cur))
+            cur, used = [], Counter()
+        cur.append(i)
+        used += ins
+    segments.append(tuple(cur))
+    c = max(len(s) for s in segments)
+    peak = max((max(sum((_instructions(kms[i]) for i in s), Counter()).values()) for s in segments))
+    if len(segments) == 1:
+        why = (f"all {len(kms)} kernels co-resident (at most {peak} of {entries} instruction "
+               f"entries on a PE; SPM holds up to {limit_c} kernels' tiles)")
+    else:
+        why = (f"{len(segments)} residencies of <= {c} kernels, split by "
+               f"{' and '.join(sorted(why_split))} (instruction entries per PE {entries}, "
+               f"SPM allows {limit_c} co-resident kernels)")
+    return c, tuple(segments), why
+
+
+def map_butterfly(program, spec: ButterflySpec, arch: ArchSpec, plan) -> OrchestratedMapping:
+    """Map a program lowered by `lower_butterfly` with the groups of `plan` (the tuple
+    `plan_orchestration` returns)."""
+    choice, groups, kms, segments, notes = plan
+    mode = choice.mode
+    if len(program.kernels) != len(kms):
+        raise MappingError("program and plan disagree on the number of stage kernels")
+    # the plan mapped kernels built without data; the program's kernels have the same bodies
+    kms = [map_stage_kernel(k, arch, choice.tile_rows) for k in program.kernels]
+    mapping = Mapping(program=program, arch=arch, kernels=tuple(kms), orchestration=mode)
+    from dataflow.mapper.legality import check_mapping
+
+    check_mapping(mapping)
+    _check_residencies(mapping, segments)
+    return OrchestratedMapping(mapping=mapping, spec=spec, choice=choice, segments=segments,
+                               notes=(choice.reason, *notes))
+
+
+def _check_residencies(mapping: Mapping, segments) -> None:
+    """Co-resident kernels: instructions within entries on every PE, equal tiles."""
+    entries = mapping.arch.pe_array.instruction_entries
+    for seg in segments:
+        used = sum((_instructions(mapping.kernels[i]) for i in seg), Counter())
+        if used and max(used.values()) > entries:
+            pe, n = used.most_common(1)[0]
+            raise MappingError(f"co-resident kernels {seg}: PE {pe} holds {n} instructions, more "
+                               f"than pe_array.instruction_entries = {entries}")
+        spans = {tuple((t.lo, t.hi) for t in mapping.kernels[i].tiles) for i in seg}
+        if len(spans) > 1:
+            raise MappingError(f"co-resident kernels {seg} are tiled differently")
+
+
+# --- bounds ------------------------------------------------------------------------------------
+
+def issue_slots(spec: ButterflySpec, groups: tuple[StageGroup, ...], nodes: list[int]) -> int:
+    """Closed form of the ops the program issues: kernel i runs nb * n / 2^f_i vector
+    iterations of nodes_i ops each (every op takes one PE issue slot)."""
+    return sum(spec.blocks * (spec.n >> g.count) * k for g, k in zip(groups, nodes))
+
+
+def roofline(om: OrchestratedMapping, dram_bytes: int) -> dict[str, float]:
+    """Lower bounds in cycles: issue (ops / PEs, one op per PE per cycle) and DRAM
+    (bytes / dram.bytes_per_cycle); `bound` is the larger (the roofline of this program)."""
+    arch = om.arch
+    groups = dict(om.mapping.program.meta)["groups"]
+    slots = issue_slots(om.spec, groups, [len(k.kernel.nodes) for k in om.mapping.kernels])
+    issue = slots / arch.pe_array.num_pes
+    dram = dram_bytes / arch.dram.bytes_per_cycle
+    return {"issue_slots": slots, "issue_bound": issue, "dram_bound": dram,
+            "bound": max(issue, dram)}
+
+
+def minimal_dram_bytes(spec: ButterflySpec, word_bytes: int) -> int:
+    """Input once, output once, coefficient tables once (what any orchestration must move)."""
+    words = spec.blocks * spec.n * spec.lanes
+    cin = 1 if (not spec.complex_data or spec.real_input) else 2
+    cout = 1 if (not spec.complex_data or spec.real_output) else 2
+    return (words * (cin + cout) + coefficient_words(spec) + (spec.n if spec.bias else 0)) * word_bytes
+
+
+__all__ = ["ORCHESTRATIONS", "FusionChoice", "OrchestratedMapping", "plan_orchestration",
+           "map_butterfly", "roofline", "issue_slots", "minimal_dram_bytes",
+           "choose_stages_per_kernel", "spm_residency_limit"]
