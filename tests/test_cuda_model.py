@@ -168,3 +168,21 @@ def test_cli_errors_are_one_line(capsys):
     err = capsys.readouterr().err
     assert rc == 2 and "does not take --window" in err
 
+
+
+def test_gpu_report_refuses_without_a_gpu(tmp_path, capsys):
+    """scripts/gpu_report.py is for GPU machines: without one it stops at once (rc 2) unless
+    asked for a simulator smoke run, and writes no report claiming GPU results."""
+    import importlib.util
+
+    from dataflow.cuda.device import have_gpu
+    from tests.conftest import ROOT
+
+    if have_gpu():
+        pytest.skip("this machine has a GPU: the script would run in full")
+    spec = importlib.util.spec_from_file_location("gpu_report", ROOT / "scripts" / "gpu_report.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = tmp_path / "r.md"
+    assert mod.main(["--out", str(out)]) == 2
+    assert "no CUDA device" in capsys.readouterr().err and not out.exists()
