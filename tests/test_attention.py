@@ -313,3 +313,18 @@ def test_reference_in_row_blocks_equals_one_block():
     # equal up to float64 BLAS blocking, seen through the float32 result (1 ulp)
     np.testing.assert_allclose(attention_reference(q, k, v, pos, crd, rows_per_block=7), one,
                                rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("changes", [{"pe_array.simd_lanes": 1},
+                                     {"pe_array.rows": 4, "pe_array.cols": 4, "spm.lines": 4}])
+def test_other_arrays_give_the_same_values(changes):
+    """The SDDMM's reduction width follows the array's SIMD lanes (d = 20 is padded to a
+    multiple of them); smaller arrays and SPMs only change the timing."""
+    from dataflow import simulate
+    from tests.archs import variant
+
+    arch = variant(**changes)
+    r = simulate("attention", arch=arch, pattern="dilated", seq=32, dim=20, window=2)
+    assert r.values_match_reference
+    nnz = len(mask_csr("dilated", 32, window=2)[1])
+    assert r.compute_cycles >= compute_bound_cycles(nnz, 20, 20, arch)
