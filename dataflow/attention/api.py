@@ -131,8 +131,8 @@ def phase_cycles(res) -> dict[str, int]:
     """Compute cycles of a simulated attention by phase: sddmm, softmax (3 kernels), spmm."""
     out = {"sddmm": 0, "softmax": 0, "spmm": 0}
     for kr in res.kernels:
-        out[KERNEL_PHASE.get(kr.kernel, kr.kernel)] = (
-            out.get(KERNEL_PHASE.get(kr.kernel, kr.kernel), 0) + kr.compute_cycles)
+        phase = KERNEL_PHASE.get(kr.kernel, kr.kernel)
+        out[phase] = out.get(phase, 0) + kr.compute_cycles
     return out
 
 

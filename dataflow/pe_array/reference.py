@@ -8,8 +8,9 @@ Semantics (shared with `fast.py`, which must give identical `ArrayResult`s):
 - All PEs of the array move in lock step: when the SPM line accesses issued in one cycle need
   more port-cycles than a line has ports, the whole array waits for the busiest line.
 - SPM updates (acc, accmax, store, scatter) commit in (cycle, iteration, node) order. An acc
-  adds into (an accmax takes the maximum with) its PE's register and flushes (one SPM read-modify-write) when its copy's next iteration
-  targets another address or the copy's chunk ends.
+  adds into (an accmax takes the maximum with) its PE's register and flushes (one SPM
+  read-modify-write) when its copy's next iteration targets another address or the copy's
+  chunk ends.
 """
 
 from __future__ import annotations
