@@ -48,7 +48,7 @@ def step(title: str, cmd: list[str], env=None, timeout: int = 1800) -> dict:
     print(f"== {title}: {shlex.join(cmd)}", flush=True)
     try:
         p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
-                           timeout=timeout)
+                           timeout=timeout, check=False)
         rc, out = p.returncode, (p.stdout + p.stderr)
     except subprocess.TimeoutExpired as exc:
         rc, out = 124, f"timed out after {timeout} s\n{exc.stdout or ''}"
@@ -79,9 +79,9 @@ def main(argv=None) -> int:
     env.pop("NUMBA_ENABLE_CUDASIM", None)
     steps = [
         step("device", ["nvidia-smi"] if gpu else ["true"], env=env),
-        step("numba-cuda device", [py, "-c", "from dataflow.cuda.device import device_name, "
-                                   "execution_mode; print(execution_mode(), device_name())"],
-             env=env),
+        step("numba-cuda device", [py, "-c", ("from dataflow.cuda.device import device_name, "
+                                              "execution_mode; print(execution_mode(), "
+                                              "device_name())")], env=env),
         step("GPU tests (pytest -m gpu)", [py, "-m", "pytest", "-q", "-m", "gpu", "tests/"],
              env=env),
         step("kernel tests (on the GPU when present)",

@@ -62,7 +62,7 @@ def test_event_timing_is_within_the_roofline(rng):
     from dataflow.cuda.runner import measure
 
     a = rng.standard_normal((2048, 2048), dtype=np.float32)
-    out, t = measure("gemm", ops.gemm, a, a, repeats=3)
+    _, t = measure("gemm", ops.gemm, a, a, repeats=3)
     assert t.measured and t.seconds > 0 and t.repeats == 3
     assert t.flops == 2 * 2048 ** 3
     specs = [load_gpu(g) for g in available_gpus() if load_gpu(g).matches_device(device_name())]

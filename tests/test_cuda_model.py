@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 
 from dataflow.cuda.gpu_spec import GpuSpecError, available_gpus, gpu_from_dict, load_gpu

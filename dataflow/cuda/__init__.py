@@ -31,5 +31,6 @@ def __getattr__(name):
     raise AttributeError(f"module 'dataflow.cuda' has no attribute {name!r}")
 
 
-__all__ = ["GpuUnavailableError", "execution_mode", "have_gpu", "on_simulator", *_OPS,
-           "Runner", "OpTiming", "measure"]
+__all__ = ["GpuUnavailableError", "OpTiming", "Runner", "butterfly", "execution_mode", "fft",
+           "gemm", "have_gpu", "measure", "microtile_index", "microtile_matmul", "on_simulator",
+           "sddmm", "sparse_attention", "spmm"]

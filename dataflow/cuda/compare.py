@@ -117,9 +117,9 @@ class Comparison:
     def summary(self) -> str:
         lines = [f"dataflow compare: {self.workload} ({self.description})",
                  f"  {'side':<22}{'time (us)':>14}{'energy (uJ)':>14}  source",
-                 f"  {'dataflow ' + self.arch:<22}{self.dataflow_seconds * 1e6:>14,.2f}"
-                 f"{self.dataflow_energy_joules * 1e6:>14,.2f}  simulated "
-                 f"({self.dataflow_cycles:,} cycles, cycle-level engine)"]
+                 (f"  {'dataflow ' + self.arch:<22}{self.dataflow_seconds * 1e6:>14,.2f}"
+                  f"{self.dataflow_energy_joules * 1e6:>14,.2f}  simulated "
+                  f"({self.dataflow_cycles:,} cycles, cycle-level engine)")]
         for g in self.gpus:
             lines.append(f"  {'GPU ' + g.gpu:<22}{g.seconds * 1e6:>14,.2f}"
                          f"{g.energy_joules * 1e6:>14,.2f}  {g.label}"

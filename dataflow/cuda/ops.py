@@ -162,7 +162,6 @@ def butterfly(x, factors, strides=None, *, fused: bool = True, tile: int | None 
     `fused=True` keeps every run of consecutive stages with stride below the tile (default
     min(n, FUSED_TILE_MAX)) in shared memory in one launch; larger strides, or `fused=False`,
     take one launch per stage. Real x and factors stay float32, otherwise complex64."""
-    bfly = _kernels().butterfly
     x, f, strides = _check_butterfly(x, factors, strides)
     cplx = np.iscomplexobj(x) or np.iscomplexobj(f)
     dt = C64 if cplx else F32

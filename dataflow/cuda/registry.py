@@ -13,8 +13,8 @@ import argparse
 import json
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 F32_2D = "float32[:, ::1]"
 C64_2D = "complex64[:, ::1]"
@@ -109,13 +109,13 @@ def compile_ptx(spec: KernelSpec, cc: tuple[int, int]) -> dict:
     out = {"kernel": spec.name, "cc": f"sm_{cc[0]}{cc[1]}", "signature": spec.signature}
     try:
         ptx, _ = cuda.compile_ptx(spec.function, spec.signature, cc=cc)
-    except Exception as exc:  # the report names the kernel and the compiler's message
+    except Exception as exc:  # noqa: BLE001 - any compiler error is this kernel's result
         out.update(ok=False, error=f"{type(exc).__name__}: {exc}")
         return out
-    target = re.search(r"^\.target\s+(\S+)", ptx, re.M)
+    target = re.search(r"^\.target\s+(\S+)", ptx, re.MULTILINE)
     # fp64 arithmetic in an fp32 kernel (a Python float constant, math.inf, ...) runs at 1/64
     # of the fp32 rate on many GPUs: the simulator hides it, the PTX shows it
-    f64 = len(re.findall(r"^\s*[a-z][\w.]*\.f64\b", ptx, re.M))
+    f64 = len(re.findall(r"^\s*[a-z][\w.]*\.f64\b", ptx, re.MULTILINE))
     out.update(ok=True, target=target.group(1) if target else None,
                entry=".entry" in ptx, shared_bytes=_shared_bytes(ptx), f64_instructions=f64,
                ptx_chars=len(ptx))
