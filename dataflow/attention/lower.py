@@ -53,18 +53,16 @@ def _row_entry_kernel(name: str, m: int, pos: np.ndarray, nodes: tuple[Node, ...
 
 
 def softmax_max_kernel(m: int, pos: np.ndarray) -> Kernel:
-    """rowmax[i] = max over the row's stored entries of S[p] (rowmax starts at -inf).
-
-    The accmax's register recurrence has latency 1 like an acc's, so it adds no RecMII; it is
-    not declared as a carried edge because the scheduler's latency rule treats only Op.ACC as
-    register-held (dataflow/mapper/schedule.py `op_latency`)."""
+    """rowmax[i] = max over the row's stored entries of S[p] (rowmax starts at -inf); the
+    running max stays in the accmax's register (a carried edge of distance 1, like an acc's)."""
     nnz = int(pos[-1])
     nodes = (
         Node(0, Op.LOAD, buffer="S", addr=Addr((("p", 1),)), name="s"),
         Node(1, Op.ACC_MAX, (0,), buffer="rowmax", addr=Addr((("i", 1),)), name="max="),
     )
     return _row_entry_kernel("softmax_max", m, pos, nodes,
-                             (Buffer("S", nnz), Buffer("rowmax", m, "output", init=-math.inf)))
+                             (Buffer("S", nnz), Buffer("rowmax", m, "output", init=-math.inf)),
+                             carried=((1, 1, 1),))
 
 
 def softmax_exp_kernel(m: int, pos: np.ndarray, scale: float) -> Kernel:
