@@ -143,6 +143,8 @@ def test_bigbird_has_global_window_and_random_blocks():
     (lambda: pattern_mask("window", 16, dilation=2), "does not take 'dilation'"),
     (lambda: pattern_mask("sliding", 16), "unknown attention pattern 'sliding'"),
     (lambda: pattern_mask("window", 16, windo=2), "unknown pattern parameter 'windo'"),
+    (lambda: pattern_mask("bigbird", 32, block=8, global_blocks=5), "global_blocks"),
+    (lambda: pattern_mask("nm", 16, seed=-1), "seed"),
 ])
 def test_bad_pattern_parameters_name_the_parameter(call, needle):
     with pytest.raises(PatternError, match=needle):

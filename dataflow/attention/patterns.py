@@ -58,7 +58,7 @@ class PatternError(ValueError):
 
 @dataclass(frozen=True)
 class AttentionPattern:
-    """A named pattern with its resolved parameters and the mask tensor it produces."""
+    """A named pattern with its resolved parameters; `pattern_mask(p)` builds its mask."""
 
     name: str
     seq: int
@@ -84,7 +84,8 @@ def resolve(name: str, seq: int, **params) -> AttentionPattern:
         takes = ", ".join(USES[name]) or "no parameters"
         raise PatternError(f"pattern {name!r} does not take {unused[0]!r}; it takes {takes}")
     got = {k: params.get(k, DEFAULTS[k]) for k in USES[name]}
-    for k in ("window", "dilation", "block", "global_blocks", "window_blocks", "random_blocks"):
+    for k in ("window", "dilation", "block", "global_blocks", "window_blocks", "random_blocks",
+              "seed"):
         if k in got:
             v = got[k]
             lo = 1 if k in ("dilation", "block") else 0
