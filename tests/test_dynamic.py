@@ -11,7 +11,7 @@ import pytest
 
 from dataflow.dynamic import build_index, make_dynamic_operands, simulate_dynamic_matmul
 from dataflow.dynamic.ffn import make_ffn_operands, simulate_relu_ffn
-from dataflow.dynamic.lower import lower_dynamic_spmm
+from dataflow.dynamic.lower import ROW_PAD, lower_dynamic_spmm
 from dataflow.dynamic.microtile import computed_macs, random_mask, tile_nonzero_mask
 from dataflow.testing import assert_close
 
@@ -66,7 +66,7 @@ def test_micro_tiles_on_tile_pattern_waste_nothing_and_blocks_do(default_arch):
 
 def test_index_kernels_build_the_host_index(default_arch):
     """The scan's per-tile sums and the compaction's scattered index, as the engine computes
-    them, equal the host's MicroTileIndex (1x64 also scatters tile ids)."""
+    them, equal the host's MicroTileIndex (1x64 also scatters each tile's first word in A)."""
     from dataflow.mapper import map_program
     from dataflow.pe_array.simulate import run_array
 
@@ -80,13 +80,14 @@ def test_index_kernels_build_the_host_index(default_arch):
     assert np.array_equal(nz, tile_nonzero_mask(a, (1, 64)))
     p = index.nnz_tiles
     assert np.array_equal(outs["crd"][:p], index.crd)
-    assert np.array_equal(outs["tile_id"][:p], index.tile_id)
+    ld = 128 + ROW_PAD  # tile t = (row, kb) starts at word row * ld + kb * 64 of the padded A
+    assert np.array_equal(outs["tile_off"][:p], (index.tile_id // 2) * ld + (index.tile_id % 2) * 64)
 
 
 def test_speedup_over_dense_grows_with_sparsity(default_arch):
     cycles = {}
     for s in (0.5, 0.9, 0.99):
-        a, b = make_dynamic_operands(64, 128, 16, s, "32x1", seed=2)
+        a, b = make_dynamic_operands(64, 256, 32, s, "32x1", seed=2)
         res, st = simulate_dynamic_matmul(a, b, "32x1", default_arch)
         assert res.values_match_reference
         cycles[s] = res.cycles
@@ -95,7 +96,9 @@ def test_speedup_over_dense_grows_with_sparsity(default_arch):
     dense, _ = simulate_dynamic_matmul(a, b, "dense", default_arch)
     speedup = [dense.cycles / cycles[s] for s in (0.5, 0.9, 0.99)]
     assert speedup[0] < speedup[1] < speedup[2]
-    assert speedup[2] > 1.0
+    # at this small size the index build (a DRAM-bound pass over A) and loading A again for
+    # the gathers cost about as much as dense compute; still a win at every sparsity here
+    assert speedup[0] > 1.0
 
 
 def test_column_blocks_have_identical_timing(default_arch):

@@ -22,7 +22,7 @@ import numpy as np
 from dataflow.dfg.graph import Addr, Buffer, Kernel, Loop, Node, Program
 from dataflow.dfg.lower import gemm_kernel, run_passes
 from dataflow.dfg.ops import Op
-from dataflow.dynamic.lower import compute_kernels, index_kernels, renamed
+from dataflow.dynamic.lower import ROW_PAD, compute_kernels, index_kernels, padded_gemm_kernel, renamed
 from dataflow.dynamic.microtile import build_index, check_sparsity, parse_granularity
 from dataflow.workloads import Param
 
@@ -60,18 +60,19 @@ def ffn_reference(x, w1, b, w2) -> np.ndarray:
     return (h @ w2.astype(np.float64)).astype(np.float32)
 
 
-def relu_kernel(t: int, h: int) -> Kernel:
-    """Hact[i, j] = max(H0[i, j] + b[j], 0)."""
+def relu_kernel(t: int, h: int, ld: int) -> Kernel:
+    """Hact[i, j] = max(H0[i, j] + b[j], 0), Hact stored with leading dimension `ld` (the
+    padded layout the sparse kernels read, `dataflow.dynamic.lower.ROW_PAD`)."""
     nodes = (
         Node(0, Op.LOAD, buffer="H0", addr=Addr((("i", h), ("j", 1))), name="h"),
         Node(1, Op.LOAD, buffer="bias", addr=Addr((("j", 1),)), name="b"),
         Node(2, Op.ADD, (0, 1), name="h+b"),
         Node(3, Op.CONST, value=0.0, name="0"),
         Node(4, Op.MAX, (2, 3), name="relu"),
-        Node(5, Op.STORE, (4,), buffer="Hact", addr=Addr((("i", h), ("j", 1))), name="Hact="),
+        Node(5, Op.STORE, (4,), buffer="Hact", addr=Addr((("i", ld), ("j", 1))), name="Hact="),
     )
     return Kernel(name="relu", loops=(Loop("i", t), Loop("j", h)), nodes=nodes,
-                  buffers=(Buffer("H0", t * h), Buffer("bias", h), Buffer("Hact", t * h, "output")),
+                  buffers=(Buffer("H0", t * h), Buffer("bias", h), Buffer("Hact", t * ld, "output")),
                   vector_var="j")
 
 
@@ -79,20 +80,21 @@ def lower_relu_ffn(x, w1, b, w2, granularity: str, dtype=np.float32):
     """(Program, hidden activations as the host computes them, index or None for dense)."""
     (t, d), h = x.shape, w1.shape[1]
     hact = np.maximum(x @ w1 + b, np.float32(0)).astype(dtype)
+    ld = h + ROW_PAD
     up = renamed(gemm_kernel(t, d, h), {"A": "X", "B": "W1", "C": "H0"}, "ffn_up")
-    kernels = [up, relu_kernel(t, h)]
+    kernels = [up, relu_kernel(t, h, ld)]
     inputs = [("X", x), ("W1", w1), ("bias", b), ("W2", w2)]
     index = None
     if granularity == "dense":
-        kernels.append(renamed(gemm_kernel(t, h, d), {"A": "Hact", "B": "W2", "C": "Y"}, "ffn_down"))
+        kernels.append(padded_gemm_kernel(t, h, d, ld, "Hact", "W2", "Y", "ffn_down"))
     else:
         tile = parse_granularity(granularity)
         from dataflow.dynamic.microtile import check_shape
 
         check_shape(t, h, tile, granularity)
         index = build_index(hact, tile)
-        ik, iin = index_kernels(t, h, index, "Hact", with_tile_id=tile[0] == 1)
-        ck, cin = compute_kernels("Hact", hact, d, index, panel_rows=t, dtype=dtype)
+        ik, iin = index_kernels(t, h, index, "Hact", with_tile_id=tile[0] == 1, ld=ld)
+        ck, cin = compute_kernels("Hact", hact, d, index, panel_rows=t, dtype=dtype, ld=ld)
         names = {"B": "W2", "C": "Y"}
         kernels += list(ik) + [renamed(k, names) for k in ck]
         inputs += iin + cin

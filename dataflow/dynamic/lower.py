@@ -5,7 +5,7 @@ C = A @ B where A (m x k) is sparse with a pattern known only at run time. The p
 1. `index_scan`: reads every element of A once and accumulates a * a per micro-tile (a tile is
    nonzero iff its sum is > 0) -- the run-time cost of finding the pattern, which PIT counts.
 2. `index_compact` (and `index_compact_ids` for 1 x 64 tiles): writes each nonzero tile's
-   column (tile id) to its slot of the compacted index (a SCATTER per tile). The slots are the exclusive prefix
+   column (and its first word in A) to its slot of the compacted index (a SCATTER per tile). The slots are the exclusive prefix
    sum of the tile flags; that serial scan over the flags is computed on the host and streamed
    in (the DFG has no compare or scan op), so this kernel charges one load per tile for it.
 3. compute, one kernel per panel of A's rows (panels keep the gathered operand within the SPM):
@@ -53,12 +53,14 @@ def square_acc_nodes(load: Node, acc_buffer: str, acc_addr: Addr) -> tuple[Node,
 
 
 def index_scan_kernel(m: int, k: int, tile: tuple[int, int], src: str = "A",
-                      name: str = "index_scan") -> Kernel:
-    """norm[tile] (x PARTS for wide tiles) = sum of src * src over the tile; src is m x k, row-major."""
+                      name: str = "index_scan", ld: int | None = None) -> Kernel:
+    """norm[tile] (x PARTS for wide tiles) = sum of src * src over the tile; src is m x k,
+    row-major with leading dimension `ld` (default k)."""
+    ld = k if ld is None else ld
     bh, bw = tile
     tr, kt = m // bh, k // bw
     if bw == 1:  # 32 x 1: vector over the tile column, reduce down the 32 rows
-        load = Node(0, Op.LOAD, buffer=src, addr=Addr((("tr", bh * k), ("er", k), ("tc", 1))),
+        load = Node(0, Op.LOAD, buffer=src, addr=Addr((("tr", bh * ld), ("er", ld), ("tc", 1))),
                     name="a")
         nodes = square_acc_nodes(load, "norm", Addr((("tr", k), ("tc", 1))))
         loops = (Loop("tr", tr), Loop("tc", k), Loop("er", bh))
@@ -67,13 +69,13 @@ def index_scan_kernel(m: int, k: int, tile: tuple[int, int], src: str = "A",
         if bw % PARTS:
             raise DFGError(f"{name}: tile width {bw} must be 1 or a multiple of {PARTS}")
         load = Node(0, Op.LOAD, buffer=src, addr=Addr(
-            (("tr", bh * k), ("tc", bw), ("er", k), ("e8", PARTS), ("part", 1))), name="a")
+            (("tr", bh * ld), ("tc", bw), ("er", ld), ("e8", PARTS), ("part", 1))), name="a")
         nodes = square_acc_nodes(load, "norm", Addr((("tr", kt * PARTS), ("tc", PARTS), ("part", 1))))
         loops = (Loop("tr", tr), Loop("tc", kt), Loop("part", PARTS), Loop("er", bh),
                  Loop("e8", bw // PARTS))
         size, vec = tr * kt * PARTS, "part"
     return Kernel(name=name, loops=loops, nodes=nodes,
-                  buffers=(Buffer(src, m * k), Buffer("norm", size, "output")),
+                  buffers=(Buffer(src, m * ld), Buffer("norm", size, "output")),
                   vector_var=vec, carried=((3, 3, 1),))
 
 
@@ -81,7 +83,7 @@ def index_compact_kernel(tiles: int, nnz: int, source: str = "tile_col", target:
                          name: str = "index_compact") -> Kernel:
     """target[slot[t]] = source[t] for every tile t (zero tiles write the spare last slot):
     `crd` gets each nonzero tile's column; for 1 x bw tiles a second such kernel writes
-    `tile_id` (the tile's row-major id) from `tile_ids`."""
+    `tile_off` (the tile's first word in A) from `tile_offs`."""
     nodes = (
         Node(0, Op.LOAD, buffer="slot", addr=Addr((("t", 1),)), name="slot"),
         Node(1, Op.LOAD, buffer=source, addr=Addr((("t", 1),)), name=source),
@@ -94,15 +96,17 @@ def index_compact_kernel(tiles: int, nnz: int, source: str = "tile_col", target:
 
 def tile_rows_kernel(rows: int, row0: int, m: int, k: int, n: int, tile: tuple[int, int],
                      pos: np.ndarray, crd_offset: int, nnz: int, a_buf: str,
-                     name: str) -> Kernel:
+                     name: str, ld: int | None = None) -> Kernel:
     """C[row0 + r, :] += sum over the nonzero tiles of r's tile row of A[r, tile] @ B[tile, :],
-    for the `rows` rows of A held in `a_buf` (a panel starting at row `row0`)."""
+    for the `rows` rows of A held in `a_buf` (a panel starting at row `row0`, leading
+    dimension `ld`, default k)."""
+    ld = k if ld is None else ld
     bh, bw = tile
     ec = (("ec", 1),) if bw > 1 else ()
     nodes = (
         Node(0, Op.LOAD, buffer="crd", addr=Addr((("p", 1),), const=crd_offset), name="crd"),
         Node(1, Op.GATHER, (0,), buffer=a_buf,
-             addr=Addr((("tr", bh * k), ("er", k), *ec), index_stride=bw), name="SRead A"),
+             addr=Addr((("tr", bh * ld), ("er", ld), *ec), index_stride=bw), name="SRead A"),
         Node(2, Op.GATHER, (0,), buffer="B",
              addr=Addr(((("ec", n),) if bw > 1 else ()) + (("j", 1),), index_stride=bw * n),
              name="SRead B"),
@@ -114,7 +118,7 @@ def tile_rows_kernel(rows: int, row0: int, m: int, k: int, n: int, tile: tuple[i
     if bw > 1:
         loops += (Loop("ec", bw),)
     return Kernel(name=name, loops=loops, nodes=nodes,
-                  buffers=(Buffer("crd", nnz + 1), Buffer(a_buf, rows * k), Buffer("B", k * n),
+                  buffers=(Buffer("crd", nnz + 1), Buffer(a_buf, rows * ld), Buffer("B", k * n),
                            Buffer("C", m * n, "output")),
                   vector_var="j", carried=((4, 4, 1),),
                   domain_arrays=(("tile_pos", np.asarray(pos, dtype=np.int64)),))
@@ -122,15 +126,15 @@ def tile_rows_kernel(rows: int, row0: int, m: int, k: int, n: int, tile: tuple[i
 
 def row_gather_kernel(nrows: int, q0: int, row0: int, k: int, n: int, bw: int, qpos: np.ndarray,
                       crd_offset: int, nnz: int, total_rows: int, a_buf: str, a_rows: int,
-                      name: str) -> Kernel:
+                      name: str, ld: int | None = None) -> Kernel:
     """G[q0 + q, :] = sum over row q's nonzero 1 x bw tiles of A[row, tile] @ B[tile, :]: the
-    `nrows` gathered rows of a panel of A starting at row `row0`."""
-    kt = k // bw
+    `nrows` gathered rows of a panel of A starting at row `row0` (leading dimension `ld`)."""
+    ld = k if ld is None else ld
     nodes = (
-        Node(0, Op.LOAD, buffer="tile_id", addr=Addr((("p", 1),), const=crd_offset), name="tile"),
-        # tile t = row * kt + kb starts at word t * bw of row-major A; the panel starts at row0
-        Node(1, Op.GATHER, (0,), buffer=a_buf, addr=Addr((("ec", 1),), const=-row0 * kt * bw,
-                                                          index_stride=bw), name="SRead A"),
+        Node(0, Op.LOAD, buffer="tile_off", addr=Addr((("p", 1),), const=crd_offset), name="tile"),
+        # tile_off = row * ld + kb * bw: the tile's first word in A; the panel starts at row0
+        Node(1, Op.GATHER, (0,), buffer=a_buf, addr=Addr((("ec", 1),), const=-row0 * ld,
+                                                          index_stride=1), name="SRead A"),
         Node(2, Op.LOAD, buffer="crd", addr=Addr((("p", 1),), const=crd_offset), name="kb"),
         Node(3, Op.GATHER, (2,), buffer="B", addr=Addr((("ec", n), ("j", 1)), index_stride=bw * n),
              name="SRead B"),
@@ -141,7 +145,7 @@ def row_gather_kernel(nrows: int, q0: int, row0: int, k: int, n: int, bw: int, q
                   loops=(Loop("q", nrows), Loop("j", n), Loop("p", pos="row_pos", parent="q"),
                          Loop("ec", bw)),
                   nodes=nodes,
-                  buffers=(Buffer("tile_id", nnz + 1), Buffer(a_buf, a_rows * k),
+                  buffers=(Buffer("tile_off", nnz + 1), Buffer(a_buf, a_rows * ld),
                            Buffer("crd", nnz + 1), Buffer("B", k * n),
                            Buffer("G", max(1, total_rows) * n, "output")),
                   vector_var="j", carried=((5, 5, 1),),
@@ -178,26 +182,33 @@ def panel_rows_for(m: int, k: int, n: int, bh: int, capacity_words: int) -> int:
     return max(bh, min(m, (room // k) // bh * bh))
 
 
-def index_kernels(m: int, k: int, index: MicroTileIndex, src: str, with_tile_id: bool):
-    """(kernels, inputs) of the run-time index build over the m x k operand in buffer `src`."""
+def index_kernels(m: int, k: int, index: MicroTileIndex, src: str, with_tile_id: bool,
+                  ld: int | None = None):
+    """(kernels, inputs) of the run-time index build over the m x k operand in buffer `src`
+    (leading dimension `ld`). With `with_tile_id` a second compaction writes each nonzero
+    tile's first word in A (`tile_off`), which the row gather uses as its index."""
+    ld = k if ld is None else ld
     bh, bw = index.tile
     tiles = index.tile_nonzero.size
     kt = k // bw
-    kernels = (index_scan_kernel(m, k, index.tile, src),
+    kernels = (index_scan_kernel(m, k, index.tile, src, ld=ld),
                index_compact_kernel(tiles, index.nnz_tiles))
-    if with_tile_id:
-        kernels += (index_compact_kernel(tiles, index.nnz_tiles, "tile_ids", "tile_id",
-                                         "index_compact_ids"),)
     inputs = [("slot", index.slot), ("tile_col", np.tile(np.arange(kt, dtype=np.int64), m // bh))]
     if with_tile_id:
-        inputs.append(("tile_ids", np.arange(tiles, dtype=np.int64)))
+        kernels += (index_compact_kernel(tiles, index.nnz_tiles, "tile_offs", "tile_off",
+                                         "index_compact_ids"),)
+        t = np.arange(tiles, dtype=np.int64)
+        inputs.append(("tile_offs", (t // kt) * bh * ld + (t % kt) * bw))
     return kernels, inputs
 
 
 def compute_kernels(a_name: str, a: np.ndarray, n: int, index: MicroTileIndex, panel_rows: int,
-                    dtype) -> tuple[list[Kernel], list[tuple[str, np.ndarray]]]:
-    """The compute (and, for 1 x bw tiles, SWrite) kernels over panels of A's rows."""
+                    dtype, ld: int | None = None) -> tuple[list[Kernel], list[tuple[str, np.ndarray]]]:
+    """The compute (and, for 1 x bw tiles, SWrite) kernels over panels of A's rows; `a` is
+    m x k, held in buffer `a_name` with leading dimension `ld` (a single panel reads that
+    buffer; several get copies of their rows)."""
     m, k = a.shape
+    ld = k if ld is None else ld
     bh, bw = index.tile
     kernels: list[Kernel] = []
     inputs: list[tuple[str, np.ndarray]] = []
@@ -207,7 +218,7 @@ def compute_kernels(a_name: str, a: np.ndarray, n: int, index: MicroTileIndex, p
         if len(panels) == 1:
             return a_name
         name = f"{a_name}_panel{i}"
-        inputs.append((name, np.ascontiguousarray(a[r0:r1], dtype=dtype).ravel()))
+        inputs.append((name, pad_rows(a[r0:r1], ld, dtype).ravel()))
         return name
 
     if bh > 1:
@@ -216,7 +227,7 @@ def compute_kernels(a_name: str, a: np.ndarray, n: int, index: MicroTileIndex, p
             pos = index.pos[t0:t1 + 1] - index.pos[t0]
             kernels.append(tile_rows_kernel(r1 - r0, r0, m, k, n, index.tile, pos,
                                             int(index.pos[t0]), index.nnz_tiles,
-                                            panel_buffer(i, r0, r1), f"sread_{i}"))
+                                            panel_buffer(i, r0, r1), f"sread_{i}", ld=ld))
         return kernels, inputs
     counts = np.diff(index.pos)
     rows = np.flatnonzero(counts > 0).astype(np.int64)
@@ -228,7 +239,7 @@ def compute_kernels(a_name: str, a: np.ndarray, n: int, index: MicroTileIndex, p
         qpos = np.concatenate(([index.pos[mine[0]]], index.pos[mine + 1])) - index.pos[mine[0]]
         kernels.append(row_gather_kernel(len(mine), q, r0, k, n, bw, qpos, int(index.pos[mine[0]]),
                                          index.nnz_tiles, len(rows), panel_buffer(i, r0, r1),
-                                         r1 - r0, f"sread_{i}"))
+                                         r1 - r0, f"sread_{i}", ld=ld))
         q += len(mine)
     if len(rows):
         kernels.append(swrite_kernel(len(rows), m, n))
@@ -236,12 +247,28 @@ def compute_kernels(a_name: str, a: np.ndarray, n: int, index: MicroTileIndex, p
     return kernels, inputs
 
 
+def pad_rows(a: np.ndarray, ld: int, dtype=np.float32) -> np.ndarray:
+    """`a` (m x k) stored with leading dimension ld >= k (zero padding at each row's end)."""
+    out = np.zeros((a.shape[0], ld), dtype=dtype)
+    out[:, :a.shape[1]] = a
+    return out
+
+
+ROW_PAD = 8  # words of padding per matrix row: one SPM row of the default arch (see below)
+
+
 def lower_dynamic_spmm(a: np.ndarray, b: np.ndarray, granularity: str, panel_rows: int | None = None,
-                       capacity_words: int | None = None, dtype=np.float32):
+                       capacity_words: int | None = None, dtype=np.float32, row_pad: int = ROW_PAD):
     """(Program, MicroTileIndex) of C = A @ B with A's pattern found at run time at
     `granularity` ("32x1", "1x64", "32x64"; `dataflow.dynamic.microtile.GRANULARITIES`).
     `panel_rows` (a multiple of the tile height) splits A's rows into panels; by default the
-    largest panel that fits half of `capacity_words` next to B, or all rows."""
+    largest panel that fits half of `capacity_words` next to B, or all rows.
+
+    A is stored with `row_pad` zero words after each row (leading dimension k + row_pad): the
+    copies of a kernel work on different rows of A at once, and with a power-of-two k every
+    row would start on the same SPM line (interleaved mapping), serialising their reads on
+    that line's ports; one SPM row of padding staggers the rows over the lines. The dense
+    baseline (`lower_dense_reference`) stores A the same way."""
     from dataflow.dynamic.microtile import check_shape, parse_granularity
 
     tile = parse_granularity(granularity)
@@ -254,15 +281,16 @@ def lower_dynamic_spmm(a: np.ndarray, b: np.ndarray, granularity: str, panel_row
     if panel_rows <= 0 or panel_rows % tile[0]:
         raise DFGError(f"panel_rows must be a positive multiple of {tile[0]}, got {panel_rows}")
     a = np.ascontiguousarray(a, dtype=dtype)
+    ld = k + row_pad
     index = build_index(a, tile)
-    kernels, inputs = index_kernels(m, k, index, "A", with_tile_id=tile[0] == 1)
-    ck, cin = compute_kernels("A", a, n, index, panel_rows, dtype)
+    kernels, inputs = index_kernels(m, k, index, "A", with_tile_id=tile[0] == 1, ld=ld)
+    ck, cin = compute_kernels("A", a, n, index, panel_rows, dtype, ld=ld)
     kernels = tuple(kernels) + tuple(ck)
     if not ck:  # all-zero A: nothing to compute, C stays zero (a store-free program is empty)
         kernels += (zero_output_kernel(m, n),)
     prog = Program(
         name=f"dynamic_spmm_{granularity}_{m}x{k}x{n}", kernels=kernels,
-        inputs=(("A", a.ravel()), ("B", np.ascontiguousarray(b, dtype=dtype).ravel()),
+        inputs=(("A", pad_rows(a, ld, dtype).ravel()), ("B", np.ascontiguousarray(b, dtype=dtype).ravel()),
                 *inputs, *cin),
         outputs=(("C", (m, n)),), dtype=np.dtype(dtype).name,
         macs=int(np.count_nonzero(a)) * n,
@@ -279,11 +307,25 @@ def zero_output_kernel(m: int, n: int) -> Kernel:
                   buffers=(Buffer("C", m * n, "output"),), vector_var="j")
 
 
-def lower_dense_reference(a: np.ndarray, b: np.ndarray, dtype=np.float32) -> Program:
-    """The dense baseline: GEMM over the same (zero-filled) A."""
-    from dataflow.dfg.lower import lower_gemm
+def padded_gemm_kernel(m: int, k: int, n: int, ld: int, a: str = "A", b: str = "B", c: str = "C",
+                       name: str = "gemm") -> Kernel:
+    """`dataflow.dfg.lower.gemm_kernel` with A stored at leading dimension `ld`."""
+    kern = renamed(gemm_kernel(m, k, n, name), {"A": a, "B": b, "C": c})
+    nodes = (dataclasses.replace(kern.nodes[0], addr=Addr((("i", ld), ("kk", 1)))), *kern.nodes[1:])
+    bufs = (Buffer(a, m * ld), *kern.buffers[1:])
+    return dataclasses.replace(kern, nodes=nodes, buffers=bufs)
 
-    return lower_gemm(a, b, dtype)
+
+def lower_dense_reference(a: np.ndarray, b: np.ndarray, dtype=np.float32, row_pad: int = ROW_PAD) -> Program:
+    """The dense baseline: GEMM over the same (zero-filled) A, stored as the sparse kernels
+    store it (leading dimension k + row_pad)."""
+    (m, k), n = a.shape, b.shape[1]
+    ld = k + row_pad
+    return run_passes(Program(
+        name=f"dense_{m}x{k}x{n}", kernels=(padded_gemm_kernel(m, k, n, ld),),
+        inputs=(("A", pad_rows(a, ld, dtype).ravel()), ("B", np.ascontiguousarray(b, dtype=dtype).ravel())),
+        outputs=(("C", (m, n)),), dtype=np.dtype(dtype).name, macs=m * k * n,
+        meta=(("gemm", (m, n, k)),)))
 
 
 __all__ = ["gemm_kernel", "index_compact_kernel", "index_scan_kernel", "lower_dynamic_spmm",
