@@ -22,6 +22,7 @@ WORKLOAD_MODULES: tuple[str, ...] = (
     "dataflow.attention.api",
     "dataflow.dynamic",
     "dataflow.moe",
+    "dataflow.butterfly.workloads",
 )
 
 

@@ -22,7 +22,7 @@ from dataflow.mapper.orchestrate import (
     plan_orchestration,
 )
 
-BACKENDS = ("numpy", "sim")
+BACKENDS = ("numpy", "sim", "cuda")  # cuda: dataflow.cuda kernels (GPU or simulator)
 
 
 def _arch(arch):
@@ -85,6 +85,10 @@ def fft(x, backend: str = "numpy", arch=None, orchestration: str = "multilayer",
     _check(backend, orchestration)
     if backend == "numpy":
         return ref.fft_reference(x)
+    if backend == "cuda":
+        from dataflow.cuda import ops as cu
+
+        return cu.fft(x)
     return run_fft(x, arch, orchestration, engine)[0]
 
 
@@ -120,6 +124,10 @@ def butterfly_matmul(x, factors, backend: str = "numpy", arch=None,
     _check(backend, orchestration)
     if backend == "numpy":
         return ref.butterfly_apply(x, factors)
+    if backend == "cuda":
+        from dataflow.cuda import ops as cu
+
+        return cu.butterfly(x, ref.check_factors(factors, np.asarray(x).shape[-1]))
     return run_butterfly_matmul(x, factors, arch, orchestration, engine)[0]
 
 
@@ -129,6 +137,10 @@ def butterfly_linear(x, factors, bias=None, backend: str = "numpy", arch=None,
     _check(backend, orchestration)
     if backend == "numpy":
         return ref.butterfly_linear(x, factors, bias)
+    if backend == "cuda":
+        from dataflow.cuda import ops as cu
+
+        return cu.butterfly_linear(x, ref.check_factors(factors, np.asarray(x).shape[-1]), bias)
     return run_butterfly_matmul(x, factors, arch, orchestration, engine, bias=bias)[0]
 
 
@@ -139,6 +151,12 @@ def butterfly_ffn(x, factors1, factors2, bias1=None, bias2=None, backend: str = 
     _check(backend, orchestration)
     if backend == "numpy":
         return ref.butterfly_ffn(x, factors1, factors2, bias1, bias2)
+    if backend == "cuda":
+        from dataflow.cuda import ops as cu
+
+        n = np.asarray(x).shape[-1]
+        return cu.butterfly_ffn(x, ref.check_factors(factors1, n), ref.check_factors(factors2, n),
+                                bias1, bias2)
     h, _ = run_butterfly_matmul(x, factors1, arch, orchestration, engine, bias=bias1, relu=True)
     return run_butterfly_matmul(h, factors2, arch, orchestration, engine, bias=bias2)[0]
 
@@ -182,4 +200,8 @@ def fnet_attention(x, backend: str = "numpy", arch=None, orchestration: str = "m
     _check(backend, orchestration)
     if backend == "numpy":
         return ref.fnet_attention(x)
+    if backend == "cuda":
+        from dataflow.cuda import ops as cu
+
+        return cu.fnet_attention(x)
     return run_fnet_attention(x, arch, orchestration, engine)[0]

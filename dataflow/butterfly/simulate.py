@@ -18,6 +18,9 @@ from dataflow.pe_array.result import KernelResult, SimResult, TileResult
 from dataflow.pe_array.simulate import energy_breakdown, run_array
 from dataflow.pe_array.system import run_system
 
+# the system model takes per-buffer DMA transfers when TileResult carries them
+_PER_BUFFER = "dram_transfers" in TileResult.__dataclass_fields__
+
 
 @dataclass(frozen=True)
 class StageSpan:
@@ -75,6 +78,7 @@ def simulate_orchestrated(om: OrchestratedMapping, engine: str = "fast",
         merged = []
         for t in range(ntiles):
             rd = wr = comp = stall = iters = 0
+            transfers = []  # one DMA transfer per buffer and direction
             for i in seg:
                 km = mapping.kernels[i]
                 a = arrays[i].tiles[t]
@@ -85,9 +89,11 @@ def simulate_orchestrated(om: OrchestratedMapping, engine: str = "fast",
                     if name not in internal:
                         rd += r
                         wr += w
+                        transfers += [(name, kind, nb) for kind, nb in (("read", r), ("write", w)) if nb]
+            extra = {"dram_transfers": tuple(transfers)} if _PER_BUFFER else {}
             merged.append(TileResult(kernel=f"residency{si}", index=t, iterations=iters,
                                      compute_cycles=comp, stall_cycles_spm_conflict=stall,
-                                     dram_bytes_read=rd, dram_bytes_written=wr))
+                                     dram_bytes_read=rd, dram_bytes_written=wr, **extra))
         seg_tiles.append((f"residency{si}", tuple(merged)))
     tl = run_system(seg_tiles, arch)
     rd = sum(t.dram_bytes_read for _, ts in seg_tiles for t in ts)

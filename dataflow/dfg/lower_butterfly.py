@@ -184,7 +184,8 @@ def group_kernel(spec: ButterflySpec, group: StageGroup, groups: int, index: int
         if not cplx:
             x.append((re, None))
         elif spec.real_input and index == 0:
-            x.append((re, b.add(Op.CONST, value=0.0, name="0")))
+            # no imaginary part: matrix butterflies skip its terms; twiddles multiply a zero
+            x.append((re, None if spec.kind == "complex" else b.add(Op.CONST, value=0.0, name="0")))
         else:
             x.append((re, b.add(Op.LOAD, buffer=in_i, addr=a, name=f"x{m}.im")))
     coef_bufs: dict[str, int] = {}
@@ -282,18 +283,21 @@ def _matrix_pair(b: _Body, spec, lo, hi, terms, const, buf):
         up = b.add(Op.MAC, (a, lo[0], b.add(Op.MUL, (bb, hi[0]))))
         dn = b.add(Op.MAC, (c, lo[0], b.add(Op.MUL, (d, hi[0]))))
         return (up, None), (dn, None)
+    def dot(terms):
+        """sum coef * value as MUL then MACs; terms on an absent (zero) value are skipped."""
+        acc = None
+        for c, v in terms:
+            if v is None:
+                continue
+            acc = b.add(Op.MUL, (c, v)) if acc is None else b.add(Op.MAC, (c, v, acc))
+        return acc
+
     out = []
     for row in range(2):
-        (ar, ai, an), (br, bi, bn) = [[coef(12 * 0 + 6 * row + 3 * col + q) for q in range(3)]
+        (ar, ai, an), (br, bi, bn) = [[coef(6 * row + 3 * col + q) for q in range(3)]
                                       for col in range(2)]
-        re = b.add(Op.MUL, (ar, lo[0]))
-        re = b.add(Op.MAC, (an, lo[1], re))
-        re = b.add(Op.MAC, (br, hi[0], re))
-        re = b.add(Op.MAC, (bn, hi[1], re))
-        im = b.add(Op.MUL, (ar, lo[1]))
-        im = b.add(Op.MAC, (ai, lo[0], im))
-        im = b.add(Op.MAC, (br, hi[1], im))
-        im = b.add(Op.MAC, (bi, hi[0], im))
+        re = dot(((ar, lo[0]), (an, lo[1]), (br, hi[0]), (bn, hi[1])))
+        im = dot(((ar, lo[1]), (ai, lo[0]), (br, hi[1]), (bi, hi[0])))
         out.append((re, im))
     return out[0], out[1]
 

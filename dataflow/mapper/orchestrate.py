@@ -49,6 +49,7 @@ from dataflow.mapper.tiling import MIN_TILES, tile_and_allocate
 
 ORCHESTRATIONS = ("layer", "fused", "multilayer")
 MAX_STAGES_PER_KERNEL = 2
+RETRY_II_SLACK = 48
 
 
 @dataclass(frozen=True)
@@ -110,7 +111,11 @@ def map_stage_kernel(kernel: Kernel, arch: ArchSpec, tile_rows: int) -> KernelMa
     key = _shape_key(kernel, arch)
     hit = _SHAPES.get(key)
     if hit is None:
-        km = map_kernel(kernel, arch, max_tile_rows=tile_rows)
+        try:
+            km = map_kernel(kernel, arch, max_tile_rows=tile_rows)
+        except MappingError:
+            # the list scheduler sometimes needs II well above MII for these wide bodies
+            km = map_kernel(kernel, arch, max_tile_rows=tile_rows, max_ii_slack=RETRY_II_SLACK)
         _SHAPES[key] = km
         return km
     tiles, allocs = tile_and_allocate(kernel, arch, tile_rows)
@@ -137,6 +142,7 @@ def tile_words(spec: ButterflySpec, rows: int) -> int:
 
 
 def coefficient_words(spec: ButterflySpec) -> int:
+    """Words of all coefficient tables (an upper bound: constant twiddles are not loaded)."""
     if spec.kind == "fft":
         return 3 * spec.n
     return spec.stages * (spec.n // 2) * (4 if spec.kind == "real" else 12)
@@ -200,7 +206,12 @@ def plan_orchestration(spec: ButterflySpec, arch: ArchSpec, mode: str,
         raise MappingError(f"butterfly kernels need a reconfigurable array; {arch.name!r} is "
                            f"{arch.pe_array.kind}")
     S = spec.stages
+    # tile rows: at most the default (>= MIN_TILES tiles); fewer when the SPM needs it, and for
+    # multilayer as many as still let every stage kernel be co-resident
     rows = default_tile_rows(spec)
+    want = S if mode == "multilayer" else 1
+    while rows > 1 and spm_residency_limit(spec, arch, rows) < want:
+        rows -= 1
     limit_c = spm_residency_limit(spec, arch, rows)
     if limit_c < 1:
         raise MappingError(
@@ -316,7 +327,8 @@ def roofline(om: OrchestratedMapping, dram_bytes: int) -> dict[str, float]:
 
 
 def minimal_dram_bytes(spec: ButterflySpec, word_bytes: int) -> int:
-    """Input once, output once, coefficient tables once (what any orchestration must move)."""
+    """Input once, output once, every coefficient table once: what a single residency moves
+    at most (constant twiddles are never loaded, so a run may move a little less)."""
     words = spec.blocks * spec.n * spec.lanes
     cin = 1 if (not spec.complex_data or spec.real_input) else 2
     cout = 1 if (not spec.complex_data or spec.real_output) else 2

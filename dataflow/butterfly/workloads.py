@@ -1,0 +1,88 @@
+"""Workloads `butterfly`, `fft` and `fnet-attention` for `dataflow simulate --workload NAME`.
+
+Each generates seeded fp32 operands, runs the chosen orchestration on the engine and checks the
+values against the numpy reference (`finish`). Complex outputs are compared as (..., 2) arrays
+of (real, imaginary) parts, so the one fp32 comparison of `dataflow.testing` applies.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import numpy as np
+
+from dataflow.butterfly import reference as ref
+from dataflow.butterfly.ops import run_butterfly_matmul, run_fft, run_fnet_attention
+from dataflow.mapper.orchestrate import ORCHESTRATIONS
+from dataflow.workloads import Param, Workload, register
+
+ORCH = Param("orchestration", str, "multilayer",
+             "butterfly stages: layer (DRAM round trip per stage), fused (several stages per "
+             "kernel), multilayer (stage kernels co-resident)", choices=ORCHESTRATIONS)
+N = Param("n", int, 64, "columns of B and C (butterfly/fft: transform length)")
+BATCH = Param("batch", int, 32, "butterfly/fft: vectors transformed at once")
+
+
+def _ri(z) -> np.ndarray:
+    z = np.asarray(z)
+    return np.stack([z.real, z.imag], -1) if np.iscomplexobj(z) else z
+
+
+def _finish(res, y, expected, t0):
+    from dataflow.api import finish
+
+    done = finish(dataclasses.replace(res, output=_ri(y)), _ri(expected), t0)
+    return dataclasses.replace(done, output=y)
+
+
+def _positive(**kw):
+    for k, v in kw.items():
+        if v < 1:
+            raise ValueError(f"--{k} must be a positive integer, got {v}")
+
+
+def _run_butterfly(spec, *, engine="fast", seed=0, trace=False, n=64, batch=32,
+                   orchestration="multilayer", complex=False):
+    _positive(batch=batch)
+    ref.log2_exact(n, "--n")
+    t0 = time.perf_counter()
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((batch, n)).astype(np.float32)
+    fs = ref.random_factors(n, rng, complex_=bool(complex))
+    y, run = run_butterfly_matmul(x, fs, spec, orchestration, engine)
+    return _finish(dataclasses.replace(run.result, workload="butterfly"), y,
+                   ref.butterfly_apply(x, fs), t0)
+
+
+def _run_fft(spec, *, engine="fast", seed=0, trace=False, n=64, batch=32,
+             orchestration="multilayer"):
+    _positive(batch=batch)
+    ref.log2_exact(n, "--n")
+    t0 = time.perf_counter()
+    x = np.random.default_rng(seed).standard_normal((batch, n)).astype(np.float32)
+    y, run = run_fft(x, spec, orchestration, engine)
+    return _finish(dataclasses.replace(run.result, workload="fft"), y, np.fft.fft(x), t0)
+
+
+def _run_fnet(spec, *, engine="fast", seed=0, trace=False, seq=128, dim=64,
+              orchestration="multilayer"):
+    ref.log2_exact(seq, "--seq")
+    ref.log2_exact(dim, "--dim")
+    t0 = time.perf_counter()
+    x = np.random.default_rng(seed).standard_normal((seq, dim)).astype(np.float32)
+    y, res, _ = run_fnet_attention(x, spec, orchestration, engine)
+    return _finish(res, y, ref.fnet_attention(x), t0)
+
+
+register(Workload("butterfly", _run_butterfly, (
+    N, BATCH, ORCH,
+    Param("complex", int, 0, "butterfly: 1 for complex factors (0: real)", choices=(0, 1)),
+), "butterfly matrix (log2 n stages of 2x2 factors) times a batch of vectors"))
+register(Workload("fft", _run_fft, (N, BATCH, ORCH),
+                  "FFT along the last axis as butterfly stages (bit-reversed addressing)"))
+register(Workload("fnet-attention", _run_fnet, (
+    Param("seq", int, 128, "sequence length (queries = keys)"),
+    Param("dim", int, 64, "model width (columns of X)"),
+    ORCH,
+), "FNet/FABNet token mixing Re(FFT2) over (seq, dim)"))
