@@ -118,6 +118,25 @@ def test_fft_equals_numpy(rng, shape, tile):
     assert_close_complex(y, np.fft.fft(x.astype(np.float64), axis=-1))
 
 
+def test_butterfly_layers_and_fnet_match_the_butterfly_package(rng):
+    """backend="cuda" of dataflow.butterfly against its numpy definitions: butterfly_matmul
+    (factors as a list, leading batch axes), linear with bias, FABNet FFN, FNet 2-D FFT."""
+    from dataflow import butterfly as bf
+
+    fs1, fs2 = bf.reference.random_factors(16, 1), bf.reference.random_factors(16, 2)
+    x = rng.standard_normal((2, 3, 16)).astype(np.float32)
+    b1, b2 = (rng.standard_normal(16).astype(np.float32) for _ in range(2))
+    assert_close(bf.butterfly_matmul(x, fs1, backend="cuda"), bf.butterfly_matmul(x, fs1))
+    assert_close(bf.butterfly_linear(x, fs1, b1, backend="cuda"), bf.butterfly_linear(x, fs1, b1))
+    assert_close(bf.butterfly_ffn(x, fs1, fs2, b1, b2, backend="cuda"),
+                 bf.butterfly_ffn(x, fs1, fs2, b1, b2))
+    tokens = rng.standard_normal((64, 8)).astype(np.float32)  # seq 64 > one transpose tile
+    y = bf.fnet_attention(tokens, backend="cuda")
+    assert y.dtype == np.float32
+    assert_close(y, bf.fnet_attention(tokens))
+    assert_close_complex(bf.fft(x, backend="cuda"), bf.fft(x))
+
+
 # --- sparse attention ----------------------------------------------------------------------
 
 def _pattern(m, s, keep):
@@ -252,6 +271,8 @@ def test_measure_and_dry_run_report_closed_form_counts(rng):
     (lambda: ops.gemm(np.ones((2, 3)), np.ones((4, 2))), "shapes do not agree"),
     (lambda: ops.gemm(np.ones(3), np.ones((3, 2))), "a must be a 2-D array"),
     (lambda: ops.butterfly(np.ones(12), np.ones((2, 6, 2, 2))), "power of two"),
+    (lambda: ops.fnet_attention(np.ones((8, 6))), "dim must be a power of two"),
+    (lambda: ops.butterfly_linear(np.ones(4), np.ones((2, 2, 2, 2)), np.ones(3)), "bias must"),
     (lambda: ops.butterfly(np.ones(8), np.ones((3, 3, 2, 2))), r"shape \(stages, 4, 2, 2\)"),
     (lambda: ops.butterfly(np.ones(8), np.ones((1, 4, 2, 2)), [3]), "strides must be powers"),
     (lambda: ops.fft(np.ones(6)), "power of two"),

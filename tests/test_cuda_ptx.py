@@ -117,6 +117,9 @@ def test_every_launched_kernel_is_registered():
         for dt in (np.float32, np.complex64):
             ops.butterfly(np.zeros((2, 2048), dt), np.zeros((11, 1024, 2, 2), dt), runner=r)
         ops.fft(np.zeros(2048, np.complex64), runner=r)
+        ops.butterfly_ffn(np.zeros((2, 64), np.float32), np.zeros((6, 32, 2, 2)),
+                          np.zeros((6, 32, 2, 2)), np.zeros(64), None, runner=r)
+        ops.fnet_attention(np.zeros((64, 32), np.float32), runner=r)
         for fused in (True, False):
             ops.sparse_attention(z, z, z, pos, crd, fused=fused, runner=r)
         for g in ((32, 1), (1, 64)):

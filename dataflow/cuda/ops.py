@@ -132,14 +132,19 @@ def _sddmm(a, bt, pos, crd, mask_val, runner, device_out: bool = False):
 
 # --- butterfly and FFT ----------------------------------------------------------------------
 
-def _check_butterfly(x, factors, strides):
+def _rows(x, what: str = "x") -> tuple[np.ndarray, tuple]:
+    """x as (rows, n) over its last axis, and its shape (leading axes are a batch)."""
     x = np.asarray(x)
-    f = np.asarray(factors)
-    if x.ndim not in (1, 2):
-        raise ValueError(f"x must be (n,) or (batch, n), got shape {x.shape}")
+    if x.ndim < 1:
+        raise ValueError(f"{what} must have at least one axis, got a scalar")
     n = x.shape[-1]
     if n < 2 or n & (n - 1):
-        raise ValueError(f"butterfly length must be a power of two >= 2, got n = {n}")
+        raise ValueError(f"the last axis of {what} must be a power of two >= 2, got n = {n}")
+    return x.reshape(-1, n), x.shape
+
+
+def _check_butterfly(n: int, factors, strides):
+    f = np.asarray(factors)
     if f.ndim != 4 or f.shape[1:] != (n // 2, 2, 2):
         raise ValueError(f"factors must have shape (stages, {n // 2}, 2, 2) for n = {n}, "
                          f"got {f.shape}")
@@ -152,37 +157,40 @@ def _check_butterfly(x, factors, strides):
     bad = [int(h) for h in strides if h < 1 or h >= n or h & (h - 1)]
     if bad:
         raise ValueError(f"strides must be powers of two below n = {n}; got {bad}")
-    return x, f, strides
+    return f, strides
 
 
 def butterfly(x, factors, strides=None, *, fused: bool = True, tile: int | None = None,
               runner: Runner | None = None) -> np.ndarray:
-    """Apply butterfly stages to each row of x (see `kernels.butterfly` for the layout).
+    """Apply butterfly stages along the last axis of x (see `kernels.butterfly` for the
+    layout): B x with B = F_(S-1) ... F_0 for `factors` of shape (S, n/2, 2, 2) (or a list of
+    S arrays (n/2, 2, 2), as `dataflow.butterfly` takes them).
 
     `fused=True` keeps every run of consecutive stages with stride below the tile (default
     min(n, FUSED_TILE_MAX)) in shared memory in one launch; larger strides, or `fused=False`,
     take one launch per stage. Real x and factors stay float32, otherwise complex64."""
-    x, f, strides = _check_butterfly(x, factors, strides)
-    cplx = np.iscomplexobj(x) or np.iscomplexobj(f)
-    dt = C64 if cplx else F32
-    out = _butterfly_device(np.ascontiguousarray(np.atleast_2d(x), dt),
-                            np.ascontiguousarray(f, dt), strides, fused, tile,
-                            runner or Runner(), flops_per_pair=28 if cplx else 6)
-    return out.reshape(x.shape)
+    x2, shape = _rows(x)
+    f, strides = _check_butterfly(x2.shape[1], factors, strides)
+    dt = C64 if np.iscomplexobj(x2) or np.iscomplexobj(f) else F32
+    runner = runner or Runner()
+    dy = _butterfly_device(cuda_module().to_device(np.ascontiguousarray(x2, dt)),
+                           np.ascontiguousarray(f, dt), strides, fused, tile, runner,
+                           flops_per_pair=28 if dt == C64 else 6)
+    return dy.copy_to_host().reshape(shape)
 
 
-def _butterfly_device(x2, f, strides, fused, tile, runner, flops_per_pair, dx=None):
+def _butterfly_device(dx, f, strides, fused, tile, runner, flops_per_pair):
+    """The stages on a device array dx (batch, n); returns the device array holding B x."""
     bfly = _kernels().butterfly
     cuda = cuda_module()
-    batch, n = x2.shape
-    es = x2.dtype.itemsize
+    batch, n = dx.shape
+    es = dx.dtype.itemsize
     tile = min(n, tile or bfly.FUSED_TILE_MAX)
     if tile < 2 or tile & (tile - 1) or tile > bfly.FUSED_TILE_MAX:
         raise ValueError(f"butterfly tile must be a power of two in 2..{bfly.FUSED_TILE_MAX}, "
                          f"got {tile}")
-    fused_fn = bfly.butterfly_fused_c64 if x2.dtype == C64 else bfly.butterfly_fused_f32
-    cur = cuda.to_device(x2) if dx is None else dx
-    nxt = cuda.device_array_like(cur)
+    fused_fn = bfly.butterfly_fused_c64 if dx.dtype == C64 else bfly.butterfly_fused_f32
+    cur, nxt = dx, cuda.device_array_like(dx)
     s = 0
     while s < len(strides):
         e = s + 1
@@ -202,9 +210,52 @@ def _butterfly_device(x2, f, strides, fused, tile, runner, flops_per_pair, dx=No
                           (cur, nxt, cuda.to_device(np.ascontiguousarray(f[s])), int(strides[s]),
                            n, batch),
                           flops=flops_per_pair * pairs, bytes=nbytes)
-        cur, nxt = nxt, cur
+        if cur is dx:  # never write into the caller's input
+            cur, nxt = nxt, cuda.device_array_like(dx)
+        else:
+            cur, nxt = nxt, cur
         s = e
-    return cur.copy_to_host()
+    return cur
+
+
+def butterfly_linear(x, factors, bias=None, *, relu: bool = False, fused: bool = True,
+                     runner: Runner | None = None) -> np.ndarray:
+    """y = B x + bias along the last axis (then max(y, 0) when `relu`); real x and factors
+    (float32). The bias add runs as a kernel on the butterfly's output, still on the GPU."""
+    x2, shape = _rows(x)
+    runner = runner or Runner()
+    dy = _linear_device(cuda_module().to_device(np.ascontiguousarray(x2, F32)), factors, bias,
+                        relu, fused, runner)
+    return dy.copy_to_host().reshape(shape)
+
+
+def _linear_device(dx, factors, bias, relu, fused, runner):
+    bfly = _kernels().butterfly
+    cuda = cuda_module()
+    batch, n = dx.shape
+    f, strides = _check_butterfly(n, factors, None)
+    if np.iscomplexobj(f):
+        raise ValueError("butterfly_linear takes real factors (complex: use butterfly)")
+    dy = _butterfly_device(dx, np.ascontiguousarray(f, F32), strides, fused, None, runner, 6)
+    if bias is None and not relu:
+        return dy
+    b = np.zeros(n, F32) if bias is None else np.ascontiguousarray(bias, F32)
+    if b.shape != (n,):
+        raise ValueError(f"bias must have shape ({n},), got {b.shape}")
+    runner.launch("bias_relu", bfly.bias_relu, _ceil(batch * n, bfly.STAGE_BLOCK),
+                  bfly.STAGE_BLOCK, (dy, cuda.to_device(b), bool(relu), n, batch),
+                  flops=batch * n * (2 if relu else 1), bytes=4 * (2 * batch * n + n))
+    return dy
+
+
+def butterfly_ffn(x, factors1, factors2, bias1=None, bias2=None, *, fused: bool = True,
+                  runner: Runner | None = None) -> np.ndarray:
+    """FABNet's butterfly FFN B2 relu(B1 x + b1) + b2 along the last axis, all on the GPU."""
+    x2, shape = _rows(x)
+    runner = runner or Runner()
+    dh = _linear_device(cuda_module().to_device(np.ascontiguousarray(x2, F32)), factors1, bias1,
+                        True, fused, runner)
+    return _linear_device(dh, factors2, bias2, False, fused, runner).copy_to_host().reshape(shape)
 
 
 def fft(x, *, fused: bool = True, tile: int | None = None,
@@ -212,28 +263,49 @@ def fft(x, *, fused: bool = True, tile: int | None = None,
     """DFT along the last axis (power-of-two length): bit reversal, then the radix-2 stages as
     butterflies with twiddle factors. FLOPs counted as 5 n log2 n per row (the usual
     convention), complex64 out."""
+    x2, shape = _rows(x)
+    runner = runner or Runner()
+    dx = cuda_module().to_device(np.ascontiguousarray(x2, C64))
+    return _fft_device(dx, fused, tile, runner).copy_to_host().reshape(shape)
+
+
+def _fft_device(dx, fused, tile, runner):
     from dataflow.cuda.reference import fft_factors
 
     bfly = _kernels().butterfly
     cuda = cuda_module()
-    x = np.asarray(x)
-    if x.ndim not in (1, 2):
-        raise ValueError(f"x must be (n,) or (batch, n), got shape {x.shape}")
-    n = x.shape[-1]
-    if n < 2 or n & (n - 1):
-        raise ValueError(f"fft length must be a power of two >= 2, got n = {n}")
-    x2 = np.ascontiguousarray(np.atleast_2d(x), C64)
-    batch, log_n = x2.shape[0], int(math.log2(n))
-    runner = runner or Runner()
-    dx = cuda.to_device(x2)
+    batch, n = dx.shape
+    log_n = int(math.log2(n))
     drev = cuda.device_array_like(dx)
     runner.launch("bit_reverse", bfly.bit_reverse, _ceil(batch * n, bfly.STAGE_BLOCK),
                   bfly.STAGE_BLOCK, (dx, drev, log_n, batch), bytes=16 * batch * n)
-    f = fft_factors(n).astype(C64)
     # 5 n log2 n per row over log2 n stages: 10 FLOP per pair
-    out = _butterfly_device(x2, f, 1 << np.arange(log_n, dtype=np.int64), fused, tile, runner,
-                            flops_per_pair=10, dx=drev)
-    return out.reshape(x.shape)
+    return _butterfly_device(drev, fft_factors(n).astype(C64),
+                             1 << np.arange(log_n, dtype=np.int64), fused, tile, runner,
+                             flops_per_pair=10)
+
+
+def fnet_attention(x, *, fused: bool = True, runner: Runner | None = None) -> np.ndarray:
+    """FNet / FABNet token mixing Re(FFT over seq (FFT over hidden (x))) for x (seq, dim),
+    both powers of two: FFT of every row, a tiled transpose on the GPU (the corner turn),
+    FFT of every row again; the real part of the transposed result is returned (float32)."""
+    bfly = _kernels().butterfly
+    cuda = cuda_module()
+    x = np.asarray(x)
+    if x.ndim != 2:
+        raise ValueError(f"fnet_attention takes x of shape (seq, dim), got {x.shape}")
+    seq, dim = x.shape
+    for name, v in (("seq", seq), ("dim", dim)):
+        if v < 2 or v & (v - 1):
+            raise ValueError(f"fnet_attention: {name} must be a power of two >= 2, got {v}")
+    runner = runner or Runner()
+    h = _fft_device(cuda.to_device(np.ascontiguousarray(x, C64)), fused, None, runner)
+    ht = cuda.device_array((dim, seq), C64)
+    t = bfly.TRANSPOSE_TILE
+    runner.launch("transpose", bfly.transpose, (_ceil(dim, t), _ceil(seq, t)),
+                  (t, bfly.TRANSPOSE_ROWS), (h, ht, seq, dim), bytes=16 * seq * dim)
+    out = _fft_device(ht, fused, None, runner).copy_to_host()  # (dim, seq)
+    return np.ascontiguousarray(out.T.real, dtype=F32)
 
 
 # --- sparse attention -----------------------------------------------------------------------

@@ -92,3 +92,37 @@ def bit_reverse(x, y, log_n, batch):
             j = (j << 1) | (v & 1)
             v >>= 1
         y[r, j] = x[r, i]
+
+
+def bias_relu(y, bias, relu, n, batch):
+    """y[r, i] += bias[i], then max(y, 0) when `relu` (a butterfly linear layer's epilogue)."""
+    t = cuda.grid(1)
+    if t < batch * n:
+        r = t // n
+        i = t % n
+        v = y[r, i] + bias[i]
+        if relu and v < 0:
+            v = float32(0.0)
+        y[r, i] = v
+
+
+#: Tile edge of the transpose (TRANSPOSE_TILE x TRANSPOSE_ROWS threads per block).
+TRANSPOSE_TILE = 32
+TRANSPOSE_ROWS = 8
+TRANSPOSE_PAD = TRANSPOSE_TILE + 1  # a padded row: column reads hit distinct shared banks
+
+
+def transpose(x, y, rows, cols):
+    """y (cols x rows) = x (rows x cols)^T through a shared-memory tile, so both the reads of x
+    and the writes of y are coalesced (the 2-D FFT's corner turn)."""
+    tile = cuda.shared.array((TRANSPOSE_TILE, TRANSPOSE_PAD), complex64)
+    c0 = cuda.blockIdx.x * TRANSPOSE_TILE
+    r0 = cuda.blockIdx.y * TRANSPOSE_TILE
+    tx = cuda.threadIdx.x
+    for j in range(cuda.threadIdx.y, TRANSPOSE_TILE, TRANSPOSE_ROWS):
+        if r0 + j < rows and c0 + tx < cols:
+            tile[j, tx] = x[r0 + j, c0 + tx]
+    cuda.syncthreads()
+    for j in range(cuda.threadIdx.y, TRANSPOSE_TILE, TRANSPOSE_ROWS):
+        if c0 + j < cols and r0 + tx < rows:
+            y[c0 + j, r0 + tx] = tile[tx, j]
