@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 from dataflow.mapper.mapping import KernelMapping, Mapping, MappingError, SystolicMapping
+from dataflow.mapper.schedule import value_flits
 
 
 def check_kernel_mapping(km: KernelMapping, arch) -> None:
@@ -14,6 +15,7 @@ def check_kernel_mapping(km: KernelMapping, arch) -> None:
     hop = arch.interconnect.hop_latency_cycles
     pes = {(r, c) for r in range(arch.pe_array.rows) for c in range(arch.pe_array.cols)}
     slots: dict = {}
+    fu_busy: dict = {}
     entries = Counter()
     for p in km.placements:
         if p.pe not in pes:
@@ -24,6 +26,18 @@ def check_kernel_mapping(km: KernelMapping, arch) -> None:
                                f"{slots[key]} and {(p.copy, p.node)}")
         slots[key] = (p.copy, p.node)
         entries[p.pe] += 1
+        # a functional unit of issue interval k is busy k consecutive slots
+        fu = arch.fu_for(k.nodes[p.node].op.value)
+        if fu.issue_interval_cycles > ii:
+            raise MappingError(f"{where}: unit {fu.name!r} issues once every "
+                               f"{fu.issue_interval_cycles} cycles, more than II = {ii}")
+        for j in range(fu.issue_interval_cycles):
+            fkey = (p.pe, fu.name, (p.time + j) % ii)
+            if fkey in fu_busy:
+                raise MappingError(f"{where}: unit {fu.name!r} of PE {p.pe} is busy in slot "
+                                   f"{fkey[2]} with {fu_busy[fkey]} when {(p.copy, p.node)} "
+                                   f"issues (issue_interval_cycles = {fu.issue_interval_cycles})")
+            fu_busy[fkey] = (p.copy, p.node)
     expected = {(c, n.id) for c in range(km.copies) for n in k.nodes}
     if set(km.placement_map) != expected:
         raise MappingError(f"{where}: not every node of every copy is placed")
@@ -31,8 +45,9 @@ def check_kernel_mapping(km: KernelMapping, arch) -> None:
         if n > arch.pe_array.instruction_entries:
             raise MappingError(f"{where}: PE {pe} holds {n} instructions, more than "
                                f"pe_array.instruction_entries = {arch.pe_array.instruction_entries}")
-    # dependencies and routes
-    link_use = Counter()
+    # dependencies and routes; a value crosses a link in ceil(words / link_width_words) flits
+    flits = value_flits(k, arch)
+    link_use: dict = {}  # (link, slot) -> Counter of (copy, src, dst) routes crossing it
     routed = set()
     for r in km.routes:
         src = km.placement_map[(r.copy, r.src)]
@@ -47,10 +62,13 @@ def check_kernel_mapping(km: KernelMapping, arch) -> None:
             raise MappingError(f"{where}: value %{r.src}->%{r.dst} crosses PEs without a route")
         if r.depart < src.time + src.latency:
             raise MappingError(f"{where}: value %{r.src} leaves before it is computed")
-        if r.depart + len(r.links) * hop > dst.time:
+        fl = flits[r.src]
+        if r.depart + len(r.links) * hop + (fl - 1 if r.links else 0) > dst.time:
             raise MappingError(f"{where}: value %{r.src} arrives after %{r.dst} starts")
         for h, link in enumerate(r.links):
-            link_use[(link, (r.depart + h * hop) % ii)] += 1
+            for j in range(fl):
+                key = (link, (r.depart + h * hop + j) % ii)
+                link_use.setdefault(key, Counter())[(r.copy, r.src, r.dst)] += 1
         routed.add((r.copy, r.src, r.dst))
     for n in k.nodes:
         for i in n.inputs:
@@ -58,7 +76,10 @@ def check_kernel_mapping(km: KernelMapping, arch) -> None:
                 if (c, i, n.id) not in routed:
                     raise MappingError(f"{where}: edge %{i}->%{n.id} of copy {c} is not routed")
     cap = arch.interconnect.links_per_direction
-    for (link, slot), n in link_use.items():
+    for (link, slot), use in link_use.items():
+        # one value multicast to several consumers rides the link once; a repeated route is
+        # another transmission
+        n = len({(c, s) for c, s, _ in use}) + sum(v - 1 for v in use.values())
         if n > cap:
             raise MappingError(f"{where}: link {link} carries {n} values in slot {slot}, "
                                f"capacity interconnect.links_per_direction = {cap}")
@@ -67,9 +88,14 @@ def check_kernel_mapping(km: KernelMapping, arch) -> None:
     # overlapping iteration (ceil(lifetime / II)).
     regs = Counter()
     for r in km.routes:
+        src = km.placement_map[(r.copy, r.src)]
         dst = km.placement_map[(r.copy, r.dst)]
-        arrive = r.depart + len(r.links) * hop
+        fl = flits[r.src]
+        arrive = r.depart + len(r.links) * hop + (fl - 1 if r.links else 0)
         regs[dst.pe] += max(1, -(-(dst.time - arrive + 1) // ii))
+        held = r.depart - (src.time + src.latency)  # waiting on the producer for a free link
+        if held > 0 and r.links:
+            regs[src.pe] += -(-held // ii)
     for pe, n in regs.items():
         if n > arch.pe_array.register_file_entries:
             raise MappingError(f"{where}: PE {pe} needs {n} registers, more than "

@@ -6,7 +6,7 @@ from dataflow.arch.spec import ArchSpec
 from dataflow.dfg.graph import Kernel, Program
 from dataflow.mapper.legality import check_kernel_mapping, check_mapping
 from dataflow.mapper.mapping import KernelMapping, Mapping, MappingError, SystolicMapping
-from dataflow.mapper.schedule import rec_mii, res_mii, schedule_kernel
+from dataflow.mapper.schedule import anneal, rec_mii, res_mii, schedule_kernel
 from dataflow.mapper.tiling import tile_and_allocate
 
 DATAFLOWS = ("os", "ws", "is")
@@ -18,10 +18,18 @@ def _score(copies: int, ii: int) -> tuple[float, int]:
     return (copies / ii, -ii)
 
 
+IMPROVERS = (None, "anneal")
+
+
 def map_kernel(kernel: Kernel, arch: ArchSpec, copies: int | None = None,
-               max_ii_slack: int = 8, max_tile_rows: int | None = None) -> KernelMapping:
+               max_ii_slack: int = 8, max_tile_rows: int | None = None,
+               improve: str | None = None, seed: int = 0) -> KernelMapping:
     """Modulo-schedule `kernel`, choosing the number of body copies that maximises throughput
-    (copies / II). Raises MappingError naming the resource when nothing fits."""
+    (copies / II). `improve="anneal"` runs simulated annealing on the chosen schedule (shorter
+    schedule, fewer link hops; same II). Raises MappingError naming the resource that ran out,
+    with the numbers, when nothing fits."""
+    if improve not in IMPROVERS:
+        raise MappingError(f"unknown improvement pass {improve!r}; choose one of {IMPROVERS}")
     n_nodes = len(kernel.nodes)
     pes = arch.pe_array.num_pes
     limit = arch.pe_array.instruction_entries
@@ -33,11 +41,13 @@ def map_kernel(kernel: Kernel, arch: ArchSpec, copies: int | None = None,
         try:
             arch.fu_for(n.op.value)
         except KeyError as exc:
-            raise MappingError(f"kernel {kernel.name!r} node %{n.id}: {exc.args[0]}") from None
+            raise MappingError(f"kernel {kernel.name!r} node %{n.id}: {exc.args[0]} "
+                               "(pe_array.functional_units)") from None
     tiles, allocs = tile_and_allocate(kernel, arch, max_tile_rows)
     rec = rec_mii(kernel, arch)
     candidates = [copies] if copies else list(range(max(1, pes // n_nodes), 0, -1))
     best: KernelMapping | None = None
+    why: dict[int, str] = {}  # copies -> last reason an attempt failed
     for u in candidates:
         res = res_mii(kernel, arch, u)
         mii = max(res, rec)
@@ -46,25 +56,45 @@ def map_kernel(kernel: Kernel, arch: ArchSpec, copies: int | None = None,
         for ii in range(mii, mii + max_ii_slack + 1):
             if best is not None and _score(u, ii) <= _score(best.copies, best.ii):
                 break
-            got = schedule_kernel(kernel, arch, u, ii)
+            diag: list[str] = []
+            got = schedule_kernel(kernel, arch, u, ii, diag)
             if got is None:
+                why[u] = f"at II = {ii}: {diag[-1]}" if diag else f"at II = {ii}"
                 continue
-            placements, routes = got
-            length = max(p.time + p.latency for p in placements)
-            km = KernelMapping(kernel=kernel, copies=u, ii=ii, res_mii=res, rec_mii=rec,
-                               schedule_length=length, placements=tuple(placements),
-                               routes=tuple(routes), allocations=allocs, tiles=tiles)
+            km = _kernel_mapping(kernel, u, ii, res, rec, got, allocs, tiles)
             try:
                 check_kernel_mapping(km, arch)
-            except MappingError:
+            except MappingError as exc:
+                why[u] = f"at II = {ii}: {exc}"
                 continue
             best = km
             break
     if best is None:
+        u = min(why) if why else 1
         raise MappingError(f"kernel {kernel.name!r}: no legal modulo schedule found up to "
-                           f"II = MII + {max_ii_slack} (instruction entries, links or registers "
-                           "ran out)")
+                           f"II = MII + {max_ii_slack} ({len(candidates)} copy counts tried); "
+                           f"with {u} cop{'y' if u == 1 else 'ies'} {why.get(u, '')}")
+    if improve == "anneal":
+        placements, routes = anneal(kernel, arch, best.ii, best.placements, best.routes, seed=seed)
+        km = _kernel_mapping(kernel, best.copies, best.ii, best.res_mii, best.rec_mii,
+                             (placements, routes), allocs, tiles,
+                             notes=(f"annealed: schedule length {best.schedule_length} -> "
+                                    f"{max(p.time + p.latency for p in placements)}",))
+        try:
+            check_kernel_mapping(km, arch)
+            best = km
+        except MappingError:
+            pass  # keep the legal schedule; annealing only ever offers improvements
     return best
+
+
+def _kernel_mapping(kernel, copies, ii, res, rec, got, allocs, tiles, notes=()) -> KernelMapping:
+    placements, routes = got
+    placements = sorted(placements, key=lambda p: (p.copy, p.node))
+    length = max(p.time + p.latency for p in placements)
+    return KernelMapping(kernel=kernel, copies=copies, ii=ii, res_mii=res, rec_mii=rec,
+                         schedule_length=length, placements=tuple(placements),
+                         routes=tuple(routes), allocations=allocs, tiles=tiles, notes=notes)
 
 
 def map_program(program: Program, arch: ArchSpec, dataflow: str | None = None,

@@ -55,6 +55,7 @@ def tile_result(kernel, index, iterations, compute_cycles, stall, km: KernelMapp
 
     wb = arch.word_bytes
     rd = wr = 0
+    transfers = []
     last = index == len(km.tiles) - 1
     for b in kernel.buffers:
         alloc = km.allocation_map[b.name]
@@ -67,9 +68,11 @@ def tile_result(kernel, index, iterations, compute_cycles, stall, km: KernelMapp
             rd += words * wb
         elif b.role == "output":
             wr += words * wb
+        if words and b.role in ("input", "output"):
+            transfers.append((b.name, "read" if b.role == "input" else "write", words * wb))
     return TileResult(kernel=kernel.name, index=index, iterations=iterations,
                       compute_cycles=compute_cycles, stall_cycles_spm_conflict=stall,
-                      dram_bytes_read=rd, dram_bytes_written=wr)
+                      dram_bytes_read=rd, dram_bytes_written=wr, dram_transfers=tuple(transfers))
 
 
 class Counters:

@@ -18,6 +18,8 @@ class TileResult:
     stall_cycles_spm_conflict: int
     dram_bytes_read: int
     dram_bytes_written: int
+    # one DMA transfer per buffer: (buffer, "read" | "write", bytes), in kernel buffer order
+    dram_transfers: tuple[tuple[str, str, int], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,7 @@
 
 Each kernel starts with a reconfiguration; each tile's inputs are loaded by DMA into one half of
 its double buffers while the array computes the previous tile; outputs are written back behind
-the compute. The DRAM interface moves `bytes_per_cycle` and adds `latency_cycles` to each
-transfer (pipelined: latency does not block the next transfer).
+the compute. DMA engines and DRAM channels are SimPy resources (see `run_system`).
 """
 
 from __future__ import annotations
@@ -26,32 +25,60 @@ class SystemTimeline:
     tile_spans: tuple[tuple[str, int, int, int], ...]  # (kernel, tile, start, end)
 
 
+def _transfers(t: TileResult, kind: str) -> list[tuple[str, int]]:
+    """(buffer, bytes) DMA transfers of a tile in one direction (one per buffer; a tile without
+    a per-buffer list moves its bytes as one transfer)."""
+    if t.dram_transfers:
+        return [(b, n) for b, k, n in t.dram_transfers if k == kind and n > 0]
+    n = t.dram_bytes_read if kind == "read" else t.dram_bytes_written
+    return [("tile", n)] if n > 0 else []
+
+
 def run_system(kernel_tiles: list[tuple[str, tuple[TileResult, ...]]], arch: ArchSpec) -> SystemTimeline:
-    """Schedule the kernels' tiles; the array waits only for data or reconfiguration."""
+    """Schedule the kernels' tiles; the array waits only for data or reconfiguration.
+
+    Memory system: `dram.channels` channels share the aggregate `bytes_per_cycle` equally; a
+    buffer's data lives on one channel (buffers of a kernel are spread over the channels in
+    declaration order, as a page-interleaved allocator would), so one transfer streams at
+    bytes_per_cycle / channels. `dram.dma_engines` engines each carry one transfer at a time
+    and stay busy for its whole life: `latency_cycles` until the first byte, then the
+    streaming. Loads of one tile are issued together (one transfer per buffer) and the tile may
+    start when all have landed; write-backs go behind the compute. With one engine the latency
+    of every transfer is exposed; with more, transfers overlap up to the channel bandwidth.
+    """
     env = simpy.Environment()
-    dram = simpy.Resource(env, capacity=1)
-    bw, lat = arch.dram.bytes_per_cycle, arch.dram.latency_cycles
+    dram = arch.dram
+    channels = [simpy.Resource(env, capacity=1) for _ in range(dram.channels)]
+    engines = simpy.Resource(env, capacity=dram.dma_engines)
+    bw = dram.bytes_per_cycle / dram.channels
+    lat = dram.latency_cycles
     spans: list[tuple[int, int]] = []
     tile_spans: list[tuple[str, int, int, int]] = []
     waits = {"dram": 0, "reconf": 0}
     writebacks = []
+    channel_of: dict[tuple[str, str], int] = {}
 
-    def transfer(nbytes: int):
-        if nbytes <= 0:
-            return
-        with dram.request() as req:
-            yield req
-            yield env.timeout(math.ceil(nbytes / bw))
-        yield env.timeout(lat)
+    def channel(kernel: str, buffer: str) -> simpy.Resource:
+        key = (kernel, buffer)
+        if key not in channel_of:
+            channel_of[key] = sum(1 for k in channel_of if k[0] == kernel) % dram.channels
+        return channels[channel_of[key]]
 
-    def loader(tiles, loaded, free):
+    def transfer(kernel: str, buffer: str, nbytes: int):
+        with engines.request() as eng:
+            yield eng
+            yield env.timeout(lat)
+            with channel(kernel, buffer).request() as ch:
+                yield ch
+                yield env.timeout(math.ceil(nbytes / bw))
+
+    def loader(name, tiles, loaded, free):
         for i, t in enumerate(tiles):
             yield free.get(1)  # one half of the double buffer
-            yield env.process(transfer(t.dram_bytes_read))
+            jobs = [env.process(transfer(name, b, n)) for b, n in _transfers(t, "read")]
+            if jobs:
+                yield simpy.AllOf(env, jobs)
             loaded[i].succeed()
-
-    def writeback(nbytes):
-        yield env.process(transfer(nbytes))
 
     def array():
         for name, tiles in kernel_tiles:
@@ -61,7 +88,7 @@ def run_system(kernel_tiles: list[tuple[str, tuple[TileResult, ...]]], arch: Arc
                 waits["reconf"] += arch.reconfiguration_cycles
             loaded = [env.event() for _ in tiles]
             free = simpy.Container(env, capacity=2, init=2)
-            env.process(loader(tiles, loaded, free))
+            env.process(loader(name, tiles, loaded, free))
             for i, t in enumerate(tiles):
                 before = env.now
                 yield loaded[i]
@@ -70,9 +97,11 @@ def run_system(kernel_tiles: list[tuple[str, tuple[TileResult, ...]]], arch: Arc
                 yield env.timeout(t.compute_cycles)
                 tile_spans.append((name, i, t0, env.now))
                 yield free.put(1)
-                writebacks.append(env.process(writeback(t.dram_bytes_written)))
+                for b, n in _transfers(t, "write"):
+                    writebacks.append(env.process(transfer(name, b, n)))
             spans.append((start, env.now))
-        yield simpy.AllOf(env, writebacks)
+        if writebacks:
+            yield simpy.AllOf(env, writebacks)
 
     done = env.process(array())
     env.run(until=done)
