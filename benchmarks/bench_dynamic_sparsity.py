@@ -43,8 +43,8 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from dataflow.api import resolve_arch  # noqa: E402
-from dataflow.dynamic import make_dynamic_operands, simulate_dynamic_matmul  # noqa: E402
+from dataflow.api import resolve_arch
+from dataflow.dynamic import make_dynamic_operands, simulate_dynamic_matmul
 
 KERNELS = ("32x1", "1x64", "32x64")
 
@@ -125,11 +125,11 @@ def run_dynamic(size: int, col_block: int, sparsities, patterns, arch, seed: int
 
 
 def table_dynamic(rows, size, col_block) -> str:
-    out = [f"Dynamic sparse matmul, M = K = N = {size} (column blocks of {col_block}), "
-           "cycles at the array clock",
+    out = [(f"Dynamic sparse matmul, M = K = N = {size} (column blocks of {col_block}), "
+            "cycles at the array clock"),
            "",
-           "| zeros laid out | sparsity | kernel | tiles nonzero | cycles | index build | "
-           "MACs computed | wasted on zeros | speedup vs dense | values |",
+           ("| zeros laid out | sparsity | kernel | tiles nonzero | cycles | index build | "
+            "MACs computed | wasted on zeros | speedup vs dense | values |"),
            "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         out.append(f"| {r['pattern']} | {r['sparsity']} | {r['kernel']} | "

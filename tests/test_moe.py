@@ -3,6 +3,7 @@ placements, errors, the timeline drawing and the CLI."""
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import numpy as np
@@ -55,7 +56,7 @@ def test_engine_logits_give_the_same_top_k(default_arch):
     from dataflow.moe.lower import front_program
     from dataflow.pe_array.simulate import run_array
 
-    x, wg, bias, w = make_moe_operands(4, 32, 16, 8, 0.0, seed=2)
+    x, wg, bias, _ = make_moe_operands(4, 32, 16, 8, 0.0, seed=2)
     r = route(gate_logits(x, wg, bias), 2)
     arrays = run_array(map_program(front_program(x, wg, r), default_arch))
     logits = dict(arrays[0].outputs)["logits"].reshape(32, 4) + bias
@@ -96,7 +97,7 @@ def test_parallel_total_is_front_plus_busiest_expert_plus_combine(runs):
 def test_sequential_total_is_the_sum_of_kernels(runs):
     _, res, _ = runs[4.0, "sequential"]
     ks = res.kernels
-    assert all(a.end_cycle == b.start_cycle for a, b in zip(ks, ks[1:]))
+    assert all(a.end_cycle == b.start_cycle for a, b in itertools.pairwise(ks))
     assert [k.kernel for k in ks][:2] == ["gate", "dispatch"] and ks[-1].kernel == "combine"
 
 

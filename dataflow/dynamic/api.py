@@ -49,10 +49,10 @@ class DynamicStats:
         return self.wasted_macs / self.computed_macs if self.computed_macs else 0.0
 
     def notes(self) -> tuple[str, ...]:
-        return (f"granularity {self.granularity}: sparsity {self.sparsity:.4f}, "
-                f"{100 * self.tile_density:.2f}% of micro-tiles nonzero",
-                f"MACs computed {self.computed_macs:,}, useful {self.useful_macs:,}, "
-                f"wasted on zeros {self.wasted_macs:,} ({100 * self.wasted_fraction:.1f}%)",
+        return ((f"granularity {self.granularity}: sparsity {self.sparsity:.4f}, "
+                 f"{100 * self.tile_density:.2f}% of micro-tiles nonzero"),
+                (f"MACs computed {self.computed_macs:,}, useful {self.useful_macs:,}, "
+                 f"wasted on zeros {self.wasted_macs:,} ({100 * self.wasted_fraction:.1f}%)"),
                 f"index build {self.index_cycles:,} cycles, compute {self.compute_cycles:,} cycles")
 
 

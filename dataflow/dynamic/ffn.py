@@ -22,7 +22,13 @@ import numpy as np
 from dataflow.dfg.graph import Addr, Buffer, Kernel, Loop, Node, Program
 from dataflow.dfg.lower import gemm_kernel, run_passes
 from dataflow.dfg.ops import Op
-from dataflow.dynamic.lower import ROW_PAD, compute_kernels, index_kernels, padded_gemm_kernel, renamed
+from dataflow.dynamic.lower import (
+    ROW_PAD,
+    compute_kernels,
+    index_kernels,
+    padded_gemm_kernel,
+    renamed,
+)
 from dataflow.dynamic.microtile import build_index, check_sparsity, parse_granularity
 from dataflow.workloads import Param
 
@@ -49,7 +55,7 @@ def make_ffn_operands(tokens: int, dim: int, hidden: int, sparsity: float, seed:
     x = rng.standard_normal((tokens, dim), dtype=np.float32)
     w1 = (rng.standard_normal((dim, hidden)) / np.sqrt(dim)).astype(np.float32)
     b = np.zeros(hidden, dtype=np.float32)
-    b[rng.permutation(hidden)[: int(round(sparsity * hidden))]] = DEAD_BIAS
+    b[rng.permutation(hidden)[: round(sparsity * hidden)]] = DEAD_BIAS
     w2 = (rng.standard_normal((hidden, dim)) / np.sqrt(hidden)).astype(np.float32)
     return x, w1, b, w2
 

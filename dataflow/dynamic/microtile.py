@@ -57,7 +57,7 @@ def random_mask(m: int, k: int, sparsity: float, granularity: str, rng: np.rando
         check_shape(m, k, (bh, bw), granularity)
     units = (m // bh) * (k // bw)
     keep = np.ones(units, dtype=bool)
-    keep[rng.permutation(units)[: int(round(sparsity * units))]] = False
+    keep[rng.permutation(units)[: round(sparsity * units)]] = False
     keep = keep.reshape(m // bh, k // bw)
     return np.repeat(np.repeat(keep, bh, axis=0), bw, axis=1)
 

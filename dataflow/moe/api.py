@@ -22,7 +22,13 @@ import time
 
 import numpy as np
 
-from dataflow.moe.gating import check_moe_params, gate_logits, make_moe_operands, moe_reference, route
+from dataflow.moe.gating import (
+    check_moe_params,
+    gate_logits,
+    make_moe_operands,
+    moe_reference,
+    route,
+)
 
 PLACEMENTS = ("parallel", "sequential")
 
@@ -115,9 +121,9 @@ def _compose_parallel(arch, parts_total: int, front, experts, combine, output, s
         dram_bytes_written=sum(p.dram_bytes_written for p in parts),
         energy_pj=tuple(energy.items()), kernels=tuple(kernels), output=output, engine=front.engine,
         mapping_summary="\n".join(summaries),
-        notes=(f"experts side by side in {gr}x{gc} regions of "
-               f"{arch.pe_array.rows // gr}x{arch.pe_array.cols // gc} PEs; compute and stall "
-               "cycles are those on the critical path (front, busiest expert, combine)",))
+        notes=((f"experts side by side in {gr}x{gc} regions of "
+                f"{arch.pe_array.rows // gr}x{arch.pe_array.cols // gc} PEs; compute and stall "
+                "cycles are those on the critical path (front, busiest expert, combine)"),))
 
 
 def simulate_moe(x, wg, bias, w, top_k: int, arch=None, *, engine: str = "fast",
@@ -127,7 +133,12 @@ def simulate_moe(x, wg, bias, w, top_k: int, arch=None, *, engine: str = "fast",
     `x` tokens x dim, `wg` dim x experts, `bias` (experts,), `w` experts x dim x hidden. Values
     are checked against `moe_reference` (numpy, float64)."""
     from dataflow.api import finish, resolve_arch
-    from dataflow.moe.lower import combine_program, expert_program, front_program, sequential_program
+    from dataflow.moe.lower import (
+        combine_program,
+        expert_program,
+        front_program,
+        sequential_program,
+    )
 
     if placement not in PLACEMENTS:
         raise ValueError(f"--placement must be one of {PLACEMENTS}, got {placement!r}")
