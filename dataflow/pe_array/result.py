@@ -97,6 +97,11 @@ class SimResult:
     max_abs_error: float | None = None
     wall_seconds: float | None = None
     mapping_summary: str = ""
+    area_mm2: tuple[tuple[str, float], ...] = ()  # by component (pe_array, spm, interconnect)
+    dram_bytes_per_cycle: float = 0.0  # the arch's peak, for rooflines
+    # (kernel, copy, node, op, pe_row, pe_col, time, latency, ii) per placed op, for Gantt charts
+    schedule: tuple[tuple, ...] = ()
+    tile_spans: tuple[tuple[str, int, int, int], ...] = ()  # (kernel, tile, start, end) cycles
 
     @property
     def time_seconds(self) -> float:
@@ -142,6 +147,10 @@ class SimResult:
     def energy_total_pj(self) -> float:
         return float(sum(v for _, v in self.energy_pj))
 
+    @property
+    def area_total_mm2(self) -> float:
+        return float(sum(v for _, v in self.area_mm2))
+
     def to_dict(self) -> dict:
         """Plain data (JSON-ready), without the output values and trace."""
         return {
@@ -166,6 +175,8 @@ class SimResult:
             "dram_bytes_written": self.dram_bytes_written,
             "energy_pj": dict(self.energy_pj),
             "energy_total_pj": self.energy_total_pj,
+            "area_mm2": dict(self.area_mm2),
+            "area_total_mm2": self.area_total_mm2,
             "kernels": [
                 {"kernel": k.kernel, "start_cycle": k.start_cycle, "end_cycle": k.end_cycle,
                  "compute_cycles": k.compute_cycles, "ii": k.ii, "mii": k.mii,

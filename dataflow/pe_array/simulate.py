@@ -62,6 +62,32 @@ def energy_breakdown(arrays: list[ArrayResult], arch, dram_bytes: int, kernels: 
     }
 
 
+def area_breakdown(arch) -> dict[str, float]:
+    """mm² by component from the arch's area table: PEs; SPM lines (per line, scaled by ports
+    beyond one read and one write port: each extra port adds its bit lines, our stated
+    first-order assumption); routers, whose crossbar grows with the links they join (4 mesh
+    directions, 4 more per skip-hop stride, times links_per_direction)."""
+    a, pe, spm, ic = arch.area, arch.pe_array, arch.spm, arch.interconnect
+    ports = spm.read_ports_per_line + spm.write_ports_per_line
+    directions = 4 * (1 + len(ic.skip_hop_strides)) * ic.links_per_direction
+    return {
+        "pe_array": pe.num_pes * a.pe_mm2,
+        "spm": spm.lines * a.spm_line_mm2 * ports / 2,
+        "interconnect": pe.num_pes * a.router_mm2 * directions / 4,
+    }
+
+
+def _schedule_rows(mapping: Mapping) -> tuple[tuple, ...]:
+    rows = []
+    for km in mapping.kernels:
+        if isinstance(km, SystolicMapping):
+            continue
+        for p in km.placements:
+            rows.append((km.kernel.name, p.copy, p.node, km.kernel.nodes[p.node].op.value,
+                         p.pe[0], p.pe[1], p.time, p.latency, km.ii))
+    return tuple(rows)
+
+
 def simulate_mapping(mapping: Mapping, engine: str = "fast", trace: bool = False,
                      workload: str | None = None) -> SimResult:
     """Run a mapped program: values and timing. Cycles at the array clock, energy in pJ."""
@@ -105,4 +131,7 @@ def simulate_mapping(mapping: Mapping, engine: str = "fast", trace: bool = False
         energy_pj=tuple(energy_breakdown(arrays, arch, rd + wr, len(arrays)).items()),
         kernels=kernels, output=output, engine=engine,
         trace=arrays[0].trace if trace and arrays else None,
+        area_mm2=tuple(area_breakdown(arch).items()),
+        dram_bytes_per_cycle=arch.dram.bytes_per_cycle,
+        schedule=_schedule_rows(mapping), tile_spans=timeline.tile_spans,
     )
