@@ -14,6 +14,7 @@ from dataflow.workloads import all_params, workloads
 COMMAND_MODULES: tuple[str, ...] = (
     "dataflow.dse.cli",
     "dataflow.cuda.cli",
+    "dataflow.report.cli",
 )
 
 
@@ -43,6 +44,10 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--engine", choices=("fast", "reference"), default="fast")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--json", action="store_true", help="print one JSON object")
+    s.add_argument("--save", metavar="FILE", help="write the result file `dataflow report` draws")
+    s.add_argument("--trace", metavar="FILE",
+                   help="write the per-cycle trace (cycle, PE, op) as .csv or .jsonl "
+                        "(needs --engine reference)")
     import importlib
     for mod in COMMAND_MODULES:
         importlib.import_module(mod).add_parser(sub)
@@ -84,8 +89,19 @@ def main(argv: list[str] | None = None) -> int:
     params = {name: getattr(args, name) for name in all_params()
               if getattr(args, name, None) is not None}
     try:
+        if args.trace and args.engine != "reference":
+            raise ValueError("--trace needs --engine reference (the fast engine keeps no "
+                             "per-cycle trace)")
+        if args.trace and not args.trace.endswith((".csv", ".jsonl")):
+            raise ValueError(f"--trace {args.trace}: trace files end in .csv or .jsonl")
         r = simulate(args.workload, arch=args.arch, seed=args.seed, engine=args.engine,
-                     **params)
+                     trace=bool(args.trace), **params)
+        if args.save or args.trace:
+            from dataflow.report import save_result, write_trace
+            if args.save:
+                save_result(r, args.save)
+            if args.trace:
+                write_trace(r.trace, args.trace)
     except user_errors() as exc:
         print(f"dataflow: error: {exc}", file=sys.stderr)
         return 2

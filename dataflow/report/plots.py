@@ -1,0 +1,137 @@
+"""Pictures of a simulation: Gantt chart of the modulo schedule, PE utilisation heatmap, SPM
+line heatmap, roofline. Each takes the plain data of a result file (`result_file.result_data`)
+and a path, draws with matplotlib's Agg backend and returns the path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+OP_COLOURS = {"load": "#4c72b0", "gather": "#64b5cd", "store": "#dd8452", "scatter": "#ffb482",
+              "acc": "#c44e52", "accmax": "#c44e52", "mul": "#55a868", "mac": "#2ca02c",
+              "add": "#8172b3", "sub": "#8172b3", "max": "#937860", "exp": "#da8bc3",
+              "div": "#da8bc3", "bfly": "#ccb974", "route": "#8c8c8c", "const": "#bbbbbb"}
+
+
+def gantt(data: dict, path, kernel: str | None = None, iterations: int = 3) -> Path:
+    """Ops of one kernel on their PEs over time: `iterations` consecutive waves (wave w starts
+    w x II later), one row per PE used, bars labelled copy.node."""
+    rows = data["schedule"]
+    if not rows:
+        raise ValueError("the result holds no schedule (systolic mapping or a bare --json file)")
+    kernel = kernel or rows[0]["kernel"]
+    rows = [r for r in rows if r["kernel"] == kernel]
+    ii = rows[0]["ii"]
+    pes = sorted({(r["pe_row"], r["pe_col"]) for r in rows})
+    y = {pe: i for i, pe in enumerate(pes)}
+    fig, ax = plt.subplots(figsize=(10, max(2.5, 0.28 * len(pes) + 1)))
+    for w in range(iterations):
+        for r in rows:
+            start = r["time"] + w * ii
+            ax.barh(y[(r["pe_row"], r["pe_col"])], r["latency"], left=start, height=0.8,
+                    color=OP_COLOURS.get(r["op"], "#999999"), alpha=1.0 if w == 0 else 0.45,
+                    edgecolor="black", linewidth=0.3)
+            if w == 0:
+                ax.text(start + 0.05, y[(r["pe_row"], r["pe_col"])], f"{r['copy']}.{r['node']}",
+                        va="center", fontsize=6)
+    ax.set_yticks(range(len(pes)), [f"PE{pe}" for pe in pes], fontsize=6)
+    ax.set_xlabel("cycle (iteration 0 opaque, later waves every II cycles faded)")
+    ax.set_title(f"{kernel}: modulo schedule, II = {ii}")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=OP_COLOURS.get(o, "#999")) for o in
+               sorted({r['op'] for r in rows})]
+    ax.legend(handles, sorted({r["op"] for r in rows}), fontsize=6, loc="upper right")
+    ax.invert_yaxis()
+    return _save(fig, path)
+
+
+def pe_heatmap(data: dict, path) -> Path:
+    busy = np.asarray(data["arrays"].get("pe_busy_cycles", []), dtype=float)
+    if busy.size == 0:
+        raise ValueError("the result holds no per-PE busy cycles (save it with --save)")
+    cycles = max(1, data["result"]["cycles"])
+    fig, ax = plt.subplots(figsize=(4.5, 4))
+    im = ax.imshow(busy / cycles, cmap="viridis", vmin=0, vmax=1)
+    for (r, c), v in np.ndenumerate(busy / cycles):
+        ax.text(c, r, f"{100 * v:.0f}", ha="center", va="center", fontsize=6, color="white")
+    fig.colorbar(im, ax=ax, label="fraction of cycles issuing an op")
+    ax.set_title(f"PE utilisation ({100 * data['result'].get('pe_utilization', 0):.1f}% overall)")
+    ax.set_xlabel("column")
+    ax.set_ylabel("row")
+    return _save(fig, path)
+
+
+def spm_heatmap(data: dict, path) -> Path:
+    arr, res = data["arrays"], data["result"]
+    reads = arr.get("spm_reads_per_line", res.get("spm_reads_per_line"))
+    writes = arr.get("spm_writes_per_line", res.get("spm_writes_per_line"))
+    if reads is None:
+        raise ValueError("the result holds no per-line SPM counts")
+    m = [reads, writes]
+    labels = ["row reads", "row writes"]
+    if "spm_conflicts_per_line" in arr:
+        m.append(arr["spm_conflicts_per_line"])
+        labels.append("conflict cycles")
+    m = np.asarray(m, dtype=float)
+    fig, ax = plt.subplots(figsize=(max(4, 0.35 * m.shape[1] + 2), 2.6))
+    im = ax.imshow(m / np.maximum(m.max(axis=1, keepdims=True), 1), cmap="magma", aspect="auto")
+    for (r, c), v in np.ndenumerate(m):
+        ax.text(c, r, f"{int(v)}", ha="center", va="center", fontsize=5, color="cyan")
+    ax.set_yticks(range(len(labels)), labels)
+    ax.set_xlabel("SPM line")
+    ax.set_title("SPM traffic per line (colour: share of the busiest line)")
+    fig.colorbar(im, ax=ax)
+    return _save(fig, path)
+
+
+def roofline(data: dict, path) -> Path:
+    """MACs per cycle against MACs per DRAM byte, under the compute and bandwidth roofs."""
+    res = data["result"]
+    roof = data.get("roofline") or {}
+    peak = roof.get("peak_macs_per_cycle")
+    bw = roof.get("dram_bytes_per_cycle")
+    if not peak or not bw:
+        raise ValueError("the result holds no roofline peaks (save it with --save)")
+    intensity = res["macs"] / max(1, res["dram_bytes"])
+    achieved = res["macs"] / max(1, res["cycles"])
+    x = np.logspace(-3, 4, 200)
+    fig, ax = plt.subplots(figsize=(5, 3.6))
+    ax.loglog(x, np.minimum(peak, bw * x), "k-", label=f"roof: min({peak} MAC/cyc, {bw:g} B/cyc x I)")
+    ax.loglog([intensity], [achieved], "o", color="#c44e52",
+              label=f"{res['workload']}: {achieved:.3g} MAC/cyc "
+                    f"({100 * achieved / min(peak, bw * intensity):.0f}% of roof)")
+    ax.axvline(peak / bw, color="grey", ls=":", lw=0.8)
+    ax.set_xlabel("operational intensity (MACs per DRAM byte)")
+    ax.set_ylabel("MACs per cycle")
+    ax.set_title(f"roofline: {res['arch']}")
+    ax.legend(fontsize=6, loc="lower right")
+    return _save(fig, path)
+
+
+def _save(fig, path) -> Path:
+    path = Path(path)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+PICTURES = (("gantt.png", gantt), ("pe_utilisation.png", pe_heatmap),
+            ("spm_lines.png", spm_heatmap), ("roofline.png", roofline))
+
+
+def write_report(data: dict, out_dir) -> tuple[list[Path], list[str]]:
+    """Every picture the data allows into `out_dir`; returns (written, skipped-with-reason)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written, skipped = [], []
+    for name, fn in PICTURES:
+        try:
+            written.append(fn(data, out / name))
+        except ValueError as exc:
+            skipped.append(f"{name}: {exc}")
+    return written, skipped
