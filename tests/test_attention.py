@@ -332,3 +332,75 @@ def test_other_arrays_give_the_same_values(changes):
     assert r.values_match_reference
     nnz = len(mask_csr("dilated", 32, window=2)[1])
     assert r.compute_cycles >= compute_bound_cycles(nnz, 20, 20, arch)
+
+
+# --- the DIA lowering of banded patterns ---------------------------------------------------------
+
+def test_band_offsets_recognise_whole_equally_spaced_diagonals():
+    from dataflow.attention.lower_dia import band_offsets
+
+    assert band_offsets(*mask_csr("window", 32, window=3)[:2], 32) == (-3, 1, 7)
+    assert band_offsets(*mask_csr("dilated", 32, window=2, dilation=5)[:2], 32) == (-10, 5, 5)
+    for name, kw in (("bigbird", {"block": 8}), ("butterfly", {}), ("nm", {})):
+        assert band_offsets(*mask_csr(name, 32, **kw)[:2], 32) is None, name
+    assert band_offsets(*mask_csr("dense", 32)[:2], 32) == (-31, 1, 63)  # all 63 diagonals
+    i = np.arange(32)
+    m = np.zeros((32, 32))
+    m[i[4:], i[4:] - 4] = m[i, i] = 1
+    m[i[:-4], i[:-4] + 4] = 1
+    assert band_offsets(*mask_csr(m, 32)[:2], 32) == (-4, 4, 3)  # a given banded mask
+    m[3, 7] = 0  # one missing position: not whole diagonals any more
+    assert band_offsets(*mask_csr(m, 32)[:2], 32) is None
+
+
+@pytest.mark.parametrize("name,seq,dim,kw", [("window", 30, 12, {"window": 4}),
+                                             ("dilated", 32, 16, {"window": 3, "dilation": 4})])
+def test_dia_lowering_values_and_engines(name, seq, dim, kw, default_arch):
+    """Ragged seq and dim (padding), -inf fillers at both ends: values as numpy, engines equal."""
+    from dataflow.attention.op import SparseAttention
+    from dataflow.mapper import map_program
+    from dataflow.pe_array.simulate import run_array
+
+    q, k, v = qkv(seq, dim, seed=8, dim_v=10)
+    pos, crd, _ = mask_csr(name, seq, **kw)
+    out = sparse_attention(q, k, v, pattern=name, backend="sim", arch=default_arch,
+                           lowering="dia", **kw)
+    assert_close(out, attention_reference(q, k, v, pos, crd))
+    op = SparseAttention(q, k, v, pos, crd, lowering="dia")
+    op.plan(arch=default_arch, cache=False)
+    mapping = map_program(op._lower(), default_arch)
+    assert not any(n.op.value == "gather" for k_ in mapping.program.kernels for n in k_.nodes)
+    for a, b in zip(run_array(mapping, "fast"), run_array(mapping, "reference")):
+        assert a.same_as(b) == [], a.kernel
+
+
+def test_dia_lowering_iterations_and_fewer_cycles_than_csr(default_arch):
+    from dataflow import simulate
+
+    seq, dim, w = 256, 32, 8
+    lanes = default_arch.pe_array.simd_lanes
+    csr, dia = (simulate("attention", arch=default_arch, pattern="window", seq=seq, dim=dim,
+                         window=w, lowering=low) for low in ("csr", "dia"))
+    assert csr.values_match_reference and dia.values_match_reference
+    T = 2 * w + 1  # diagonals, fillers included: T * seq positions
+    iters = {kr.kernel: sum(t.iterations for t in kr.tiles) for kr in dia.kernels}
+    assert iters == {"sddmm": seq * T * dim // lanes, "softmax_max": seq * T,
+                     "softmax_exp": seq * T, "softmax_norm": seq * T,
+                     "spmm": seq * T * dim // lanes}
+    # no column indices to load and no gathers: fewer array cycles than the CSR program
+    assert dia.compute_cycles < csr.compute_cycles
+
+
+def test_dia_lowering_rejects_other_patterns_and_auto_falls_back():
+    q, k, v = qkv(16, 8)
+    with pytest.raises(ValueError, match="lowering='dia' needs"):
+        sparse_attention(q, k, v, pattern="butterfly", backend="sim", lowering="dia")
+    from dataflow.attention.op import SparseAttention
+
+    pos, crd, _ = mask_csr("butterfly", 16)
+    assert SparseAttention(q, k, v, pos, crd, lowering="auto").lowering == "csr"
+    pos, crd, _ = mask_csr("window", 16, window=2)
+    assert SparseAttention(q, k, v, pos, crd, lowering="auto").lowering == "dia"
+    pos, crd, _ = mask_csr("dense", 16)  # a band too, but half of its DIA positions are fillers
+    assert SparseAttention(q, k, v, pos, crd, lowering="auto").lowering == "csr"
+    assert SparseAttention(q, k, v, pos, crd, lowering="dia").lowering == "dia"

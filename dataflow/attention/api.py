@@ -147,7 +147,7 @@ def _as_matrix(name: str, x) -> np.ndarray:
 
 def sparse_attention(q, k, v, pattern="dense", backend: str = "numpy", arch=None, *,
                      engine: str = "fast", return_result: bool = False, cache=None,
-                     **pattern_params):
+                     lowering: str = "csr", **pattern_params):
     """Masked attention softmax(mask(Q K^T / sqrt(d))) V with a structured sparsity pattern.
 
     `pattern` is a name from `PATTERNS` (its parameters, e.g. `window=8`, `dilation=2`,
@@ -157,7 +157,8 @@ def sparse_attention(q, k, v, pattern="dense", backend: str = "numpy", arch=None
     cycle-level `engine`. Returns the (seq_q, dim_v) float32 output, or `(output, SimResult)`
     when `return_result` (sim only; the result's `kernels` give per-kernel cycles). Plans
     (lower + map) are cached like the other frontend ops' (`cache`: a PlanCache, None for the
-    default memory + disk cache, False to always plan afresh).
+    default memory + disk cache, False to always plan afresh). `lowering` (sim): "csr" for
+    any mask, "dia" for banded masks (window, dilated: affine, no gathers), "auto" to pick.
     """
     if backend not in BACKENDS:
         raise ValueError(f"sparse_attention: backend must be one of {BACKENDS}, got {backend!r}")
@@ -181,11 +182,13 @@ def sparse_attention(q, k, v, pattern="dense", backend: str = "numpy", arch=None
         from dataflow.cuda.ops import sparse_attention as cuda_attention
 
         return cuda_attention(q, k, v, pos, crd)
-    res = _simulate(q, k, v, pos, crd, arch, engine, workload="attention", cache=cache)
+    res = _simulate(q, k, v, pos, crd, arch, engine, workload="attention", cache=cache,
+                    lowering=lowering)
     return (res.output, res) if return_result else res.output
 
 
-def _simulate(q, k, v, pos, crd, arch, engine, workload, trace=False, t0=None, cache=None):
+def _simulate(q, k, v, pos, crd, arch, engine, workload, trace=False, t0=None, cache=None,
+              lowering="csr"):
     """Plan (through the plan cache unless `cache` is False), run the engine, check values."""
     import dataclasses
 
@@ -194,7 +197,7 @@ def _simulate(q, k, v, pos, crd, arch, engine, workload, trace=False, t0=None, c
     from dataflow.pe_array.simulate import simulate_mapping
 
     t0 = time.perf_counter() if t0 is None else t0
-    op = SparseAttention(q, k, v, pos, crd)
+    op = SparseAttention(q, k, v, pos, crd, lowering=lowering)
     plan = op.plan(arch=arch, cache=cache)
     mapping = plan.bind(op._lower())
     res = simulate_mapping(mapping, engine=engine, trace=trace, workload=workload)
@@ -204,18 +207,19 @@ def _simulate(q, k, v, pos, crd, arch, engine, workload, trace=False, t0=None, c
     extra = (f"attention nnz {len(crd):,} of {q.shape[0] * k.shape[0]:,} "
              f"({100 * len(crd) / (q.shape[0] * k.shape[0]):.1f}%); compute cycles by phase: "
              + ", ".join(f"{k_} {v_:,}" for k_, v_ in ph.items())
-             + f"; MAC bound {bound:,} cycles; plan {op.plan_source}",)
+             + f"; MAC bound {bound:,} cycles; {op.lowering} lowering; plan {op.plan_source}",)
     return dataclasses.replace(res, notes=tuple(res.notes) + extra)
 
 
 # --- the `attention` workload -----------------------------------------------------------------
 
 def _run(spec, *, engine: str = "fast", seed: int = 0, trace: bool = False, pattern: str = "window",
-         seq: int = 128, dim: int = 32, **pattern_params):
+         seq: int = 128, dim: int = 32, lowering: str = "csr", **pattern_params):
     t0 = time.perf_counter()
     x = make_inputs(pattern, seq, dim, seed, **pattern_params)
     return _simulate(x["q"], x["k"], x["v"], x["pos"], x["crd"], spec, engine,
-                     workload=f"attention/{x['pattern']}", trace=trace, t0=t0, cache=False)
+                     workload=f"attention/{x['pattern']}", trace=trace, t0=t0, cache=False,
+                     lowering=lowering)
 
 
 _PATTERN_PARAMS = (
@@ -229,6 +233,8 @@ _PATTERN_PARAMS = (
     Param("window_blocks", int, None, f"block-band half-width (bigbird; default {DEFAULTS['window_blocks']})"),
     Param("random_blocks", int, None, f"random blocks per block row (bigbird; default {DEFAULTS['random_blocks']})"),
     Param("nm", str, None, f"N:M kept keys (nm; default {DEFAULTS['nm']})"),
+    Param("lowering", str, "csr", "attention lowering: csr (any pattern), dia (window, dilated: "
+          "affine, no gathers), auto", choices=("csr", "dia", "auto")),
 )
 register(Workload("attention", _run, _PATTERN_PARAMS,
                   "masked attention, pattern as a UST mask: SDDMM -> softmax -> SpMM"))

@@ -13,27 +13,34 @@ from pathlib import Path
 import numpy as np
 
 from dataflow.attention.lower import lower_attention
+from dataflow.attention.lower_dia import band_offsets, lower_attention_dia
 from dataflow.ust_frontend.named import NamedFormats
 from dataflow.ust_frontend.ops import _StatefulOp, as_tensor
 from dataflow.ust_frontend.tensor import Tensor
 
 # The cache's code fingerprint covers dfg/, mapper/ and arch/; this lowering lives elsewhere,
 # so its source hash goes into the op name (and thus the plan key): editing it retires old plans.
-_LOWERING_SHA = hashlib.sha256(
-    (Path(__file__).resolve().parent / "lower.py").read_bytes()).hexdigest()[:12]
+_LOWERING_SHA = hashlib.sha256(b"".join(
+    (Path(__file__).resolve().parent / f).read_bytes() for f in ("lower.py", "lower_dia.py")
+)).hexdigest()[:12]
+LOWERINGS = ("csr", "dia", "auto")
 
 
 class SparseAttention(_StatefulOp):
     """O = softmax(mask(Q K^T / sqrt(d))) V with `mask` given by its CSR arrays (pos, crd).
 
-    `execute(backend="numpy")` is the dense masked reference; `"sim"` runs the planned mapping
-    on the fast engine (`last_result` holds the SimResult)."""
+    `lowering`: "csr" (any mask: SDDMM, softmax and SpMM over the CSR entries, `lower.py`),
+    "dia" (a mask of whole, equally spaced diagonals: affine, gather-free, `lower_dia.py`), or
+    "auto" (dia where the mask allows it, else csr). `execute(backend="numpy")` is the dense
+    masked reference; `"sim"` runs the planned mapping on the fast engine (`last_result` holds
+    the SimResult)."""
 
-    op = f"attention:{_LOWERING_SHA}"
-
-    def __init__(self, q, k, v, pos: np.ndarray, crd: np.ndarray):
+    def __init__(self, q, k, v, pos: np.ndarray, crd: np.ndarray, lowering: str = "csr"):
         super().__init__()
+        if lowering not in LOWERINGS:
+            raise ValueError(f"lowering must be one of {LOWERINGS}, got {lowering!r}")
         self._lanes = None
+        self.requested_lowering = lowering
         self.reset_operands(q, k, v, pos, crd)
 
     def reset_operands(self, q=None, k=None, v=None, pos=None, crd=None) -> None:
@@ -51,6 +58,18 @@ class SparseAttention(_StatefulOp):
         # the structure the kernels walk, as a CSR tensor: its pos/crd bytes key the plan
         self.mask = Tensor(NamedFormats.CSR, shape, [None, self.pos], [None, self.crd],
                            np.ones(len(self.crd), dtype=np.float32))
+        self.lowering = self.requested_lowering
+        if self.lowering != "csr":
+            band = band_offsets(self.pos, self.crd, shape[1]) if shape[0] == shape[1] else None
+            if self.lowering == "dia" and band is None:
+                raise ValueError("lowering='dia' needs a square mask of whole, equally spaced "
+                                 "diagonals (window, dilated); use lowering='csr' or 'auto'")
+            # auto: DIA walks T * seq positions, fillers included; worth it while they are few
+            # (a narrow band), not for e.g. the dense mask (2 seq - 1 diagonals, half fillers)
+            if self.lowering == "auto":
+                few = band is not None and band[2] * shape[0] <= 1.5 * len(self.crd)
+                self.lowering = "dia" if few else "csr"
+        self.op = f"attention:{self.lowering}:{_LOWERING_SHA}"
 
     def _operands(self):
         return (as_tensor(self.q), as_tensor(self.k), as_tensor(self.v), self.mask)
@@ -64,7 +83,8 @@ class SparseAttention(_StatefulOp):
         return super().plan(arch, backend, dataflow=dataflow, cache=cache)
 
     def _lower(self):
-        return lower_attention(self.q, self.k, self.v, self.pos, self.crd, lanes=self._lanes or 1)
+        low = lower_attention_dia if self.lowering == "dia" else lower_attention
+        return low(self.q, self.k, self.v, self.pos, self.crd, lanes=self._lanes or 1)
 
     def _reference(self) -> np.ndarray:
         from dataflow.attention.api import attention_reference
