@@ -57,7 +57,10 @@ class ButterflySpec:
     `bitrev_input`: the first group reads the input in bit-reversed order (the FFT).
     `real_input`: the input has no imaginary part (complex kinds): CONST 0, nothing loaded.
     `real_output`: store only the real part (FNet keeps Re). `bias`/`relu`: epilogue of the
-    last stage (butterfly linear layer / FFN; kind `real` only).
+    last stage (butterfly linear layer / FFN; kind `real` only). `skew_lines` (a power of two,
+    0 = off): buffers between groups use the skewed layout `skew_row` so that the 2^f points of a
+    sub-butterfly (a power-of-two stride apart) fall on different lines of an interleaved SPM
+    with that many lines; input and output stay in the natural layout (they cross DRAM).
     """
 
     n: int
@@ -70,6 +73,7 @@ class ButterflySpec:
     bias: bool = False
     relu: bool = False
     prefix: str = ""
+    skew_lines: int = 0
 
     @property
     def stages(self) -> int:
@@ -88,10 +92,40 @@ class ButterflySpec:
             raise DFGError(f"butterfly kind must be one of {KINDS}, got {self.kind!r}")
         if self.n < 2 or self.n & (self.n - 1):
             raise DFGError(f"butterfly size n must be a power of two >= 2, got {self.n}")
+        if self.skew_lines and (self.skew_lines < 2 or self.skew_lines & (self.skew_lines - 1)):
+            raise DFGError(f"skew_lines must be 0 or a power of two >= 2, got {self.skew_lines}")
         if self.batch < 1 or self.lanes < 1:
             raise DFGError(f"batch and lanes must be >= 1, got {self.batch}, {self.lanes}")
         if (self.bias or self.relu) and self.kind != "real":
             raise DFGError("bias/relu epilogues are for kind 'real' (butterfly linear / FFN)")
+
+
+def skew_weight(bit: int, lines: int) -> int:
+    """Row weight of index bit `bit` in the skewed layout row(P) = sum_d P >> (d log2 lines):
+    one spare row every `lines` rows, recursively, so P and P + 2^k sit on different lines."""
+    z = lines.bit_length() - 1
+    return sum(1 << (bit - d * z) for d in range(bit // z + 1))
+
+
+def skew_row(p: int, lines: int) -> int:
+    z = lines.bit_length() - 1
+    return sum(p >> (d * z) for d in range(64 // max(1, z)) if p >> (d * z))
+
+
+def skew_period(spec: "ButterflySpec") -> int:
+    """Lines one point's rows rotate over: complex intermediates keep re and im in adjacent rows
+    (one buffer, row 2 row(P) + part), so their points rotate over half the lines."""
+    return spec.skew_lines // 2 if spec.complex_data else spec.skew_lines
+
+
+def data_rows(spec: "ButterflySpec", skewed: bool) -> int:
+    """Rows (of L words) one batch block of one part (re or im) of a data buffer spans."""
+    return skew_row(spec.n - 1, skew_period(spec)) + 1 if skewed else spec.n
+
+
+def is_skewed(spec: "ButterflySpec", index: int, groups: int) -> bool:
+    """Data buffer `index` (0 = input, groups = output) uses the skewed layout."""
+    return skew_period(spec) > 1 and 0 < index < groups
 
 
 def split_stages(stages: int, per_group: int) -> tuple[StageGroup, ...]:
@@ -104,6 +138,8 @@ def split_stages(stages: int, per_group: int) -> tuple[StageGroup, ...]:
 def data_names(spec: ButterflySpec, index: int, groups: int) -> tuple[str, str]:
     """Buffer names (re, im) of the data between groups: X0 in, X1 .. X(G-1), Y out."""
     base = f"{spec.prefix}Y" if index == groups else f"{spec.prefix}X{index}"
+    if spec.complex_data and is_skewed(spec, index, groups):
+        return base + "c", base + "c"  # re and im rows interleaved in one buffer
     return base + "r", base + "i"
 
 
@@ -138,48 +174,50 @@ def group_kernel(spec: ButterflySpec, group: StageGroup, groups: int, index: int
     if G < 1:
         raise DFGError(f"stage group {group} runs past stage {S - 1} of a size-{n} butterfly")
     bitrev = spec.bitrev_input and index == 0
+    cplx = spec.complex_data
     if bitrev and k0:
         raise DFGError("bit-reversed input addressing needs the group that starts at stage 0")
-    gbits = (S - k0 - f) if bitrev else 0
+    # one extent-2 loop per bit of g and of o (most significant first, so iterations run in the
+    # order of (g, o)): every address below is then a weighted sum of index bits, which makes
+    # bit reversal and the skewed SPM layout affine
+    gb = S - k0 - f
     loops = [Loop("bo", spec.blocks)]
-    if G > 1:
-        loops += [Loop(f"g{t}", 2) for t in range(gbits)] if bitrev else [Loop("g", G)]
-    if s > 1:
-        loops.append(Loop("o", s))
+    loops += [Loop(f"g{t}", 2) for t in reversed(range(gb))]
+    loops += [Loop(f"o{t}", 2) for t in reversed(range(k0))]
     loops.append(Loop("bi", L))
 
-    def g_terms(coef: int, reverse: bool = False) -> dict[str, int]:
-        """coef * g as address terms (bit loops: bit t weighs 2^t, or 2^(S-1-(f+t)) reversed)."""
-        if G == 1:
-            return {}
-        if not bitrev:
-            return {"g": coef}
-        return {f"g{t}": (1 << (S - 1 - (f + t))) if reverse else coef << t for t in range(gbits)}
-
-    def point_addr(m: int, reverse: bool = False) -> Addr:
-        """Word address of point P(m) of this iteration, layout [nb, n, L]."""
-        if reverse:
-            rev = int(format(m, f"0{S}b")[::-1], 2)  # bitrev_S(m): m only has bits below f
-            terms = {k: c * L for k, c in g_terms(1, True).items()}
-            const = rev * L
-        else:
-            terms = {k: c * L for k, c in g_terms(s << f).items()}
-            const = m * s * L
-            if s > 1:
-                terms["o"] = L
-        terms["bo"] = n * L
-        terms["bi"] = 1
+    def lin(weight, m: int, scale: int = 1, extra: dict | None = None) -> Addr:
+        """scale * sum of weight(b) over the set bits b of P(m) = g s 2^f + o + m s."""
+        terms = {f"g{t}": scale * weight(k0 + f + t) for t in range(gb)}
+        terms.update({f"o{t}": scale * weight(t) for t in range(k0)})
+        const = scale * sum(weight(bit) for bit in range(S) if (m * s >> bit) & 1)
+        for k, c in (extra or {}).items():
+            terms[k] = terms.get(k, 0) + c
         return _addr(terms, const)
 
+    def layout(i: int) -> str:
+        if i == 0 and bitrev:
+            return "reversed"
+        return "skewed" if is_skewed(spec, i, groups) else "natural"
+
+    def point_addr(m: int, i: int, part: int = 0) -> Addr:
+        """Word address of part (0 re, 1 im) of point P(m) in data buffer i: [nb, rows, L] with
+        row = layout(P); complex skewed buffers hold [nb, rows, 2, L]."""
+        lay = layout(i)
+        w = {"natural": lambda bit: 1 << bit, "reversed": lambda bit: 1 << (S - 1 - bit),
+             "skewed": lambda bit: skew_weight(bit, skew_period(spec))}[lay]
+        parts = 2 if lay == "skewed" and cplx else 1
+        a = lin(w, m, L * parts, {"bo": data_rows(spec, lay == "skewed") * L * parts, "bi": 1})
+        return Addr(a.terms, a.const + part * L * (parts - 1))
+
     b = _Body()
-    cplx = spec.complex_data
     in_r, in_i = data_names(spec, index, groups)
     out_r, out_i = data_names(spec, index + 1, groups)
     last = index == groups - 1
     # load the 2^f points
     x = []
     for m in range(1 << f):
-        a = point_addr(m, reverse=bitrev)
+        a = point_addr(m, index)
         re = b.add(Op.LOAD, buffer=in_r, addr=a, name=f"x{m}.re")
         if not cplx:
             x.append((re, None))
@@ -187,7 +225,7 @@ def group_kernel(spec: ButterflySpec, group: StageGroup, groups: int, index: int
             # no imaginary part: matrix butterflies skip its terms; twiddles multiply a zero
             x.append((re, None if spec.kind == "complex" else b.add(Op.CONST, value=0.0, name="0")))
         else:
-            x.append((re, b.add(Op.LOAD, buffer=in_i, addr=a, name=f"x{m}.im")))
+            x.append((re, b.add(Op.LOAD, buffer=in_i, addr=point_addr(m, index, 1), name=f"x{m}.im")))
     coef_bufs: dict[str, int] = {}
     for j in range(f):
         k = k0 + j
@@ -197,44 +235,42 @@ def group_kernel(spec: ButterflySpec, group: StageGroup, groups: int, index: int
                 continue
             lo, hi = x[m], x[m + half]
             if spec.kind == "fft":
-                x[m], x[m + half] = _fft_pair(b, spec, lo, hi, k, o_coef=(3 if s > 1 else 0),
-                                              const3=3 * ((m % half) * s), buf=f"{spec.prefix}T{k}")
-                coef_bufs[f"{spec.prefix}T{k}"] = 3 * (1 << k)
+                # twiddle index: P_lo mod 2^k, 3 words (re, im, -im) each
+                buf = f"{spec.prefix}T{k}"
+                tw = lin(lambda bit, k=k: (1 << bit) if bit < k else 0, m, 3)
+                x[m], x[m + half] = _fft_pair(b, lo, hi, k, buf, tw)
+                coef_bufs[buf] = 3 * (1 << k)
             else:
+                # pair number: P_lo with its bit k removed
                 words = 4 if spec.kind == "real" else 12
-                # pair number p = g s 2^(f-1) + o + (m >> (j+1)) s 2^j + (m mod 2^j) s
-                terms = {kk: c * words for kk, c in g_terms(s << (f - 1)).items()}
-                if s > 1:
-                    terms["o"] = words
-                const = ((m >> (j + 1)) * s * half + (m % half) * s) * words
+                base = lin(lambda bit, k=k: (1 << (bit - 1)) if bit > k else ((1 << bit) if bit < k else 0), m, words)
                 buf = f"{spec.prefix}F{k}"
                 coef_bufs[buf] = words * (n // 2)
-                x[m], x[m + half] = _matrix_pair(b, spec, lo, hi, terms, const, buf)
+                x[m], x[m + half] = _matrix_pair(b, spec, lo, hi, base, buf)
     # epilogue and stores
     for m in range(1 << f):
-        a = point_addr(m)
+        a = point_addr(m, index + 1)
         re, im = x[m]
         if last and spec.bias:
-            pt = {kk: c for kk, c in g_terms(s << f).items()}
-            if s > 1:
-                pt["o"] = 1
-            bias = b.add(Op.LOAD, buffer=f"{spec.prefix}bias", addr=_addr(pt, m * s), name=f"b{m}")
+            bias = b.add(Op.LOAD, buffer=f"{spec.prefix}bias", addr=lin(lambda bit: 1 << bit, m),
+                         name=f"b{m}")
             re = b.add(Op.ADD, (re, bias), name=f"y{m}+b")
         if last and spec.relu:
             re = b.add(Op.MAX, (re, b.add(Op.CONST, value=0.0, name="0")), name=f"relu{m}")
         b.add(Op.STORE, (re,), buffer=out_r, addr=a, name=f"y{m}.re")
         if cplx and not (last and spec.real_output):
-            b.add(Op.STORE, (im,), buffer=out_i, addr=a, name=f"y{m}.im")
-    words = spec.blocks * n * L
-    bufs = [Buffer(in_r, words)]
-    if cplx and not (spec.real_input and index == 0):
-        bufs.append(Buffer(in_i, words))
+            b.add(Op.STORE, (im,), buffer=out_i, addr=point_addr(m, index + 1, 1), name=f"y{m}.im")
+    win = spec.blocks * data_rows(spec, layout(index) == "skewed") * L * (2 if in_r == in_i else 1)
+    wout = spec.blocks * data_rows(spec, layout(index + 1) == "skewed") * L * (2 if out_r == out_i else 1)
+    bufs = [Buffer(in_r, win)]
+    if cplx and not (spec.real_input and index == 0) and in_i != in_r:
+        bufs.append(Buffer(in_i, win))
     bufs += [Buffer(name, size) for name, size in coef_bufs.items()]
     if last and spec.bias:
         bufs.append(Buffer(f"{spec.prefix}bias", n))
-    bufs.append(Buffer(out_r, words, "output"))
-    if cplx and not (last and spec.real_output):
-        bufs.append(Buffer(out_i, words, "output"))
+    bufs.append(Buffer(out_r, wout, "output"))
+    if cplx and not (last and spec.real_output) and out_i != out_r:
+        bufs.append(Buffer(out_i, wout, "output"))
     used = {nd.buffer for nd in b.nodes if nd.buffer}
     name = f"{spec.prefix}bfly_s{k0}" + (f"-{group.last}" if f > 1 else "")
     return Kernel(name=name, loops=tuple(loops), nodes=tuple(b.nodes),
@@ -246,10 +282,11 @@ def _snap(v: float) -> float:
     return float(r) if abs(v - r) < 1e-12 else float(v)
 
 
-def _fft_pair(b: _Body, spec, lo, hi, k, o_coef, const3, buf):
-    """DIT butterfly: t = w * hi; (lo + t, lo - t). w = T{k}[o + c] (or a constant)."""
-    if o_coef == 0:  # the twiddle does not depend on o: a compile-time constant
-        w = np.exp(-2j * np.pi * (const3 // 3) / (2 << k))
+def _fft_pair(b: _Body, lo, hi, k, buf, tw: Addr):
+    """DIT butterfly: t = w * hi; (lo + t, lo - t). w = T{k}[tw] (re, im, -im), or a constant
+    when the twiddle index does not depend on the loops."""
+    if not tw.terms:
+        w = np.exp(-2j * np.pi * (tw.const // 3) / (2 << k))
         wr, wi = _snap(w.real), _snap(w.imag)
         if (wr, wi) == (1.0, 0.0):
             t = hi
@@ -257,7 +294,7 @@ def _fft_pair(b: _Body, spec, lo, hi, k, o_coef, const3, buf):
             cr, ci, cn = (b.add(Op.CONST, value=v, name="w") for v in (wr, wi, -wi))
             t = _cmul(b, (cr, ci, cn), hi)
     else:
-        ld = [b.add(Op.LOAD, buffer=buf, addr=_addr({"o": o_coef}, const3 + q), name=f"w{k}.{q}")
+        ld = [b.add(Op.LOAD, buffer=buf, addr=Addr(tw.terms, tw.const + q), name=f"w{k}.{q}")
               for q in range(3)]
         t = _cmul(b, ld, hi)
     up = (b.add(Op.BFLY, (lo[0], t[0]), value=1.0, name="+"), b.add(Op.BFLY, (lo[1], t[1]), value=1.0, name="+"))
@@ -273,10 +310,10 @@ def _cmul(b: _Body, w, x):
     return re, im
 
 
-def _matrix_pair(b: _Body, spec, lo, hi, terms, const, buf):
-    """[lo, hi] -> [[a, b], [c, d]] [lo, hi] with per-pair coefficients from `buf`."""
+def _matrix_pair(b: _Body, spec, lo, hi, base: Addr, buf):
+    """[lo, hi] -> [[a, b], [c, d]] [lo, hi] with per-pair coefficients from `buf` at `base`."""
     def coef(q):
-        return b.add(Op.LOAD, buffer=buf, addr=_addr(terms, const + q), name=f"{buf}.{q}")
+        return b.add(Op.LOAD, buffer=buf, addr=Addr(base.terms, base.const + q), name=f"{buf}.{q}")
 
     if spec.kind == "real":
         a, bb, c, d = (coef(q) for q in range(4))

@@ -41,7 +41,14 @@ from dataclasses import dataclass
 
 from dataflow.arch.spec import ArchSpec
 from dataflow.dfg.graph import Kernel
-from dataflow.dfg.lower_butterfly import ButterflySpec, StageGroup, group_kernel, split_stages
+from dataflow.dfg.lower_butterfly import (
+    ButterflySpec,
+    StageGroup,
+    data_rows,
+    group_kernel,
+    skew_period,
+    split_stages,
+)
 from dataflow.mapper.legality import check_kernel_mapping
 from dataflow.mapper.map import map_kernel
 from dataflow.mapper.mapping import KernelMapping, Mapping, MappingError
@@ -64,6 +71,7 @@ class FusionChoice:
     tile_rows: int
     limits: tuple[tuple[str, int], ...]
     reason: str
+    skew_lines: int = 0  # intermediates in the skewed SPM layout (see lower_butterfly)
 
     @property
     def stages_on_chip(self) -> int:
@@ -136,9 +144,9 @@ def _edges(kernel: Kernel) -> int:
     return sum(len(n.inputs) for n in kernel.nodes)
 
 
-def tile_words(spec: ButterflySpec, rows: int) -> int:
+def tile_words(spec: ButterflySpec, rows: int, skewed: bool = False) -> int:
     """SPM words of one data buffer set (re and im) for a tile of `rows` batch blocks."""
-    return rows * spec.n * spec.lanes * (2 if spec.complex_data else 1)
+    return rows * data_rows(spec, skewed) * spec.lanes * (2 if spec.complex_data else 1)
 
 
 def coefficient_words(spec: ButterflySpec) -> int:
@@ -155,7 +163,7 @@ def spm_residency_limit(spec: ButterflySpec, arch: ArchSpec, rows: int) -> int:
     free = cap - coefficient_words(spec) - 4 * tile_words(spec, rows)
     if free < 0:
         return 0
-    return 1 + free // tile_words(spec, rows)
+    return 1 + free // tile_words(spec, rows, spec.skew_lines > 1 and skew_period(spec) > 1)
 
 
 def choose_stages_per_kernel(spec: ButterflySpec, arch: ArchSpec,
@@ -206,6 +214,14 @@ def plan_orchestration(spec: ButterflySpec, arch: ArchSpec, mode: str,
         raise MappingError(f"butterfly kernels need a reconfigurable array; {arch.name!r} is "
                            f"{arch.pe_array.kind}")
     S = spec.stages
+    skew = 0
+    lines = arch.spm.lines
+    if mode == "multilayer" and arch.spm.address_mapping == "interleaved" and lines > 1 \
+            and not lines & (lines - 1):
+        # intermediates never cross DRAM: lay them out so a sub-butterfly's points (a power of
+        # two apart) sit on different SPM lines
+        skew = lines
+        spec = dataclasses.replace(spec, skew_lines=skew)
     # tile rows: at most the default (>= MIN_TILES tiles); fewer when the SPM needs it, and for
     # multilayer as many as still let every stage kernel be co-resident
     rows = default_tile_rows(spec)
@@ -242,8 +258,10 @@ def plan_orchestration(spec: ButterflySpec, arch: ArchSpec, mode: str,
         c, segments, why = _residencies(kms, arch, limit_c)
         reason += "; " + why
         limits.append(("co-resident kernels (spm)", limit_c))
+    if skew:
+        reason += f"; intermediates in the skewed layout for {skew} SPM lines"
     choice = FusionChoice(mode=mode, stages=S, stages_per_kernel=f, kernels_per_residency=c,
-                          tile_rows=rows, limits=tuple(limits), reason=reason)
+                          tile_rows=rows, limits=tuple(limits), reason=reason, skew_lines=skew)
     return choice, groups, kms, segments, tuple(notes)
 
 
