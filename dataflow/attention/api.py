@@ -108,20 +108,22 @@ def compute_bound_cycles(nnz: int, dim: int, dim_v: int, arch) -> int:
     return -(-nnz * (dim + dim_v) // peak)
 
 
-#: Body nodes of each lowered kernel (tests check these against `lower_attention`).
+#: Body nodes of each kernel of the CSR lowering (tests check these against `lower_attention`).
 KERNEL_NODES = {"sddmm": 6, "softmax_max": 2, "softmax_exp": 8, "softmax_norm": 4, "spmm": 5}
 
 
 def kernel_iterations(nnz: int, dim: int, dim_v: int, lanes: int) -> dict[str, int]:
-    """Iterations of each kernel in closed form: every kernel walks the stored entries, the
-    SDDMM in ceil(dim / lanes) SIMD chunks per entry, the SpMM in ceil(dim_v / lanes)."""
+    """Iterations of each kernel of the CSR lowering in closed form: every kernel walks the
+    stored entries, the SDDMM in ceil(dim / lanes) SIMD chunks per entry, the SpMM in
+    ceil(dim_v / lanes)."""
     return {"sddmm": nnz * -(-dim // lanes), "softmax_max": nnz, "softmax_exp": nnz,
             "softmax_norm": nnz, "spmm": nnz * -(-dim_v // lanes)}
 
 
 def issue_bound_cycles(nnz: int, dim: int, dim_v: int, arch) -> dict[str, int]:
-    """Per-kernel floor on compute cycles: every body node issues once per iteration and a PE
-    issues at most one op per cycle, so a kernel needs >= iterations * nodes / PEs cycles."""
+    """Per-kernel floor on the CSR lowering's compute cycles: every body node issues once per
+    iteration and a PE issues at most one op per cycle, so a kernel needs
+    >= iterations * nodes / PEs cycles."""
     pes = arch.pe_array.num_pes
     its = kernel_iterations(nnz, dim, dim_v, arch.pe_array.simd_lanes)
     return {k: -(-its[k] * KERNEL_NODES[k] // pes) for k in its}
