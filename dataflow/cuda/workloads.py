@@ -151,6 +151,101 @@ def _dynamic_describe(ops: dict) -> str:
             f"{ops['granularity']} micro-tiles")
 
 
+# --- butterfly, fft, fnet-attention ------------------------------------------------------------
+# the operands of dataflow.butterfly.workloads (same seeds, same draws)
+
+def _butterfly_inputs(*, seed: int = 0, n: int, batch: int, orchestration: str,
+                      complex: int = 0) -> dict:
+    from dataflow.butterfly import reference as bref
+
+    bref.log2_exact(n, "--n")
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((batch, n)).astype(np.float32)
+    return {"x": x, "factors": bref.random_factors(n, rng, complex_=bool(complex)),
+            "orchestration": orchestration}
+
+
+def _fft_inputs(*, seed: int = 0, n: int, batch: int, orchestration: str) -> dict:
+    from dataflow.butterfly import reference as bref
+
+    bref.log2_exact(n, "--n")
+    x = np.random.default_rng(seed).standard_normal((batch, n)).astype(np.float32)
+    return {"x": x, "orchestration": orchestration}
+
+
+def _fnet_inputs(*, seed: int = 0, seq: int, dim: int, orchestration: str) -> dict:
+    x = np.random.default_rng(seed).standard_normal((seq, dim)).astype(np.float32)
+    return {"x": x, "orchestration": orchestration}
+
+
+def _ri(z):
+    """Complex values as (..., 2) real arrays: the fp32 comparison is of real numbers."""
+    z = np.asarray(z)
+    return np.stack([z.real, z.imag], -1) if np.iscomplexobj(z) else z
+
+
+def _bfly_numpy(ops):
+    from dataflow.butterfly import reference as bref
+
+    return _ri(bref.butterfly_apply(ops["x"], ops["factors"]))
+
+
+def _bfly_sim(ops, arch):
+    from dataflow.butterfly import run_butterfly_matmul
+
+    y, run = run_butterfly_matmul(ops["x"], ops["factors"], arch, ops["orchestration"])
+    return _ri(y), run.result
+
+
+def _bfly_cuda(ops, runner=None):
+    from dataflow.cuda import ops as cu
+
+    return _ri(cu.butterfly(ops["x"], ops["factors"], runner=runner))
+
+
+def _fft_numpy(ops):
+    return _ri(np.fft.fft(ops["x"].astype(np.float64)))
+
+
+def _fft_sim(ops, arch):
+    from dataflow.butterfly import run_fft
+
+    y, run = run_fft(ops["x"], arch, ops["orchestration"])
+    return _ri(y), run.result
+
+
+def _fft_cuda(ops, runner=None):
+    from dataflow.cuda import ops as cu
+
+    return _ri(cu.fft(ops["x"], runner=runner))
+
+
+def _fnet_numpy(ops):
+    from dataflow.butterfly import reference as bref
+
+    return bref.fnet_attention(ops["x"])
+
+
+def _fnet_sim(ops, arch):
+    from dataflow.butterfly import run_fnet_attention
+
+    y, res, _ = run_fnet_attention(ops["x"], arch, ops["orchestration"])
+    return y, res
+
+
+def _fnet_cuda(ops, runner=None):
+    from dataflow.cuda import ops as cu
+
+    return cu.fnet_attention(ops["x"], runner=runner)
+
+
+def _bfly_describe(ops) -> str:
+    x = ops["x"]
+    kind = "complex" if any(np.iscomplexobj(f) for f in ops.get("factors", ())) else "real"
+    what = f"{kind} factors, " if "factors" in ops else ""
+    return f"{x.shape[0]} x {x.shape[1]}, {what}dataflow orchestration {ops['orchestration']}"
+
+
 _TABLE: dict[str, GpuWorkload] = {
     "gemm": GpuWorkload("gemm", _matmul_inputs("gemm"), _matmul_numpy, _matmul_sim, _gemm_cuda,
                         _matmul_describe),
@@ -160,6 +255,11 @@ _TABLE: dict[str, GpuWorkload] = {
                              _attention_cuda, _attention_describe),
     "dynamic-spmm": GpuWorkload("dynamic-spmm", _dynamic_inputs, _dynamic_numpy, _dynamic_sim,
                                 _dynamic_cuda, _dynamic_describe),
+    "butterfly": GpuWorkload("butterfly", _butterfly_inputs, _bfly_numpy, _bfly_sim, _bfly_cuda,
+                             _bfly_describe),
+    "fft": GpuWorkload("fft", _fft_inputs, _fft_numpy, _fft_sim, _fft_cuda, _bfly_describe),
+    "fnet-attention": GpuWorkload("fnet-attention", _fnet_inputs, _fnet_numpy, _fnet_sim,
+                                  _fnet_cuda, _bfly_describe),
 }
 
 
