@@ -231,7 +231,7 @@ def test_cycles_respect_closed_form_bounds(runs, mlx):
 
 def test_fusion_choice_follows_the_architecture():
     spec = ButterflySpec(n=256, batch=64, lanes=8, kind="fft", bitrev_input=True, real_input=True)
-    f, limits, why = choose_stages_per_kernel(spec, variant(), max_stages=8)
+    f, _, why = choose_stages_per_kernel(spec, variant(), max_stages=8)
     assert f >= 4 and "limited by" in why
     # fewer instruction entries or registers: fewer stages per kernel, and the reason says so
     f_i, _, why_i = choose_stages_per_kernel(spec, variant(**{"pe_array.instruction_entries": 1}), 8)
@@ -255,8 +255,22 @@ def test_multilayer_residency_follows_spm_and_instruction_entries(mlx):
     ch, _, _, segs, _ = plan_orchestration(spec, tight, "multilayer")
     assert ch.stages_on_chip < full.stages_on_chip and len(segs) > 1 and "SPM" in ch.reason
     few = mlx_variant(**{"pe_array.instruction_entries": 6})
-    ch2, _, _, segs2, _ = plan_orchestration(spec, few, "multilayer")
+    ch2, _, _, _, _ = plan_orchestration(spec, few, "multilayer")
     assert ch2.stages_on_chip < full.stages_on_chip and "instruction entries" in ch2.reason
+
+
+@pytest.mark.parametrize("lines", [4, 8, 16])
+def test_skewed_layout_spreads_strided_points_over_lines(lines):
+    from dataflow.dfg.lower_butterfly import skew_row, skew_weight
+
+    for p in range(0, 4096, 37):  # the layout is affine over index bits
+        assert skew_row(p, lines) == sum(skew_weight(b, lines) for b in range(12) if p >> b & 1)
+    for k in range(10):  # 4 points 2^k apart (a radix-4 sub-butterfly): 4 different lines
+        base = 0x5A5 & ~(3 << k)  # the sub-butterfly's own index bits are zero in its base
+        rows = {skew_row(base + m * (1 << k), lines) % lines for m in range(4)}
+        assert len(rows) == 4, (k, rows)
+    # natural layout: the same points share one line once the stride reaches the line count
+    assert len({(m * lines) % lines for m in range(4)}) == 1
 
 
 def test_skip_hop_links_carry_butterfly_exchanges(mlx):

@@ -190,8 +190,8 @@ def run_fnet_attention(x, arch=None, orchestration: str = "multilayer", engine: 
                   workload="fnet-seq", **options)
     y = _unblock(r2, s2).T.astype(np.float32)              # (seq, dim) real part
     res = merge_results([r1.result, r2.result], "fnet-attention", y,
-                        notes=("2-D FFT: pass 1 over hidden, DMA corner turn through DRAM, "
-                               "pass 2 over the sequence (real part kept)",))
+                        notes=(("2-D FFT: pass 1 over hidden, DMA corner turn through DRAM, "
+                                "pass 2 over the sequence (real part kept)"),))
     return y, dataclasses.replace(res, output=y), (r1, r2)
 
 

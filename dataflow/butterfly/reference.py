@@ -149,7 +149,7 @@ def monarch_apply(x, l_blocks, r_blocks) -> np.ndarray:
     x = np.asarray(x)
     n = x.shape[-1]
     r, lb = np.asarray(r_blocks), np.asarray(l_blocks)
-    m = int(round(np.sqrt(n)))
+    m = round(np.sqrt(n))
     if m * m != n or r.shape != (m, m, m) or lb.shape != (m, m, m):
         raise ButterflyError(f"monarch: n = {n} must be m^2 and blocks (m, m, m); got "
                              f"r {r.shape}, l {lb.shape}")

@@ -122,8 +122,8 @@ def simulate_orchestrated(om: OrchestratedMapping, engine: str = "fast",
         for i, (a, km) in enumerate(zip(arrays, mapping.kernels)))
     bounds = roofline(om, rd + wr)
     notes = (*om.notes,
-             f"roofline bound {bounds['bound']:.0f} cycles (issue {bounds['issue_bound']:.0f}, "
-             f"DRAM {bounds['dram_bound']:.0f}); achieved {bounds['bound'] / max(1, tl.cycles):.2f}")
+             (f"roofline bound {bounds['bound']:.0f} cycles (issue {bounds['issue_bound']:.0f}, "
+              f"DRAM {bounds['dram_bound']:.0f}); achieved {bounds['bound'] / max(1, tl.cycles):.2f}"))
     res = SimResult(
         workload=workload or mapping.program.name, arch=arch.name, clock_ghz=arch.clock_ghz,
         cycles=tl.cycles, compute_cycles=sum(t.compute_cycles for _, ts in seg_tiles for t in ts),

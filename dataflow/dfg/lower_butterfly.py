@@ -6,6 +6,9 @@ A kernel for the group of stages k0 .. k0+f-1 (stride s = 2^k0) runs
 
     for bo in [0, nb):  for g in [0, n / (s 2^f)):  for o in [0, s):  for bi in lanes (vector)
 
+(g and o as one extent-2 loop per index bit, so any address that is a weighted sum of index bits
+is affine: bit reversal and the skewed layout below)
+
 and each iteration loads the 2^f points P(m) = g s 2^f + o + m s (m < 2^f) of one radix-2^f
 sub-butterfly, applies the f stages in registers (values pass between PEs over links, never
 through the SPM), and stores the 2^f results. f = 1 is a plain per-stage kernel; f > 1 is a
@@ -14,8 +17,12 @@ becomes the routes between the PEs holding the pairs (over skip-hop links when t
 them, see `dataflow.mapper.orchestrate`).
 
 Decimation-in-time needs the bit-reversed input: the first group addresses its loads through
-one extent-2 loop per index bit, so bitrev(P) is affine in those loops (bit-reversed
-addressing, no separate permutation pass).
+the bit loops, so bitrev(P) is affine (bit-reversed addressing, no separate permutation pass).
+
+SPM layout of the data between groups: natural [nb, n, L] (one point of L sequences per SPM row),
+or, for buffers that never cross DRAM (multilayer), *skewed*: row(P) = sum_d P >> (d z) with
+2^z lines (complex: re and im rows interleaved, z for half the lines), so the points of one
+sub-butterfly, a power of two apart, sit on different SPM lines instead of all on one.
 
 Stage coefficients (REFERENCES.md "Butterfly sparsity": 2n parameters per factor):
   * `fft`: t = w x_hi, [x_lo + t, x_lo - t]; stage k's table T{k} holds (Re w, Im w, -Im w)
@@ -112,18 +119,18 @@ def skew_row(p: int, lines: int) -> int:
     return sum(p >> (d * z) for d in range(64 // max(1, z)) if p >> (d * z))
 
 
-def skew_period(spec: "ButterflySpec") -> int:
+def skew_period(spec: ButterflySpec) -> int:
     """Lines one point's rows rotate over: complex intermediates keep re and im in adjacent rows
     (one buffer, row 2 row(P) + part), so their points rotate over half the lines."""
     return spec.skew_lines // 2 if spec.complex_data else spec.skew_lines
 
 
-def data_rows(spec: "ButterflySpec", skewed: bool) -> int:
+def data_rows(spec: ButterflySpec, skewed: bool) -> int:
     """Rows (of L words) one batch block of one part (re or im) of a data buffer spans."""
     return skew_row(spec.n - 1, skew_period(spec)) + 1 if skewed else spec.n
 
 
-def is_skewed(spec: "ButterflySpec", index: int, groups: int) -> bool:
+def is_skewed(spec: ButterflySpec, index: int, groups: int) -> bool:
     """Data buffer `index` (0 = input, groups = output) uses the skewed layout."""
     return skew_period(spec) > 1 and 0 < index < groups
 

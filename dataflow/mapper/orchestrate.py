@@ -243,7 +243,7 @@ def plan_orchestration(spec: ButterflySpec, arch: ArchSpec, mode: str,
     while True:
         groups = split_stages(S, f)
         try:
-            kernels, kms = _map_groups(spec, arch, groups, rows)
+            _, kms = _map_groups(spec, arch, groups, rows)
             break
         except MappingError as exc:
             if f == 1:
@@ -281,7 +281,7 @@ def _residencies(kms, arch, limit_c):
         used += ins
     segments.append(tuple(cur))
     c = max(len(s) for s in segments)
-    peak = max((max(sum((_instructions(kms[i]) for i in s), Counter()).values()) for s in segments))
+    peak = max(max(sum((_instructions(kms[i]) for i in s), Counter()).values()) for s in segments)
     if len(segments) == 1:
         why = (f"all {len(kms)} kernels co-resident (at most {peak} of {entries} instruction "
                f"entries on a PE; SPM holds up to {limit_c} kernels' tiles)")
@@ -295,7 +295,7 @@ def _residencies(kms, arch, limit_c):
 def map_butterfly(program, spec: ButterflySpec, arch: ArchSpec, plan) -> OrchestratedMapping:
     """Map a program lowered by `lower_butterfly` with the groups of `plan` (the tuple
     `plan_orchestration` returns)."""
-    choice, groups, kms, segments, notes = plan
+    choice, _, kms, segments, notes = plan
     mode = choice.mode
     if len(program.kernels) != len(kms):
         raise MappingError("program and plan disagree on the number of stage kernels")
@@ -353,6 +353,15 @@ def minimal_dram_bytes(spec: ButterflySpec, word_bytes: int) -> int:
     return (words * (cin + cout) + coefficient_words(spec) + (spec.n if spec.bias else 0)) * word_bytes
 
 
-__all__ = ["ORCHESTRATIONS", "FusionChoice", "OrchestratedMapping", "plan_orchestration",
-           "map_butterfly", "roofline", "issue_slots", "minimal_dram_bytes",
-           "choose_stages_per_kernel", "spm_residency_limit"]
+__all__ = [
+    "ORCHESTRATIONS",
+    "FusionChoice",
+    "OrchestratedMapping",
+    "choose_stages_per_kernel",
+    "issue_slots",
+    "map_butterfly",
+    "minimal_dram_bytes",
+    "plan_orchestration",
+    "roofline",
+    "spm_residency_limit",
+]
