@@ -72,18 +72,13 @@ def _matmul_describe(ops: dict) -> str:
 
 # --- attention ------------------------------------------------------------------------------
 
-def _attention_inputs(*, seed: int = 0, pattern: str, seq: int, dim: int, **pattern_params):
-    from dataflow.attention.api import mask_csr
-    from dataflow.attention.patterns import resolve
+def _attention_inputs(*, seed: int = 0, pattern: str, seq: int, dim: int, lowering: str = "csr",
+                      **pattern_params):
+    from dataflow.attention.api import make_inputs
 
-    # the operands and pattern the `attention` workload builds (dataflow.attention.api._run)
-    given = {k: v for k, v in pattern_params.items() if v is not None}
-    p = resolve(pattern, seq, **given, seed=seed) if pattern in ("bigbird", "nm") else \
-        resolve(pattern, seq, **given)
-    rng = np.random.default_rng(seed)
-    q, k, v = (rng.standard_normal((seq, dim), dtype=np.float32) for _ in range(3))
-    pos, crd, _ = mask_csr(p, seq)
-    return {"q": q, "k": k, "v": v, "pos": pos, "crd": crd, "pattern": p}
+    # the `attention` workload's own operand builder: the same q, k, v and pattern
+    ops = make_inputs(pattern, seq, dim, seed, **pattern_params)
+    return dict(ops, lowering=lowering)
 
 
 def _attention_numpy(ops: dict):
@@ -96,7 +91,7 @@ def _attention_sim(ops: dict, arch):
     from dataflow.attention import sparse_attention
 
     return sparse_attention(ops["q"], ops["k"], ops["v"], pattern=ops["pattern"], backend="sim",
-                            arch=arch, return_result=True)
+                            arch=arch, return_result=True, lowering=ops["lowering"])
 
 
 def _attention_cuda(ops: dict, runner=None):
