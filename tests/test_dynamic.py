@@ -174,3 +174,24 @@ def test_cli_dynamic_spmm(capsys):
     assert any("wasted on zeros" in n for n in out["notes"])
     assert main(["simulate", "--workload", "dynamic-spmm", "--sparsity", "1.5"]) == 2
     assert "--sparsity must be in [0, 1)" in capsys.readouterr().err
+
+
+def test_compute_kernel_iterations_and_cycles_against_closed_forms(element_runs, default_arch):
+    """Iterations of the gather kernels equal the index's closed form (tiles x tile elements x
+    n / lanes, and one per tile row-element for the scan); cycles are at least the issue bound
+    iterations / copies x II and the MAC roofline."""
+    a, b, runs = element_runs
+    m, k = a.shape
+    n = b.shape[1]
+    lanes = default_arch.pe_array.simd_lanes
+    for g, (bh, bw) in (("32x1", (32, 1)), ("1x64", (1, 64)), ("32x64", (32, 64))):
+        res, st = runs[g]
+        index = build_index(a, (bh, bw))
+        ks = {kr.kernel: kr for kr in res.kernels}
+        sread = ks["sread_0"]
+        iters = sum(t.iterations for t in sread.tiles)
+        assert iters == index.nnz_tiles * bh * bw * (n // lanes)
+        assert sread.compute_cycles >= -(-iters // sread.copies) * sread.ii
+        scan_iters = sum(t.iterations for t in ks["index_scan"].tiles)
+        assert scan_iters == m * k // lanes  # every element of A read once, a vector at a time
+        assert res.cycles >= st.computed_macs / res.peak_macs_per_cycle
