@@ -14,7 +14,7 @@ import numpy as np
 from dataflow.butterfly import reference as ref
 from dataflow.butterfly.reference import ButterflyError
 from dataflow.butterfly.simulate import OrchestratedRun, merge_results, simulate_orchestrated
-from dataflow.dfg.lower_butterfly import ButterflySpec, from_blocks, lower_butterfly
+from dataflow.dfg.lower_butterfly import ButterflySpec, lower_butterfly, unpack_data
 from dataflow.mapper.orchestrate import (
     MAX_STAGES_PER_KERNEL,
     ORCHESTRATIONS,
@@ -40,7 +40,8 @@ def _check(backend: str, orchestration: str) -> None:
 
 def run_spec(spec: ButterflySpec, x2d: np.ndarray, arch, orchestration: str = "multilayer",
              engine: str = "fast", factors=None, bias=None,
-             max_stages_per_kernel: int = MAX_STAGES_PER_KERNEL, workload: str | None = None) -> OrchestratedRun:
+             max_stages_per_kernel: int | None = MAX_STAGES_PER_KERNEL,
+             workload: str | None = None) -> OrchestratedRun:
     """Plan, lower, map and simulate one butterfly product on a (batch, n) operand."""
     plan = plan_orchestration(spec, arch, orchestration, max_stages_per_kernel)
     spec = dataclasses.replace(spec, skew_lines=plan[0].skew_lines)
@@ -49,12 +50,10 @@ def run_spec(spec: ButterflySpec, x2d: np.ndarray, arch, orchestration: str = "m
     return simulate_orchestrated(om, engine, workload)
 
 
-def _unblock(run: OrchestratedRun, spec: ButterflySpec, name: str = "Y") -> np.ndarray:
-    p = spec.prefix
-    y = from_blocks(run.outputs[p + name + "r"], spec.batch, spec.n, spec.lanes)
-    if spec.complex_data and not spec.real_output:
-        y = y + 1j * from_blocks(run.outputs[p + name + "i"], spec.batch, spec.n, spec.lanes)
-    return y
+def _unblock(run: OrchestratedRun, spec: ButterflySpec) -> np.ndarray:
+    spec = run.spec
+    groups = len(run.result.kernels)
+    return unpack_data(spec, run.outputs, groups, groups)
 
 
 def _flatten(x) -> tuple[np.ndarray, tuple]:

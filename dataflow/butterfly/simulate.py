@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dataflow.butterfly.reference import ButterflyError
+from dataflow.dfg.lower_butterfly import data_names, data_rows, is_skewed
 from dataflow.mapper.orchestrate import OrchestratedMapping, roofline
 from dataflow.pe_array.result import KernelResult, SimResult, TileResult
 from dataflow.pe_array.simulate import energy_breakdown, run_array
@@ -34,8 +35,13 @@ class StageSpan:
     pes: tuple[tuple[int, int], ...]
 
 
-def _buffer_bytes(km, kernel, tile_index: int, word_bytes: int) -> dict[str, tuple[int, int]]:
-    """name -> (bytes read, bytes written) by DMA for one tile (the engine's rule, per buffer)."""
+def _buffer_bytes(km, kernel, tile_index: int, word_bytes: int,
+                  real_rows: tuple = (frozenset(), 1, 1)) -> dict[str, tuple[int, int]]:
+    """name -> (bytes read, bytes written) by DMA for one tile (the engine's rule, per buffer).
+
+    `real_rows` = (skewed data buffers, real rows, rows): the DMA moves only the real rows of a
+    skewed buffer (the spare rows of the layout never leave the SPM)."""
+    skewed, real, rows = real_rows
     tile = km.tiles[tile_index]
     last = tile_index == len(km.tiles) - 1
     out = {}
@@ -46,6 +52,8 @@ def _buffer_bytes(km, kernel, tile_index: int, word_bytes: int) -> dict[str, tup
             words = max(0, hi - lo)
         else:
             words = b.size if (tile_index == 0 and b.role == "input") or (last and b.role == "output") else 0
+        if b.name in skewed:
+            words = words * real // rows
         out[b.name] = (words * word_bytes if b.role == "input" else 0,
                        words * word_bytes if b.role == "output" else 0)
     return out
@@ -61,6 +69,7 @@ class OrchestratedRun:
     outputs: dict
     spans: tuple[StageSpan, ...]
     bounds: dict
+    spec: object = None  # the ButterflySpec the program was lowered with (its data layout)
 
 
 def simulate_orchestrated(om: OrchestratedMapping, engine: str = "fast",
@@ -69,6 +78,12 @@ def simulate_orchestrated(om: OrchestratedMapping, engine: str = "fast",
     mapping, arch = om.mapping, om.arch
     arrays = run_array(mapping, engine)
     wb = arch.word_bytes
+    spec, G = om.spec, len(mapping.kernels)
+    if is_skewed(spec, 0, G):
+        real_rows = (frozenset(nm for i in range(G + 1) for nm in data_names(spec, i, G)),
+                     spec.n, data_rows(spec, True))
+    else:
+        real_rows = (frozenset(), 1, 1)
     seg_tiles = []
     for si, seg in enumerate(om.segments):
         produced = {b.name for i in seg for b in mapping.kernels[i].kernel.buffers if b.role == "output"}
@@ -85,7 +100,7 @@ def simulate_orchestrated(om: OrchestratedMapping, engine: str = "fast",
                 comp += a.compute_cycles
                 stall += a.stall_cycles_spm_conflict
                 iters += a.iterations
-                for name, (r, w) in _buffer_bytes(km, km.kernel, t, wb).items():
+                for name, (r, w) in _buffer_bytes(km, km.kernel, t, wb, real_rows).items():
                     if name not in internal:
                         rd += r
                         wr += w
@@ -140,7 +155,7 @@ def simulate_orchestrated(om: OrchestratedMapping, engine: str = "fast",
         energy_pj=tuple(energy_breakdown(arrays, arch, rd + wr, len(om.segments)).items()),
         kernels=kernels, output=outputs[mapping.program.outputs[0][0]], engine=engine,
         notes=notes, mapping_summary=om.summary())
-    return OrchestratedRun(result=res, outputs=outputs, spans=tuple(spans), bounds=bounds)
+    return OrchestratedRun(result=res, outputs=outputs, spans=tuple(spans), bounds=bounds, spec=spec)
 
 
 def merge_results(parts: list[SimResult], workload: str, output, notes=()) -> SimResult:

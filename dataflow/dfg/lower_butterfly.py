@@ -131,8 +131,18 @@ def data_rows(spec: ButterflySpec, skewed: bool) -> int:
 
 
 def is_skewed(spec: ButterflySpec, index: int, groups: int) -> bool:
-    """Data buffer `index` (0 = input, groups = output) uses the skewed layout."""
-    return skew_period(spec) > 1 and 0 < index < groups
+    """Data buffer `index` (0 = input, groups = output) uses the skewed layout (all of them when
+    `skew_lines` is set: the DMA moves only the real rows to and from DRAM)."""
+    return skew_period(spec) > 1
+
+
+def data_parts(spec: ButterflySpec, index: int, groups: int) -> int:
+    """2 when data buffer `index` holds re and im rows interleaved (complex, skewed), else 1."""
+    if not spec.complex_data or not is_skewed(spec, index, groups):
+        return 1
+    if (index == 0 and spec.real_input) or (index == groups and spec.real_output):
+        return 1
+    return 2
 
 
 def split_stages(stages: int, per_group: int) -> tuple[StageGroup, ...]:
@@ -145,7 +155,7 @@ def split_stages(stages: int, per_group: int) -> tuple[StageGroup, ...]:
 def data_names(spec: ButterflySpec, index: int, groups: int) -> tuple[str, str]:
     """Buffer names (re, im) of the data between groups: X0 in, X1 .. X(G-1), Y out."""
     base = f"{spec.prefix}Y" if index == groups else f"{spec.prefix}X{index}"
-    if spec.complex_data and is_skewed(spec, index, groups):
+    if data_parts(spec, index, groups) == 2:
         return base + "c", base + "c"  # re and im rows interleaved in one buffer
     return base + "r", base + "i"
 
@@ -202,19 +212,15 @@ def group_kernel(spec: ButterflySpec, group: StageGroup, groups: int, index: int
             terms[k] = terms.get(k, 0) + c
         return _addr(terms, const)
 
-    def layout(i: int) -> str:
-        if i == 0 and bitrev:
-            return "reversed"
-        return "skewed" if is_skewed(spec, i, groups) else "natural"
-
     def point_addr(m: int, i: int, part: int = 0) -> Addr:
         """Word address of part (0 re, 1 im) of point P(m) in data buffer i: [nb, rows, L] with
-        row = layout(P); complex skewed buffers hold [nb, rows, 2, L]."""
-        lay = layout(i)
-        w = {"natural": lambda bit: 1 << bit, "reversed": lambda bit: 1 << (S - 1 - bit),
-             "skewed": lambda bit: skew_weight(bit, skew_period(spec))}[lay]
-        parts = 2 if lay == "skewed" and cplx else 1
-        a = lin(w, m, L * parts, {"bo": data_rows(spec, lay == "skewed") * L * parts, "bi": 1})
+        row = P (natural) or skew_row(P); complex skewed buffers hold [nb, rows, 2, L]. The
+        bit-reversed input is read at row(bitrev(P))."""
+        sk = is_skewed(spec, i, groups)
+        row_w = (lambda q: skew_weight(q, skew_period(spec))) if sk else (lambda q: 1 << q)
+        w = (lambda bit: row_w(S - 1 - bit)) if (i == 0 and bitrev) else row_w
+        parts = data_parts(spec, i, groups)
+        a = lin(w, m, L * parts, {"bo": data_rows(spec, sk) * L * parts, "bi": 1})
         return Addr(a.terms, a.const + part * L * (parts - 1))
 
     b = _Body()
@@ -267,8 +273,9 @@ def group_kernel(spec: ButterflySpec, group: StageGroup, groups: int, index: int
         b.add(Op.STORE, (re,), buffer=out_r, addr=a, name=f"y{m}.re")
         if cplx and not (last and spec.real_output):
             b.add(Op.STORE, (im,), buffer=out_i, addr=point_addr(m, index + 1, 1), name=f"y{m}.im")
-    win = spec.blocks * data_rows(spec, layout(index) == "skewed") * L * (2 if in_r == in_i else 1)
-    wout = spec.blocks * data_rows(spec, layout(index + 1) == "skewed") * L * (2 if out_r == out_i else 1)
+    win = spec.blocks * data_rows(spec, is_skewed(spec, index, groups)) * L * data_parts(spec, index, groups)
+    wout = (spec.blocks * data_rows(spec, is_skewed(spec, index + 1, groups)) * L
+            * data_parts(spec, index + 1, groups))
     bufs = [Buffer(in_r, win)]
     if cplx and not (spec.real_input and index == 0) and in_i != in_r:
         bufs.append(Buffer(in_i, win))
@@ -363,6 +370,42 @@ def from_blocks(flat: np.ndarray, batch: int, n: int, lanes: int) -> np.ndarray:
     return flat.reshape(nb, n, lanes).transpose(0, 2, 1).reshape(nb * lanes, n)[:batch]
 
 
+def pack_data(spec: ButterflySpec, x: np.ndarray, index: int, groups: int,
+              dtype=np.float32) -> dict[str, np.ndarray]:
+    """The SPM image of data buffer `index` holding x (batch, n): {buffer name: flat words}.
+    Natural layout [nb, n, L] per part; skewed: rows at skew_row(P), parts interleaved."""
+    re_name, im_name = data_names(spec, index, groups)
+    parts = [np.real(x)]
+    if spec.complex_data and not (index == 0 and spec.real_input):
+        parts.append(np.imag(x) if np.iscomplexobj(x) else np.zeros(x.shape))
+    blocks = [to_blocks(q, spec.lanes, dtype).reshape(spec.blocks, spec.n, spec.lanes) for q in parts]
+    if not is_skewed(spec, index, groups):
+        out = {re_name: blocks[0].ravel()}
+        if len(blocks) == 2:
+            out[im_name] = blocks[1].ravel()
+        return out
+    rows = np.array([skew_row(q, skew_period(spec)) for q in range(spec.n)])
+    img = np.zeros((spec.blocks, data_rows(spec, True), len(blocks), spec.lanes), dtype=dtype)
+    for c, blk in enumerate(blocks):
+        img[:, rows, c, :] = blk
+    return {re_name: img.ravel()}
+
+
+def unpack_data(spec: ButterflySpec, words: dict, index: int, groups: int) -> np.ndarray:
+    """(batch, n) values of data buffer `index` from its SPM image (inverse of `pack_data`)."""
+    re_name, im_name = data_names(spec, index, groups)
+    parts = data_parts(spec, index, groups)
+    cplx = spec.complex_data and not (index == groups and spec.real_output)
+    if is_skewed(spec, index, groups):
+        rows = np.array([skew_row(q, skew_period(spec)) for q in range(spec.n)])
+        img = words[re_name].reshape(spec.blocks, data_rows(spec, True), parts, spec.lanes)[:, rows]
+        blocks = [img[:, :, c, :].ravel() for c in range(parts)]
+    else:
+        blocks = [words[re_name]] + ([words[im_name]] if cplx else [])
+    vals = [from_blocks(b, spec.batch, spec.n, spec.lanes) for b in blocks]
+    return vals[0] + 1j * vals[1] if len(vals) == 2 else vals[0]
+
+
 def coefficient_inputs(spec: ButterflySpec, factors=None, bias=None, dtype=np.float32) -> dict[str, np.ndarray]:
     """The coefficient buffers every group may read: T{k} (fft) or F{k} (real/complex)."""
     out = {}
@@ -385,7 +428,8 @@ def lower_butterfly(spec: ButterflySpec, groups: tuple[StageGroup, ...], x: np.n
                     factors=None, bias=None, dtype=np.float32) -> Program:
     """Program of one kernel per group for `spec` applied to x (batch, n) (real or complex).
 
-    Outputs: `Yr` (and `Yi` for complex data unless `real_output`), laid out [nb, n, L]."""
+    Outputs: `Yr` (and `Yi` for complex data unless `real_output`) laid out [nb, n, L], or `Yc`
+    in the skewed layout; `unpack_data(spec, outputs, G, G)` gives the (batch, n) values."""
     spec.verify()
     if sum(g.count for g in groups) != spec.stages or [g.first for g in groups] != \
             list(np.cumsum([0] + [g.count for g in groups[:-1]])):
@@ -395,16 +439,12 @@ def lower_butterfly(spec: ButterflySpec, groups: tuple[StageGroup, ...], x: np.n
         raise DFGError(f"x must have shape (batch, n) = ({spec.batch}, {spec.n}), got {x.shape}")
     G = len(groups)
     kernels = tuple(group_kernel(spec, g, G, i) for i, g in enumerate(groups))
-    xr, xi = data_names(spec, 0, G)
-    inputs = {xr: to_blocks(np.real(x), spec.lanes, dtype)}
-    if spec.complex_data and not spec.real_input:
-        inputs[xi] = to_blocks(np.imag(x) if np.iscomplexobj(x) else np.zeros_like(x, dtype=dtype),
-                               spec.lanes, dtype)
+    inputs = pack_data(spec, x, 0, G, dtype)
     needed = {bf.name for k in kernels for bf in k.buffers}
     inputs.update({k: v for k, v in coefficient_inputs(spec, factors, bias, dtype).items() if k in needed})
-    words = spec.blocks * spec.n * spec.lanes
-    yr, yi = data_names(spec, G, G)
-    outputs = ((yr, (words,)),) + (((yi, (words,)),) if spec.complex_data and not spec.real_output else ())
+    last = kernels[-1].buffer_map
+    names = dict.fromkeys(data_names(spec, G, G))
+    outputs = tuple((nm, (last[nm].size,)) for nm in names if nm in last)
     prog = Program(name=f"{spec.prefix}butterfly_{spec.kind}_n{spec.n}_b{spec.batch}",
                    kernels=kernels, inputs=tuple(inputs.items()), outputs=outputs,
                    dtype=np.dtype(dtype).name, macs=butterfly_macs(spec),

@@ -20,8 +20,9 @@ the architecture, and the reason is recorded (`FusionChoice.reason`, the mapping
     (`mapper/legality.py`), so E edges need E <= PEs x register_file_entries;
   * SPM: a residency of c kernels keeps, per tile, its double-buffered input and output and
     c - 1 intermediate buffers: words <= spm capacity;
-  * mapper effort: `max_stages_per_kernel` (default 2; a radix-8 complex body has ~150 nodes and
-    the modulo scheduler needs minutes for it);
+  * mapper effort: nodes x PEs <= MAPPER_EFFORT (the list scheduler's time grows with both: a
+    radix-8 complex body, ~150 nodes, maps in seconds on 16 PEs and takes about a minute on 64),
+    and an optional explicit `max_stages_per_kernel`;
   * and whatever the modulo scheduler reports when a candidate does not map (then f - 1).
 
 The stride-2^k exchanges are the routes between the PEs that hold a pair; the scheduler routes
@@ -55,7 +56,8 @@ from dataflow.mapper.mapping import KernelMapping, Mapping, MappingError
 from dataflow.mapper.tiling import MIN_TILES, tile_and_allocate
 
 ORCHESTRATIONS = ("layer", "fused", "multilayer")
-MAX_STAGES_PER_KERNEL = 2
+MAX_STAGES_PER_KERNEL = None  # no explicit cap: the limits below decide
+MAPPER_EFFORT = 4096  # largest nodes x PEs we modulo-schedule (minutes beyond, on 2 cores)
 RETRY_II_SLACK = 48
 
 
@@ -160,34 +162,48 @@ def spm_residency_limit(spec: ButterflySpec, arch: ArchSpec, rows: int) -> int:
     """Largest c whose per-tile working set fits: double-buffered input and output plus c - 1
     intermediates plus the coefficient tables (0 when even c = 1 does not fit)."""
     cap = arch.spm.capacity_words
-    free = cap - coefficient_words(spec) - 4 * tile_words(spec, rows)
+    skewed = spec.skew_lines > 1 and skew_period(spec) > 1
+    free = cap - coefficient_words(spec) - 4 * tile_words(spec, rows, skewed)
     if free < 0:
         return 0
-    return 1 + free // tile_words(spec, rows, spec.skew_lines > 1 and skew_period(spec) > 1)
+    return 1 + free // tile_words(spec, rows, skewed)
 
 
-def choose_stages_per_kernel(spec: ButterflySpec, arch: ArchSpec,
-                             max_stages: int = MAX_STAGES_PER_KERNEL) -> tuple[int, list, str]:
-    """Largest f the closed-form limits allow: (f, limits, reason)."""
+def choose_stages_per_kernel(spec: ButterflySpec, arch: ArchSpec, max_stages: int | None = None,
+                             effort: int | None = MAPPER_EFFORT) -> tuple[int, list, str]:
+    """Largest f the closed-form limits allow: (f, [(limit, largest f it allows)], reason).
+
+    Kernels for f = 1, 2, ... are built until one limit fails (nodes and edges only grow with
+    f), so a limit that did not bind reports the largest f that was checked."""
     pes = arch.pe_array.num_pes
     S = spec.stages
-    limits = [("stages", S), ("mapper effort (max_stages_per_kernel)", max_stages)]
-    f_instr = f_regs = 0
-    for f in range(1, S + 1):
+    cap = S if max_stages is None else max(0, min(S, max_stages))
+    f_instr = f_regs = f_effort = 0
+    for f in range(1, cap + 1):
         groups = split_stages(S, f)
         ks = [group_kernel(spec, g, len(groups), i) for i, g in enumerate(groups)]
-        if max(len(k.nodes) for k in ks) <= pes * arch.pe_array.instruction_entries:
+        nodes = max(len(k.nodes) for k in ks)
+        if nodes <= pes * arch.pe_array.instruction_entries:
             f_instr = f
         if max(_edges(k) for k in ks) <= pes * arch.pe_array.register_file_entries:
             f_regs = f
-        if f > max_stages and f > max(f_instr, f_regs):
+        if effort is None or nodes * pes <= effort:
+            f_effort = f
+        if f > min(f_instr, f_regs, f_effort):
             break
+    limits = [("stages", S)]
+    if max_stages is not None:
+        limits.append(("max_stages_per_kernel", max_stages))
     limits += [("instruction entries", f_instr), ("registers", f_regs)]
+    if effort is not None:
+        limits.append((f"mapper effort (nodes x PEs <= {effort})", f_effort))
     f = min(v for _, v in limits)
     if f < 1:
-        name = "pe_array.instruction_entries" if f_instr < 1 else "pe_array.register_file_entries"
-        raise MappingError(f"butterfly n={spec.n}: not even one stage per kernel fits {name} "
-                           f"on {arch.name!r} ({pes} PEs)")
+        if f_instr < 1 or f_regs < 1:
+            name = "pe_array.instruction_entries" if f_instr < 1 else "pe_array.register_file_entries"
+            raise MappingError(f"butterfly n={spec.n}: not even one stage per kernel fits {name} "
+                               f"on {arch.name!r} ({pes} PEs)")
+        f = 1  # effort or an explicit cap below 1: one stage per kernel is always tried
     binding = [name for name, v in limits if v == f]
     reason = (f"{f} stage{'s' if f > 1 else ''} per kernel, limited by {' and '.join(binding)} "
               f"(limits: " + ", ".join(f"{n} {v}" for n, v in limits) + ")")
@@ -204,7 +220,7 @@ def _instructions(km: KernelMapping) -> Counter:
 
 
 def plan_orchestration(spec: ButterflySpec, arch: ArchSpec, mode: str,
-                       max_stages_per_kernel: int = MAX_STAGES_PER_KERNEL):
+                       max_stages_per_kernel: int | None = MAX_STAGES_PER_KERNEL):
     """Choose f (and c) for `mode`, mapping the candidate kernels.
 
     Returns (choice, groups, kernel mappings, segments)."""
