@@ -5,9 +5,10 @@ C = A @ B where A (m x k) is sparse with a pattern known only at run time. The p
 1. `index_scan`: reads every element of A once and accumulates a * a per micro-tile (a tile is
    nonzero iff its sum is > 0) -- the run-time cost of finding the pattern, which PIT counts.
 2. `index_compact` (and `index_compact_ids` for 1 x 64 tiles): writes each nonzero tile's
-   column (and its first word in A) to its slot of the compacted index (a SCATTER per tile). The slots are the exclusive prefix
-   sum of the tile flags; that serial scan over the flags is computed on the host and streamed
-   in (the DFG has no compare or scan op), so this kernel charges one load per tile for it.
+   column (and its first word in A) to its slot of the compacted index (a SCATTER per tile).
+   The slots are the exclusive prefix sum of the tile flags; that serial scan over the flags
+   is computed on the host and streamed in (the DFG has no compare or scan op), so this kernel
+   charges one load per tile for it.
 3. compute, one kernel per panel of A's rows (panels keep the gathered operand within the SPM):
    - 32 x 1 and 32 x 64 (`tile_rows`): for each group of 32 rows, the nonzero tiles' columns
      of A and rows of B are gathered (SRead = `Op.GATHER`) into the dense inner loop. k is a
@@ -22,6 +23,13 @@ C = A @ B where A (m x k) is sparse with a pattern known only at run time. The p
 The compute kernels read the compacted index the `index_compact` kernel produced (the buffers
 flow from kernel to kernel in the engine); the iteration domain (tiles per tile row) comes from
 the host-built `MicroTileIndex`, as every sparse domain does (the mapper tiles with it).
+
+Modelling limits: a gathered buffer is resident in the SPM (the mapper cannot know which
+words a gather touches), so the system model DMAs a whole panel of A before the compute
+kernel, where PIT's SRead fetches only the nonzero micro-tiles from memory; and every kernel
+reads its inputs from DRAM, so A crosses the DRAM interface for the scan and again for the
+gathers. Both make the index build and high-sparsity points slower than an indirect-DMA
+design would be.
 """
 
 from __future__ import annotations
@@ -172,14 +180,15 @@ def renamed(kernel: Kernel, names: dict[str, str], name: str | None = None) -> K
     return dataclasses.replace(kernel, nodes=nodes, buffers=bufs, name=name or kernel.name)
 
 
-def panel_rows_for(m: int, k: int, n: int, bh: int, capacity_words: int) -> int:
+def panel_rows_for(m: int, k: int, n: int, bh: int, capacity_words: int, ld: int | None = None) -> int:
     """Rows per panel of A: the most (a multiple of `bh`) whose panel plus B fill at most half
     the SPM, so the gathered (whole-resident) operands fit next to the streamed ones."""
+    ld = k if ld is None else ld
     room = capacity_words // 2 - k * n
-    if room < bh * k:
+    if room < bh * ld:
         raise DFGError(f"B ({k} x {n} = {k * n} words) leaves no room for a {bh}-row panel of A "
                        f"in an SPM of {capacity_words} words; use a smaller --n or --k")
-    return max(bh, min(m, (room // k) // bh * bh))
+    return max(bh, min(m, (room // ld) // bh * bh))
 
 
 def index_kernels(m: int, k: int, index: MicroTileIndex, src: str, with_tile_id: bool,
@@ -277,7 +286,8 @@ def lower_dynamic_spmm(a: np.ndarray, b: np.ndarray, granularity: str, panel_row
     (m, k), n = a.shape, b.shape[1]
     check_shape(m, k, tile, granularity)
     if panel_rows is None:
-        panel_rows = m if capacity_words is None else panel_rows_for(m, k, n, tile[0], capacity_words)
+        panel_rows = m if capacity_words is None else panel_rows_for(m, k, n, tile[0], capacity_words,
+                                                                     k + row_pad)
     if panel_rows <= 0 or panel_rows % tile[0]:
         raise DFGError(f"panel_rows must be a positive multiple of {tile[0]}, got {panel_rows}")
     a = np.ascontiguousarray(a, dtype=dtype)
