@@ -267,8 +267,9 @@ def test_missing_functional_unit_names_it():
 
 def test_reconfiguration_cost_adds_cycles():
     prog = next(p for p in map(random_program, range(40)) if len(p.kernels) == 2)
-    a = run(variant(**{"reconfiguration_cycles": 0}), prog)[1]
-    b = run(variant(**{"reconfiguration_cycles": 500}), prog)[1]
+    mapping = map_program(prog, variant(**{"reconfiguration_cycles": 0}))
+    a = simulate_mapping(mapping)
+    b = simulate_mapping(dataclasses.replace(mapping, arch=variant(**{"reconfiguration_cycles": 500})))
     assert b.stall_cycles_reconfiguration == 2 * 500
     assert b.cycles >= a.cycles + 2 * 500 - a.stall_cycles_dram
 

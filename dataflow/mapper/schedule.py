@@ -187,6 +187,20 @@ class _State:
         self.present_factor = 0.5
         self.entries: Counter = Counter()
         self.paths_cache: dict = {}
+        # links as small ints so (link, slot) keys are ints (link_id * II + slot): hashing
+        # nested tuples dominated the route search
+        self.link_id: dict = {}
+        self.link_of: list = []
+        self.nbrs: dict = {}
+        for r in range(arch.pe_array.rows):
+            for c in range(arch.pe_array.cols):
+                pe = (r, c)
+                out = []
+                for nb in _neighbours(arch, pe):
+                    self.link_id[(pe, nb)] = len(self.link_of)
+                    out.append((nb, len(self.link_of)))
+                    self.link_of.append((pe, nb))
+                self.nbrs[pe] = tuple(out)
 
     # -- FU slots -------------------------------------------------------------------------------
     def fu_keys(self, pe, t, op: Op):
@@ -212,8 +226,13 @@ class _State:
 
     # -- links ----------------------------------------------------------------------------------
     def link_keys(self, path, depart, flits):
-        return [(link, (depart + h * self.hop + j) % self.ii)
+        ii, lid = self.ii, self.link_id
+        return [lid[link] * ii + (depart + h * self.hop + j) % ii
                 for h, link in enumerate(zip(path, path[1:])) for j in range(flits)]
+
+    def describe(self, key) -> tuple:
+        """(link, slot) of an int (link, slot) key."""
+        return self.link_of[key // self.ii], key % self.ii
 
     def arrival(self, hops: int, depart: int, flits: int) -> int:
         return depart + hops * self.hop + (flits - 1 if hops else 0)
@@ -297,13 +316,13 @@ class _State:
                     break
                 if seen.get((pe, h), math.inf) < cost or h >= max_hops:
                     continue
-                for nb in _neighbours(self.arch, pe):
+                for nb, lid in self.nbrs[pe]:
                     if self.dist[nb].get(dst_pe, 1 << 30) > max_hops - h - 1:
                         continue
                     step = 0.0
                     ok = True
                     for j in range(flits):
-                        k = ((pe, nb), (depart + h * hop + j) % ii)
+                        k = lid * ii + (depart + h * hop + j) % ii
                         over = self.new_flit(k, value, extra)
                         if over is None:  # rides a flit of the same value already there
                             step += 0.05
@@ -323,11 +342,33 @@ class _State:
 
 
 def _order(kernel: Kernel) -> list[int]:
-    """Topological order of the zero-distance body (node ids are already one)."""
-    return [n.id for n in kernel.nodes]
+    """Placement order: depth-first post-order from the sinks, so each node is placed right
+    after its producers (which then sit close together) instead of all sources first."""
+    seen: set[int] = set()
+    order: list[int] = []
+    users = {n.id: 0 for n in kernel.nodes}
+    for n in kernel.nodes:
+        for i in n.inputs:
+            users[i] += 1
+    for root in [n.id for n in kernel.nodes if not users[n.id]] + [n.id for n in kernel.nodes]:
+        stack = [(root, False)]
+        while stack:
+            nid, done = stack.pop()
+            if done:
+                if nid not in seen:
+                    seen.add(nid)
+                    order.append(nid)
+                continue
+            if nid in seen:
+                continue
+            stack.append((nid, True))
+            for i in reversed(dict.fromkeys(kernel.nodes[nid].inputs)):
+                if i not in seen:
+                    stack.append((i, False))
+    return order
 
 
-PLACEMENT_ATTEMPTS = 3
+PLACEMENT_ATTEMPTS = 2
 
 
 def schedule_kernel(kernel: Kernel, arch: ArchSpec, copies: int, ii: int,
@@ -396,10 +437,13 @@ def _schedule_once(kernel, arch, copies, ii, diag, history: Counter, attempt: in
             ready = max((p.time + p.latency for p in preds), default=0)
             chosen = None
             free_seen = False
-            searches = [8 << (2 * attempt)]  # Dijkstra detours per node (shortest paths first)
+            searches = [8 + 16 * attempt]  # Dijkstra detours per node (shortest paths first)
+            # candidate PEs closest to the producers first (then to the copy's anchor)
+            order = sorted(near, key=lambda q: sum(st.dist[p.pe].get(q, 99) for p in preds)) \
+                if preds else near
             for t in range(ready, ready + horizon):
                 options = []
-                for pe in near:
+                for pe in order:
                     if st.entries[pe] >= limit or not st.slot_free(pe, t, node.op):
                         continue
                     free_seen = True
@@ -436,7 +480,8 @@ def _schedule_once(kernel, arch, copies, ii, diag, history: Counter, attempt: in
         over = st.overused()
         for k, n in over.items():
             history[k] += n
-        (link, slot), n = max(over.items(), key=lambda kv: kv[1])
+        key, n = max(over.items(), key=lambda kv: kv[1])
+        link, slot = st.describe(key)
         return fail(f"links: {len(over)} (link, slot) pairs stay over capacity after "
                     f"rip-up-and-reroute negotiation (worst: link {link[0]}->{link[1]} needs "
                     f"{n + st.cap} values in slot {slot} of II = {ii}, capacity "
