@@ -61,20 +61,23 @@ def _csr(pos, crd, val, shape, name: str = "a"):
 def gemm(a, b, *, tile: int | None = None, runner: Runner | None = None) -> np.ndarray:
     """C = A @ B (fp32) with the shared-memory tiled kernel. `tile`: tile edge (default
     `GEMM_TILE`; smaller tiles keep simulator runs short)."""
-    dense = _kernels().dense
     cuda = cuda_module()
     a, b = _matrix(a, "a"), _matrix(b, "b")
-    (m, k), (k2, n) = a.shape, b.shape
-    if k != k2:
+    if a.shape[1] != b.shape[0]:
         raise ValueError(f"gemm shapes do not agree: a {a.shape} @ b {b.shape}")
+    return _gemm_device(cuda.to_device(a), cuda.to_device(b), runner or Runner(),
+                        tile).copy_to_host()
+
+
+def _gemm_device(da, db, runner, tile=None):
+    dense = _kernels().dense
+    (m, k), n = da.shape, db.shape[1]
     tile = tile or dense.GEMM_TILE
     fn = dense.gemm_tiled if tile == dense.GEMM_TILE else _gemm_variant(dense, tile)
-    da, db = cuda.to_device(a), cuda.to_device(b)
-    dc = cuda.device_array((m, n), F32)
-    (runner or Runner()).launch(
-        "gemm_tiled", fn, (_ceil(n, tile), _ceil(m, tile)), (tile, tile), (da, db, dc, m, n, k),
-        flops=2 * m * n * k, bytes=4 * (m * k + k * n + m * n))
-    return dc.copy_to_host()
+    dc = cuda_module().device_array((m, n), F32)
+    runner.launch("gemm_tiled", fn, (_ceil(n, tile), _ceil(m, tile)), (tile, tile),
+                  (da, db, dc, m, n, k), flops=2 * m * n * k, bytes=4 * (m * k + k * n + m * n))
+    return dc
 
 
 _GEMM_VARIANTS: dict = {}
@@ -401,15 +404,27 @@ def microtile_matmul(a, b, granularity=(32, 1), *,
     if b.shape[0] != k:
         raise ValueError(f"microtile_matmul shapes do not agree: a {a.shape} @ b {b.shape}")
     gm, gk = _granularity(granularity, mt)
-    runner = runner or Runner()
-    da, db = cuda.to_device(a), cuda.to_device(b)
+    dc, kept = _microtile_device(cuda.to_device(a), cuda.to_device(b), gm, gk,
+                                 runner or Runner(), host_a=a)
+    stats = {"granularity": f"{gm}x{gk}", "tiles": _ceil(m, gm) * _ceil(k, gk),
+             "nonzero_tiles": kept, "useful_macs": int(np.count_nonzero(a)) * n,
+             "computed_macs": kept * gm * gk * n}
+    return dc.copy_to_host(), stats
+
+
+def _microtile_device(da, db, gm, gk, runner, host_a=None):
+    """(C on the device, number of nonzero micro-tiles). A dry run builds no index, so the
+    tiles are counted on the host from `host_a` (the values A will have)."""
+    mt = _kernels().microtile
+    cuda = cuda_module()
+    (m, k), n = da.shape, db.shape[1]
     idx, count = _microtile_index(da, m, k, gm, gk, runner)
     if runner.execute:
         kept = int(count.copy_to_host().sum())
-    else:  # a dry run builds no index: count the tiles on the host
+    else:
         from dataflow.cuda.reference import microtile_flags
 
-        kept = int(microtile_flags(a, (gm, gk)).sum())
+        kept = int(microtile_flags(host_a, (gm, gk)).sum())
     gathered = kept * gm * gk  # A elements in the gathered tiles (edge padding included)
     dc = cuda.to_device(np.zeros((m, n), F32))
     if gm == 1:
@@ -422,10 +437,39 @@ def microtile_matmul(a, b, granularity=(32, 1), *,
                       (_ceil(n, mt.MT_TN), _ceil(m, gm)), (mt.MT_TN, mt.MT_TY),
                       (da, db, dc, idx, count, gm, gk, m, k, n),
                       flops=2 * gathered * n, bytes=4 * (gathered + kept * gk * n + m * n))
-    stats = {"granularity": f"{gm}x{gk}", "tiles": _ceil(m, gm) * _ceil(k, gk),
-             "nonzero_tiles": kept, "useful_macs": int(np.count_nonzero(a)) * n,
-             "computed_macs": gathered * n}
-    return dc.copy_to_host(), stats
+    return dc, kept
+
+
+def relu_ffn(x, w1, b, w2, granularity="32x1", *, runner: Runner | None = None) -> np.ndarray:
+    """Y = ReLU(X W1 + b) W2 on the GPU (PIT's activation-sparsity case): the tiled GEMM, the
+    bias + ReLU kernel, then H @ W2 over H's nonzero micro-tiles found at run time
+    (`granularity` "32x1", "1x64", "32x64" or (gm, gk)), or a dense GEMM ("dense")."""
+    bfly, mt = _kernels().butterfly, _kernels().microtile
+    cuda = cuda_module()
+    x, w1, w2 = _matrix(x, "x"), _matrix(w1, "w1"), _matrix(w2, "w2")
+    (t, d), h = x.shape, w1.shape[1]
+    b = np.ascontiguousarray(b, F32)
+    if w1.shape[0] != d or w2.shape[0] != h or b.shape != (h,):
+        raise ValueError(f"relu_ffn shapes do not agree: x {x.shape}, w1 {w1.shape}, "
+                         f"b {b.shape}, w2 {w2.shape}")
+    runner = runner or Runner()
+    dh = _gemm_device(cuda.to_device(x), cuda.to_device(w1), runner)
+    runner.launch("bias_relu", bfly.bias_relu, _ceil(t * h, bfly.STAGE_BLOCK), bfly.STAGE_BLOCK,
+                  (dh, cuda.to_device(b), True, h, t), flops=2 * t * h, bytes=4 * (2 * t * h + h))
+    dw2 = cuda.to_device(w2)
+    if granularity == "dense":
+        return _gemm_device(dh, dw2, runner).copy_to_host()
+    g = granularity
+    if isinstance(g, str):
+        try:
+            g = tuple(int(v) for v in g.split("x"))
+        except ValueError:
+            raise ValueError(f"granularity must look like 32x1 or be 'dense', got {g!r}") from None
+    gm, gk = _granularity(g, mt)
+    host_h = None
+    if not runner.execute:  # the tiles of H a dry run must count, from the numpy definition
+        host_h = np.maximum(x.astype(np.float64) @ w1 + b, 0.0)
+    return _microtile_device(dh, dw2, gm, gk, runner, host_a=host_h)[0].copy_to_host()
 
 
 def microtile_index(a, granularity=(32, 1)) -> tuple[np.ndarray, np.ndarray]:

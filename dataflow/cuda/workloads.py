@@ -241,6 +241,42 @@ def _bfly_describe(ops) -> str:
     return f"{x.shape[0]} x {x.shape[1]}, {what}dataflow orchestration {ops['orchestration']}"
 
 
+def _ffn_inputs(*, seed: int = 0, tokens: int, dim: int, hidden: int, sparsity: float,
+                granularity: str) -> dict:
+    from dataflow.dynamic import make_ffn_operands
+
+    x, w1, b, w2 = make_ffn_operands(tokens, dim, hidden, sparsity, seed)
+    return {"x": x, "w1": w1, "b": b, "w2": w2, "granularity": granularity}
+
+
+def _ffn_numpy(ops: dict):
+    from dataflow.dynamic.ffn import ffn_reference
+
+    return ffn_reference(ops["x"], ops["w1"], ops["b"], ops["w2"])
+
+
+def _ffn_sim(ops: dict, arch):
+    from dataflow.dynamic import simulate_relu_ffn
+
+    res, _ = simulate_relu_ffn(ops["x"], ops["w1"], ops["b"], ops["w2"], ops["granularity"],
+                               arch)
+    return res.output, res
+
+
+def _ffn_cuda(ops: dict, runner=None):
+    from dataflow.cuda import ops as cu
+
+    return cu.relu_ffn(ops["x"], ops["w1"], ops["b"], ops["w2"], ops["granularity"],
+                       runner=runner)
+
+
+def _ffn_describe(ops: dict) -> str:
+    (t, d), h = ops["x"].shape, ops["w1"].shape[1]
+    dead = float(np.mean(ops["b"] < 0))
+    return (f"{t} tokens, dim {d}, hidden {h} ({100 * dead:.0f}% dead neurons), second layer "
+            f"over {ops['granularity']} micro-tiles")
+
+
 _TABLE: dict[str, GpuWorkload] = {
     "gemm": GpuWorkload("gemm", _matmul_inputs("gemm"), _matmul_numpy, _matmul_sim, _gemm_cuda,
                         _matmul_describe),
@@ -250,6 +286,8 @@ _TABLE: dict[str, GpuWorkload] = {
                              _attention_cuda, _attention_describe),
     "dynamic-spmm": GpuWorkload("dynamic-spmm", _dynamic_inputs, _dynamic_numpy, _dynamic_sim,
                                 _dynamic_cuda, _dynamic_describe),
+    "relu-ffn": GpuWorkload("relu-ffn", _ffn_inputs, _ffn_numpy, _ffn_sim, _ffn_cuda,
+                            _ffn_describe),
     "butterfly": GpuWorkload("butterfly", _butterfly_inputs, _bfly_numpy, _bfly_sim, _bfly_cuda,
                              _bfly_describe),
     "fft": GpuWorkload("fft", _fft_inputs, _fft_numpy, _fft_sim, _fft_cuda, _bfly_describe),
