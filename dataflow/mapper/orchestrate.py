@@ -10,7 +10,9 @@ Three ways to run the log2(n) stages of a butterfly on one array (DESIGN.md, "Ma
   tagged instruction blocks in each PE, REFERENCES.md): one configuration for the residency, the
   data handed from kernel to kernel through SPM lines, one DRAM round trip per residency. Within
   a tile the co-resident kernels run one after another (the hardware arbiter switches blocks;
-  our model does not overlap them, a conservative choice).
+  our model does not overlap them, a conservative choice). Its data buffers use the skewed SPM
+  layout of `lower_butterfly` (with an interleaved SPM of 2^z lines), so a sub-butterfly's
+  points, a power of two apart, do not all fall on one SPM line.
 
 How many stages go in one kernel (f) and how many kernels stay co-resident (c) is chosen from
 the architecture, and the reason is recorded (`FusionChoice.reason`, the mapping's notes):
