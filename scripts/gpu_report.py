@@ -34,12 +34,20 @@ CROSSCHECKS = {  # workload -> flags; sizes a GPU does in no time (the sim side 
     "spmm": "--m 512 --k 512 --n 64 --density 0.02",
     "attention": "--pattern butterfly --seq 256 --dim 64",
     "dynamic-spmm": "--m 256 --k 256 --n 64 --sparsity 0.9 --granularity 32x1",
+    "relu-ffn": "--tokens 64 --dim 64 --hidden 256 --sparsity 0.9 --granularity 32x1",
+    "butterfly": "--n 256 --batch 32 --complex 1",
+    "fft": "--n 1024 --batch 16",
+    "fnet-attention": "--seq 128 --dim 64",
 }
 QUICK_CROSSCHECKS = {  # small enough for the CUDA simulator (--allow-no-gpu smoke runs)
     "gemm": "--m 16 --k 16 --n 16",
     "spmm": "--m 16 --k 16 --n 8 --density 0.2",
     "attention": "--pattern window --window 2 --seq 16 --dim 8",
     "dynamic-spmm": "--m 64 --k 64 --n 32 --sparsity 0.5 --granularity 1x64",
+    "relu-ffn": "--tokens 32 --dim 16 --hidden 64 --sparsity 0.75 --granularity 32x1",
+    "butterfly": "--n 16 --batch 4 --complex 1",
+    "fft": "--n 32 --batch 4",
+    "fnet-attention": "--seq 16 --dim 8",
 }
 
 
