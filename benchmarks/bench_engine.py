@@ -92,6 +92,25 @@ def engine_speed(quick: bool):
 
 # --- 2. against SCALE-Sim ---------------------------------------------------------------------
 
+def timed_map_and_simulate(arch, m, n, k, df, repeats=3) -> float:
+    """Best wall time of lowering + mapping + simulating one GEMM (what SCALE-Sim does: it
+    computes no values to check, so the numpy reference is left out here)."""
+    from dataflow.dfg.lower import lower_gemm
+    from dataflow.mapper import map_program
+    from dataflow.pe_array.simulate import simulate_mapping
+
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((m, k), dtype=np.float32)
+    b = rng.standard_normal((k, n), dtype=np.float32)
+    simulate_mapping(map_program(lower_gemm(a, b), arch, dataflow=df))
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        simulate_mapping(map_program(lower_gemm(a, b), arch, dataflow=df))
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
 def scalesim_comparison(quick: bool, use_scalesim: bool):
     systolic = load_arch(ROOT / "arch_configs" / "systolic_32x32.yaml")
     shapes = [(256, 256, 256, "os"), (256, 256, 256, "ws")] + ([] if quick else [(512, 512, 512, "ws")])
@@ -107,6 +126,7 @@ def scalesim_comparison(quick: bool, use_scalesim: bool):
     rows = []
     for m, n, k, df in shapes:
         res, wall = timed("gemm", systolic, repeats=3, m=m, k=k, n=n, dataflow=df)
+        core = timed_map_and_simulate(systolic, m, n, k, df)
         if python:
             from run_scalesim import run_scalesim_subprocess
             ss = run_scalesim_subprocess(m, n, k, df, 32, 32, python=python)
@@ -122,15 +142,20 @@ def scalesim_comparison(quick: bool, use_scalesim: bool):
             how = "recorded"
         rows.append(dict(gemm=f"{m}x{n}x{k} {df}", cycles=res.compute_cycles,
                          scalesim_cycles=ss_cycles, identical=res.compute_cycles == ss_cycles,
-                         wall_s=wall, scalesim_wall_s=ss_wall, scalesim=how,
-                         speedup=(ss_wall / wall) if ss_wall else None))
+                         wall_s=wall, core_s=core, scalesim_wall_s=ss_wall, scalesim=how,
+                         speedup=(ss_wall / core) if ss_wall else None,
+                         speedup_end_to_end=(ss_wall / wall) if ss_wall else None))
     print(f"\n{'GEMM (32x32 systolic)':22} {'dataflow cyc':>13} {'SCALE-Sim cyc':>14} {'same':>5} "
-          f"{'dataflow s':>11} {'SCALE-Sim s':>12} {'speedup':>9}")
+          f"{'map+sim s':>10} {'simulate() s':>13} {'SCALE-Sim s':>12} {'speedup':>8} {'(e2e)':>7}")
     for r in rows:
         sp = f"{r['speedup']:,.0f}x" if r["speedup"] else "n/a"
+        sp2 = f"{r['speedup_end_to_end']:,.0f}x" if r["speedup_end_to_end"] else "n/a"
         ssw = f"{r['scalesim_wall_s']:.2f} ({r['scalesim'][:3]})" if r["scalesim_wall_s"] else "n/a"
         print(f"{r['gemm']:22} {r['cycles']:>13,} {str(r['scalesim_cycles']):>14} "
-              f"{'yes' if r['identical'] else 'NO':>5} {r['wall_s']:>11.4f} {ssw:>12} {sp:>9}")
+              f"{'yes' if r['identical'] else 'NO':>5} {r['core_s']:>10.4f} {r['wall_s']:>13.4f} "
+              f"{ssw:>12} {sp:>8} {sp2:>7}")
+    print("speedup = SCALE-Sim wall / dataflow lower+map+simulate; (e2e) = against dataflow.simulate(), "
+          "which also draws operands and checks values against numpy")
     if not python:
         print("SCALE-Sim not installed: its cycles are the golden file's (or the closed form that "
               "reproduces them), its wall times the ones recorded in benchmarks/scalesim/README.md "
@@ -182,12 +207,10 @@ def corpus(quick: bool):
     finally:
         map_module.map_kernel = orig
         orch_module.map_kernel = saved_orch
-    seen, items = set(), []
+    last = {}  # the last call per kernel wins: orchestration retries a failed one with more slack
     for label, kernel, arch, a, kw in captured:
-        key = (label, len(kernel.nodes))
-        if key not in seen:
-            seen.add(key)
-            items.append(("workload", label, kernel, arch, kw))
+        last[(label, len(kernel.nodes))] = ("workload", label, kernel, arch, kw)
+    items = list(last.values())
     for s in range(10 if quick else 30):
         prog = random_program(s)
         for kern in prog.kernels:
@@ -201,7 +224,13 @@ def mapper_stats(quick: bool):
     for group, label, kernel, arch, kw in items:
         kw = {k: v for k, v in kw.items() if k in ("max_tile_rows", "copies", "max_ii_slack")}
         t0 = time.perf_counter()
-        km = map_module.map_kernel(kernel, arch, **kw)
+        try:
+            km = map_module.map_kernel(kernel, arch, **kw)
+        except map_module.MappingError as exc:
+            print(f"  unmapped: {label}: {exc}")
+            rows.append(dict(group=group, kernel=label, nodes=len(kernel.nodes), copies=0,
+                             ii=None, mii=None, seconds=time.perf_counter() - t0))
+            continue
         dt = time.perf_counter() - t0
         rows.append(dict(group=group, kernel=label, nodes=len(kernel.nodes), copies=km.copies,
                          ii=km.ii, mii=km.mii, res_mii=km.res_mii, rec_mii=km.rec_mii,
@@ -211,8 +240,8 @@ def mapper_stats(quick: bool):
     print(f"\nmapper corpus: {len(rows)} kernels")
     print(f"{'kernel':44} {'nodes':>5} {'copies':>6} {'II':>3} {'MII':>4} {'seconds':>8}")
     for r in rows:
-        print(f"{r['kernel'][:44]:44} {r['nodes']:>5} {r['copies']:>6} {r['ii']:>3} {r['mii']:>4} "
-              f"{r['seconds']:>8.3f}")
+        print(f"{r['kernel'][:44]:44} {r['nodes']:>5} {r['copies']:>6} {str(r['ii']):>3} "
+              f"{str(r['mii']):>4} {r['seconds']:>8.3f}")
     summary = {}
     for group in ("workload", "random", "all"):
         sel = [r for r in rows if group == "all" or r["group"] == group]
@@ -220,19 +249,23 @@ def mapper_stats(quick: bool):
             continue
         t = np.array([r["seconds"] for r in sel])
         summary[group] = dict(kernels=len(sel),
-                              ii_eq_mii=sum(r["ii"] == r["mii"] for r in sel) / len(sel),
-                              mean_ii_over_mii=float(np.mean([r["ii"] / r["mii"] for r in sel])),
+                              ii_eq_mii=sum(r["ii"] is not None and r["ii"] == r["mii"]
+                                            for r in sel) / len(sel),
+                              unmapped=sum(r["ii"] is None for r in sel),
+                              mean_ii_over_mii=float(np.mean([r["ii"] / r["mii"] for r in sel
+                                                              if r["ii"] is not None])),
                               p50_s=float(np.percentile(t, 50)), p90_s=float(np.percentile(t, 90)),
                               max_s=float(t.max()))
-    print(f"\n{'group':10} {'kernels':>7} {'II=MII':>7} {'mean II/MII':>12} {'p50 s':>7} "
-          f"{'p90 s':>7} {'max s':>7}")
+    print(f"\n{'group':10} {'kernels':>7} {'unmapped':>8} {'II=MII':>7} {'mean II/MII':>12} "
+          f"{'p50 s':>7} {'p90 s':>7} {'max s':>7}")
     for g, s in summary.items():
-        print(f"{g:10} {s['kernels']:>7} {100 * s['ii_eq_mii']:>6.0f}% {s['mean_ii_over_mii']:>12.2f} "
+        print(f"{g:10} {s['kernels']:>7} {s['unmapped']:>8} {100 * s['ii_eq_mii']:>6.0f}% "
+              f"{s['mean_ii_over_mii']:>12.2f} "
               f"{s['p50_s']:>7.3f} {s['p90_s']:>7.3f} {s['max_s']:>7.3f}")
     print("targets: II = MII on >= 90 % of kernels; p90 mapping time < 5 s (CGRA-ME: 7.9 s)")
     # the annealing pass on the random kernels: schedule length and link hops before/after
     ann = []
-    for group, label, kernel, arch, _ in [i for i in items if i[0] == "random"][: 6 if quick else 15]:
+    for group, label, kernel, arch, _ in [i for i in items if i[0] == "random"][: 6 if quick else 12]:
         base = map_module.map_kernel(kernel, arch)
         t0 = time.perf_counter()
         imp = map_module.map_kernel(kernel, arch, improve="anneal")
@@ -270,7 +303,7 @@ def plot(speed, ss, rows, times):
     ax[2].hist(times, bins=30, color="#c44e52")
     ax[2].axvline(5, color="k", ls="--", lw=0.8, label="target p90 5 s")
     ax[2].axvline(np.percentile(times, 90), color="#c44e52", ls=":", label="p90 here")
-    eq = np.mean([r["ii"] == r["mii"] for r in rows])
+    eq = np.mean([r["ii"] is not None and r["ii"] == r["mii"] for r in rows])
     ax[2].set_title(f"mapping time, {len(rows)} kernels (II = MII on {100 * eq:.0f}%)")
     ax[2].set_xlabel("seconds")
     ax[2].legend()

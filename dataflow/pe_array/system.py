@@ -75,9 +75,11 @@ def run_system(kernel_tiles: list[tuple[str, tuple[TileResult, ...]]], arch: Arc
     def loader(name, tiles, loaded, free):
         for i, t in enumerate(tiles):
             yield free.get(1)  # one half of the double buffer
-            jobs = [env.process(transfer(name, b, n)) for b, n in _transfers(t, "read")]
-            if jobs:
-                yield simpy.AllOf(env, jobs)
+            reads = _transfers(t, "read")
+            if len(reads) == 1:  # no need for a process of its own
+                yield from transfer(name, *reads[0])
+            elif reads:
+                yield simpy.AllOf(env, [env.process(transfer(name, b, n)) for b, n in reads])
             loaded[i].succeed()
 
     def array():
