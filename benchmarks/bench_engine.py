@@ -33,9 +33,9 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE / "scalesim"))
 sys.path.insert(0, str(ROOT))
 
-import dataflow  # noqa: E402
-import dataflow.mapper.map as map_module  # noqa: E402
-from dataflow.arch import load_arch  # noqa: E402
+import dataflow
+import dataflow.mapper.map as map_module
+from dataflow.arch import load_arch
 
 OUT = HERE / "out"
 RECORDED_SCALESIM = {(512, 512, 512, "ws"): 10.2, (256, 256, 256, "ws"): 1.4}  # README, 2-core box
@@ -64,25 +64,25 @@ def engine_speed(quick: bool):
     systolic = load_arch(ROOT / "arch_configs" / "systolic_32x32.yaml")
     g = 128 if quick else 256
     cases = [
-        (f"dense GEMM {g}x{g}x64, default 8x8", "gemm", default, dict(m=g, k=g, n=64)),
+        (f"dense GEMM {g}x{g}x64, default 8x8", "gemm", default, {"m": g, "k": g, "n": 64}),
         (f"dense GEMM {2 * g}^3 ws, systolic 32x32", "gemm", systolic,
-         dict(m=2 * g, k=2 * g, n=2 * g, dataflow="ws")),
+         {"m": 2 * g, "k": 2 * g, "n": 2 * g, "dataflow": "ws"}),
         (f"CSR SpMM {8 * g}^2 @ 1% x 64, default", "spmm", default,
-         dict(m=8 * g, k=8 * g, n=64, density=0.01)),
+         {"m": 8 * g, "k": 8 * g, "n": 64, "density": 0.01}),
     ]
     from dataflow.workloads import workloads
     if "butterfly" in workloads():
         n = 256 if quick else 1024
         cases.append((f"butterfly n={n} batch 32, default", "butterfly", default,
-                      dict(n=n, batch=32)))
+                      {"n": n, "batch": 32}))
     else:
         print("note: no butterfly workload registered; skipping it")
     rows = []
     for name, wl, arch, params in cases:
         res, wall = timed(wl, arch, repeats=1 if "SpMM" in name or "butterfly" in name else 2,
                           **params)
-        rows.append(dict(case=name, cycles=res.cycles, macs=res.macs, wall_s=wall,
-                         macs_per_s=res.macs / wall, values_ok=bool(res.values_match_reference)))
+        rows.append({"case": name, "cycles": res.cycles, "macs": res.macs, "wall_s": wall,
+                         "macs_per_s": res.macs / wall, "values_ok": bool(res.values_match_reference)})
     print(f"\n{'workload':44} {'cycles':>12} {'MACs':>13} {'wall s':>8} {'sim MAC/s':>10} values")
     for r in rows:
         print(f"{r['case']:44} {r['cycles']:>12,} {r['macs']:>13,} {r['wall_s']:>8.3f} "
@@ -140,18 +140,18 @@ def scalesim_comparison(quick: bool, use_scalesim: bool):
                 ss_cycles = scalesim_compute_cycles(m, n, k, df, 32, 32)
             ss_wall = RECORDED_SCALESIM.get((m, n, k, df))
             how = "recorded"
-        rows.append(dict(gemm=f"{m}x{n}x{k} {df}", cycles=res.compute_cycles,
-                         scalesim_cycles=ss_cycles, identical=res.compute_cycles == ss_cycles,
-                         wall_s=wall, core_s=core, scalesim_wall_s=ss_wall, scalesim=how,
-                         speedup=(ss_wall / core) if ss_wall else None,
-                         speedup_end_to_end=(ss_wall / wall) if ss_wall else None))
+        rows.append({"gemm": f"{m}x{n}x{k} {df}", "cycles": res.compute_cycles,
+                         "scalesim_cycles": ss_cycles, "identical": res.compute_cycles == ss_cycles,
+                         "wall_s": wall, "core_s": core, "scalesim_wall_s": ss_wall, "scalesim": how,
+                         "speedup": (ss_wall / core) if ss_wall else None,
+                         "speedup_end_to_end": (ss_wall / wall) if ss_wall else None})
     print(f"\n{'GEMM (32x32 systolic)':22} {'dataflow cyc':>13} {'SCALE-Sim cyc':>14} {'same':>5} "
           f"{'map+sim s':>10} {'simulate() s':>13} {'SCALE-Sim s':>12} {'speedup':>8} {'(e2e)':>7}")
     for r in rows:
         sp = f"{r['speedup']:,.0f}x" if r["speedup"] else "n/a"
         sp2 = f"{r['speedup_end_to_end']:,.0f}x" if r["speedup_end_to_end"] else "n/a"
         ssw = f"{r['scalesim_wall_s']:.2f} ({r['scalesim'][:3]})" if r["scalesim_wall_s"] else "n/a"
-        print(f"{r['gemm']:22} {r['cycles']:>13,} {str(r['scalesim_cycles']):>14} "
+        print(f"{r['gemm']:22} {r['cycles']:>13,} {r['scalesim_cycles']!s:>14} "
               f"{'yes' if r['identical'] else 'NO':>5} {r['core_s']:>10.4f} {r['wall_s']:>13.4f} "
               f"{ssw:>12} {sp:>8} {sp2:>7}")
     print("speedup = SCALE-Sim wall / dataflow lower+map+simulate; (e2e) = against dataflow.simulate(), "
@@ -173,12 +173,12 @@ def corpus(quick: bool):
     archs = {"default-8x8": variant(), "4x4": variant(**{"pe_array.rows": 4, "pe_array.cols": 4}),
              "torus-skip": variant(**{"interconnect.topology": "torus",
                                       "interconnect.skip_hop_strides": [2]})}
-    runs = [("gemm", dict(m=32, k=16, n=16)), ("spmm", dict(m=64, k=64, n=16, density=0.1)),
-            ("attention", dict(seq=32, dim=16)),
-            ("moe", dict(tokens=16, dim=16, hidden=16, experts=4)),
-            ("dynamic-spmm", dict(m=64, k=64, n=16)),
-            ("relu-ffn", dict(tokens=32, dim=32, hidden=64)),
-            ("butterfly", dict(n=32, batch=4)), ("fft", dict(n=16, batch=4))]
+    runs = [("gemm", {"m": 32, "k": 16, "n": 16}), ("spmm", {"m": 64, "k": 64, "n": 16, "density": 0.1}),
+            ("attention", {"seq": 32, "dim": 16}),
+            ("moe", {"tokens": 16, "dim": 16, "hidden": 16, "experts": 4}),
+            ("dynamic-spmm", {"m": 64, "k": 64, "n": 16}),
+            ("relu-ffn", {"tokens": 32, "dim": 32, "hidden": 64}),
+            ("butterfly", {"n": 32, "batch": 4}), ("fft", {"n": 16, "batch": 4})]
     from dataflow.workloads import workloads
     known = workloads()
     captured = []
@@ -200,7 +200,7 @@ def corpus(quick: bool):
                 before = len(captured)
                 try:
                     dataflow.simulate(wl, arch=arch, **params)
-                except Exception as exc:  # a workload that does not fit this arch
+                except Exception as exc:  # noqa: BLE001 - a workload that does not fit this arch is reported, not fatal
                     print(f"  corpus: {wl} on {aname} skipped ({type(exc).__name__}: {exc})")
                 for i in range(before, len(captured)):
                     captured[i] = (f"{wl}/{captured[i][0].name}@{aname}",) + captured[i]
@@ -228,34 +228,34 @@ def mapper_stats(quick: bool):
             km = map_module.map_kernel(kernel, arch, **kw)
         except map_module.MappingError as exc:
             print(f"  unmapped: {label}: {exc}")
-            rows.append(dict(group=group, kernel=label, nodes=len(kernel.nodes), copies=0,
-                             ii=None, mii=None, seconds=time.perf_counter() - t0))
+            rows.append({"group": group, "kernel": label, "nodes": len(kernel.nodes), "copies": 0,
+                             "ii": None, "mii": None, "seconds": time.perf_counter() - t0})
             continue
         dt = time.perf_counter() - t0
-        rows.append(dict(group=group, kernel=label, nodes=len(kernel.nodes), copies=km.copies,
-                         ii=km.ii, mii=km.mii, res_mii=km.res_mii, rec_mii=km.rec_mii,
-                         seconds=dt, length=km.schedule_length,
-                         hops=sum(len(r.links) for r in km.routes)))
+        rows.append({"group": group, "kernel": label, "nodes": len(kernel.nodes), "copies": km.copies,
+                         "ii": km.ii, "mii": km.mii, "res_mii": km.res_mii, "rec_mii": km.rec_mii,
+                         "seconds": dt, "length": km.schedule_length,
+                         "hops": sum(len(r.links) for r in km.routes)})
     times = np.array([r["seconds"] for r in rows])
     print(f"\nmapper corpus: {len(rows)} kernels")
     print(f"{'kernel':44} {'nodes':>5} {'copies':>6} {'II':>3} {'MII':>4} {'seconds':>8}")
     for r in rows:
-        print(f"{r['kernel'][:44]:44} {r['nodes']:>5} {r['copies']:>6} {str(r['ii']):>3} "
-              f"{str(r['mii']):>4} {r['seconds']:>8.3f}")
+        print(f"{r['kernel'][:44]:44} {r['nodes']:>5} {r['copies']:>6} {r['ii']!s:>3} "
+              f"{r['mii']!s:>4} {r['seconds']:>8.3f}")
     summary = {}
     for group in ("workload", "random", "all"):
         sel = [r for r in rows if group == "all" or r["group"] == group]
         if not sel:
             continue
         t = np.array([r["seconds"] for r in sel])
-        summary[group] = dict(kernels=len(sel),
-                              ii_eq_mii=sum(r["ii"] is not None and r["ii"] == r["mii"]
+        summary[group] = {"kernels": len(sel),
+                              "ii_eq_mii": sum(r["ii"] is not None and r["ii"] == r["mii"]
                                             for r in sel) / len(sel),
-                              unmapped=sum(r["ii"] is None for r in sel),
-                              mean_ii_over_mii=float(np.mean([r["ii"] / r["mii"] for r in sel
+                              "unmapped": sum(r["ii"] is None for r in sel),
+                              "mean_ii_over_mii": float(np.mean([r["ii"] / r["mii"] for r in sel
                                                               if r["ii"] is not None])),
-                              p50_s=float(np.percentile(t, 50)), p90_s=float(np.percentile(t, 90)),
-                              max_s=float(t.max()))
+                              "p50_s": float(np.percentile(t, 50)), "p90_s": float(np.percentile(t, 90)),
+                              "max_s": float(t.max())}
     print(f"\n{'group':10} {'kernels':>7} {'unmapped':>8} {'II=MII':>7} {'mean II/MII':>12} "
           f"{'p50 s':>7} {'p90 s':>7} {'max s':>7}")
     for g, s in summary.items():
@@ -269,10 +269,10 @@ def mapper_stats(quick: bool):
         base = map_module.map_kernel(kernel, arch)
         t0 = time.perf_counter()
         imp = map_module.map_kernel(kernel, arch, improve="anneal")
-        ann.append(dict(kernel=label, length=(base.schedule_length, imp.schedule_length),
-                        hops=(sum(len(r.links) for r in base.routes),
+        ann.append({"kernel": label, "length": (base.schedule_length, imp.schedule_length),
+                        "hops": (sum(len(r.links) for r in base.routes),
                               sum(len(r.links) for r in imp.routes)),
-                        seconds=time.perf_counter() - t0))
+                        "seconds": time.perf_counter() - t0})
     if ann:
         lb = sum(a["length"][0] for a in ann)
         la = sum(a["length"][1] for a in ann)
@@ -324,8 +324,8 @@ def main(argv=None) -> int:
     plot(speed, ss, rows, times)
     OUT.mkdir(exist_ok=True)
     (OUT / "bench_engine.json").write_text(json.dumps(
-        dict(machine=machine(), engine=speed, scalesim=ss, mapper=rows, mapper_summary=summary,
-             anneal=ann), indent=1, default=str))
+        {"machine": machine(), "engine": speed, "scalesim": ss, "mapper": rows, "mapper_summary": summary,
+             "anneal": ann}, indent=1, default=str))
     print(f"\nwrote {OUT / 'bench_engine.png'} and {OUT / 'bench_engine.json'}")
     return 0 if all(r["values_ok"] for r in speed) and all(r["identical"] for r in ss) else 1
 

@@ -267,22 +267,22 @@ def test_missing_functional_unit_names_it():
 
 def test_reconfiguration_cost_adds_cycles():
     prog = next(p for p in map(random_program, range(40)) if len(p.kernels) == 2)
-    mapping = map_program(prog, variant(**{"reconfiguration_cycles": 0}))
+    mapping = map_program(prog, variant(reconfiguration_cycles=0))
     a = simulate_mapping(mapping)
-    b = simulate_mapping(dataclasses.replace(mapping, arch=variant(**{"reconfiguration_cycles": 500})))
+    b = simulate_mapping(dataclasses.replace(mapping, arch=variant(reconfiguration_cycles=500)))
     assert b.stall_cycles_reconfiguration == 2 * 500
     assert b.cycles >= a.cycles + 2 * 500 - a.stall_cycles_dram
 
 
 def test_clock_changes_time_not_cycles():
     a = run(variant(), _gemm())[1]
-    b = run(variant(**{"clock_ghz": 2.0}), _gemm())[1]
+    b = run(variant(clock_ghz=2.0), _gemm())[1]
     assert a.cycles == b.cycles and b.time_seconds == pytest.approx(a.time_seconds / 2)
 
 
 def test_word_size_scales_dram_bytes():
     a = run(variant(), _gemm())[1]
-    b = run(variant(**{"dtype": "float16", "word_bytes": 2}), _gemm())[1]
+    b = run(variant(dtype="float16", word_bytes=2), _gemm())[1]
     assert b.dram_bytes * 2 == a.dram_bytes
 
 

@@ -9,7 +9,14 @@ import pytest
 
 import dataflow
 from dataflow.cli import main
-from dataflow.report import load_result, read_trace, result_data, save_result, write_report, write_trace
+from dataflow.report import (
+    load_result,
+    read_trace,
+    result_data,
+    save_result,
+    write_report,
+    write_trace,
+)
 
 
 @pytest.fixture(scope="module")

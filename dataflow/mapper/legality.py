@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from itertools import pairwise
 
 from dataflow.mapper.mapping import KernelMapping, Mapping, MappingError, SystolicMapping
 from dataflow.mapper.schedule import value_flits
@@ -55,7 +56,7 @@ def check_kernel_mapping(km: KernelMapping, arch) -> None:
         if r.links:
             if r.links[0][0] != src.pe or r.links[-1][1] != dst.pe:
                 raise MappingError(f"{where}: route %{r.src}->%{r.dst} does not join its PEs")
-            for a, b in zip(r.links, r.links[1:]):
+            for a, b in pairwise(r.links):
                 if a[1] != b[0]:
                     raise MappingError(f"{where}: route %{r.src}->%{r.dst} is not contiguous")
         elif src.pe != dst.pe:
@@ -107,7 +108,7 @@ def check_kernel_mapping(km: KernelMapping, arch) -> None:
         if a.base_alt is not None:
             spans.append((a.base_alt, a.base_alt + a.words, a.buffer))
     spans.sort()
-    for (a0, a1, an), (b0, b1, bn) in zip(spans, spans[1:]):
+    for (a0, a1, an), (b0, b1, bn) in pairwise(spans):
         if b0 < a1:
             raise MappingError(f"{where}: SPM buffers {an!r} and {bn!r} overlap")
     if spans and spans[-1][1] > arch.spm.capacity_words:

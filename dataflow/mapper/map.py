@@ -78,8 +78,8 @@ def map_kernel(kernel: Kernel, arch: ArchSpec, copies: int | None = None,
         placements, routes = anneal(kernel, arch, best.ii, best.placements, best.routes, seed=seed)
         km = _kernel_mapping(kernel, best.copies, best.ii, best.res_mii, best.rec_mii,
                              (placements, routes), allocs, tiles,
-                             notes=(f"annealed: schedule length {best.schedule_length} -> "
-                                    f"{max(p.time + p.latency for p in placements)}",))
+                             notes=((f"annealed: schedule length {best.schedule_length} -> "
+                                     f"{max(p.time + p.latency for p in placements)}"),))
         try:
             check_kernel_mapping(km, arch)
             best = km

@@ -33,6 +33,7 @@ import heapq
 import math
 import random
 from collections import Counter
+from itertools import pairwise
 
 import networkx as nx
 
@@ -228,7 +229,7 @@ class _State:
     def link_keys(self, path, depart, flits):
         ii, lid = self.ii, self.link_id
         return [lid[link] * ii + (depart + h * self.hop + j) % ii
-                for h, link in enumerate(zip(path, path[1:])) for j in range(flits)]
+                for h, link in enumerate(pairwise(path)) for j in range(flits)]
 
     def describe(self, key) -> tuple:
         """(link, slot) of an int (link, slot) key."""
@@ -290,7 +291,7 @@ class _State:
         """Cheapest route in the time-expanded graph (Dijkstra), any path and departure that
         arrives by t. Cost per (link, slot): (1 + history) x (1 + present_factor x overuse);
         strict forbids overuse. Returns (path, depart, cost) or None."""
-        hop, ii, cap = self.hop, self.ii, self.cap
+        hop, ii = self.hop, self.ii
         best = None
         for depart in range(ready, ready + min(ii, max(1, t - ready + 1))):
             max_hops = (t - depart - (flits - 1)) // hop
@@ -405,7 +406,6 @@ def _schedule_once(kernel, arch, copies, ii, diag, history: Counter, attempt: in
     def fail(msg: str):
         if diag is not None:
             diag.append(msg)
-        return None
 
     def try_pe(pe, t, preds, searches):
         """Routes for every input into `pe` at `t`, jointly within capacity, or None."""
@@ -487,7 +487,7 @@ def _schedule_once(kernel, arch, copies, ii, diag, history: Counter, attempt: in
                     f"{n + st.cap} values in slot {slot} of II = {ii}, capacity "
                     f"interconnect.links_per_direction = {st.cap})")
     placements = list(where.values())
-    out = [Route(src=s, dst=d, copy=c, links=tuple(zip(path, path[1:])), depart=dep)
+    out = [Route(src=s, dst=d, copy=c, links=tuple(pairwise(path)), depart=dep)
            for (c, s, d), (path, dep, _) in routes.items()]
     return placements, out
 
@@ -582,7 +582,6 @@ def anneal(kernel: Kernel, arch: ArchSpec, ii: int, placements, routes, seed: in
     for n in kernel.nodes:
         for i in n.inputs:
             succs[i].append(n.id)
-    hop = st.hop
     rows, cols = arch.pe_array.rows, arch.pe_array.cols
     limit = arch.pe_array.instruction_entries
 
@@ -652,6 +651,6 @@ def anneal(kernel: Kernel, arch: ArchSpec, ii: int, placements, routes, seed: in
             rmap[k] = v
             st.reserve(v[2], (k[0], k[1]))
     _, bw, br = best
-    out = [Route(src=s, dst=d, copy=c, links=tuple(zip(path, path[1:])), depart=dep)
+    out = [Route(src=s, dst=d, copy=c, links=tuple(pairwise(path)), depart=dep)
            for (c, s, d), (path, dep, _) in br.items()]
     return list(bw.values()), out

@@ -9,8 +9,8 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
 
 OP_COLOURS = {"load": "#4c72b0", "gather": "#64b5cd", "store": "#dd8452", "scatter": "#ffb482",
               "acc": "#c44e52", "accmax": "#c44e52", "mul": "#55a868", "mac": "#2ca02c",

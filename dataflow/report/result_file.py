@@ -55,7 +55,7 @@ def load_result(path: str | Path) -> dict:
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path}: not a JSON result file ({exc.msg} at line {exc.lineno})") from None
     if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a JSON object, got {type(data).__name__}")
+        raise ValueError(f"{path}: expected a JSON object, got {type(data).__name__}")  # noqa: TRY004 - bad file content, a user error
     if "format" not in data:  # the bare object `dataflow simulate --json` prints
         data = {"format": FORMAT, "result": data, "arrays": {}, "schedule": [], "tile_spans": []}
     if data["format"] != FORMAT:
