@@ -174,6 +174,30 @@ def test_attention_fused_rows_longer_than_a_chunk(rng):
     assert_close(out, ref.sparse_attention(q, k, v, pos, crd))
 
 
+@pytest.mark.parametrize("window, dilation", [(2, 1), (3, 2)])
+def test_attention_window_keys_computed_not_read(rng, window, dilation):
+    """The fused kernel's affine mode (keys i + t * dilation) equals the CSR of the same
+    window, which equals the attention package's window / dilated masks; its launch moves no
+    index bytes."""
+    from dataflow.attention.api import mask_csr
+    from dataflow.attention.patterns import resolve
+    from dataflow.cuda.runner import Runner
+
+    s = 12
+    name, kw = ("window", {"window": window}) if dilation == 1 else \
+        ("dilated", {"window": window, "dilation": dilation})
+    pos, crd, _ = mask_csr(resolve(name, s, **kw), s)
+    wpos, wcrd = ops.window_csr(s, s, window, dilation)
+    np.testing.assert_array_equal(wpos, pos)
+    np.testing.assert_array_equal(wcrd, crd)
+    q, k, v = (rng.standard_normal((s, 4), dtype=np.float32) for _ in range(3))
+    r = Runner()
+    out = ops.sparse_attention(q, k, v, window=window, dilation=dilation, runner=r)
+    assert_close(out, ref.sparse_attention(q, k, v, pos, crd))
+    (launch,) = r.launches()
+    assert launch.bytes == 4 * (4 * s * 4)  # q, k, v read and out written; no pos / crd
+
+
 def test_attention_backend_cuda_on_a_named_pattern(rng):
     from dataflow.attention import sparse_attention
 
@@ -303,6 +327,9 @@ def test_measure_and_dry_run_report_closed_form_counts(rng):
                                   [0, 1]), r"q \(m, d\), k \(s, d\)"),
     (lambda: ops.sparse_attention(np.ones((1, 2)), np.ones((1, 2)), np.ones((1, 300)), [0, 1],
                                   [0], fused=True), "fused=False"),
+    (lambda: ops.sparse_attention(np.ones((2, 2)), np.ones((2, 2)), np.ones((2, 2)), [0, 1, 2],
+                                  [0, 1], window=1), "not both"),
+    (lambda: ops.window_csr(4, 4, 1, 0), "dilation >= 1"),
 ])
 def test_bad_input_names_the_problem(call, match):
     with pytest.raises(ValueError, match=match):

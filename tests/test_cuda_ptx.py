@@ -122,6 +122,7 @@ def test_every_launched_kernel_is_registered():
         ops.fnet_attention(np.zeros((64, 32), np.float32), runner=r)
         for fused in (True, False):
             ops.sparse_attention(z, z, z, pos, crd, fused=fused, runner=r)
+        ops.sparse_attention(z, z, z, window=4, dilation=2, runner=r)
         for g in ((32, 1), (1, 64)):
             ops.microtile_matmul(z, z, g, runner=r)
         ops.relu_ffn(z, z, np.zeros(64), z, "32x1", runner=r)

@@ -181,9 +181,9 @@ def sparse_attention(q, k, v, pattern="dense", backend: str = "numpy", arch=None
     if backend == "cuda":
         if return_result:
             raise ValueError("return_result needs backend='sim'")
-        from dataflow.cuda.ops import sparse_attention as cuda_attention
+        from dataflow.cuda.frontend import attention_executor
 
-        return cuda_attention(q, k, v, pos, crd)
+        return attention_executor(q, k, v, pos, crd, pattern, pattern_params)
     res = _simulate(q, k, v, pos, crd, arch, engine, workload="attention", cache=cache,
                     lowering=lowering)
     return (res.output, res) if return_result else res.output

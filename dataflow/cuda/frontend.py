@@ -36,6 +36,25 @@ def sddmm_executor(op) -> np.ndarray:
     return ops.sddmm(a, b, pos, crd, val)
 
 
+def attention_executor(q, k, v, pos, crd, pattern, pattern_params: dict | None = None, *,
+                       runner=None) -> np.ndarray:
+    """`dataflow.sparse_attention(..., backend="cuda")`: window and dilated patterns run the
+    fused kernel in its affine mode (keys computed, no index arrays), any other pattern or
+    mask over its CSR (pos, crd)."""
+    from dataflow.attention.patterns import AttentionPattern, resolve
+    from dataflow.cuda import ops
+
+    p = pattern
+    if isinstance(p, str):
+        p = resolve(p, q.shape[0], **{k_: v_ for k_, v_ in (pattern_params or {}).items()
+                                      if v_ is not None})
+    if isinstance(p, AttentionPattern) and p.name in ("window", "dilated"):
+        prm = dict(p.params)
+        return ops.sparse_attention(q, k, v, window=prm["window"],
+                                    dilation=prm.get("dilation", 1), runner=runner)
+    return ops.sparse_attention(q, k, v, pos, crd, runner=runner)
+
+
 def register() -> None:
     from dataflow.ust_frontend.ops import register_backend
 

@@ -313,10 +313,29 @@ def fnet_attention(x, *, fused: bool = True, runner: Runner | None = None) -> np
 
 # --- sparse attention -----------------------------------------------------------------------
 
-def sparse_attention(q, k, v, pos, crd, *, scale: float | None = None, fused: bool | None = None,
+def window_csr(m: int, s: int, window: int, dilation: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """(pos, crd) of the (dilated) sliding window: keys j = i + t * dilation, |t| <= window,
+    0 <= j < s, in increasing order."""
+    if window < 0 or dilation < 1:
+        raise ValueError(f"window must be >= 0 and dilation >= 1, got window={window}, "
+                         f"dilation={dilation}")
+    i = np.arange(m)
+    lo = -np.minimum(window, i // dilation)
+    hi = np.minimum(window, (s - 1 - i) // dilation) + 1
+    counts = np.maximum(hi - lo, 0)
+    pos = np.concatenate(([0], np.cumsum(counts)))
+    rows = np.repeat(i, counts)
+    t = np.arange(pos[-1]) - np.repeat(pos[:-1], counts) + np.repeat(lo, counts)
+    return pos, rows + t * dilation
+
+
+def sparse_attention(q, k, v, pos=None, crd=None, *, window: int | None = None,
+                     dilation: int = 1, scale: float | None = None, fused: bool | None = None,
                      runner: Runner | None = None) -> np.ndarray:
-    """softmax(scale * q k^T on the CSR pattern (pos, crd)) @ v; q (m x d), k (s x d),
-    v (s x dv). A row with no entries gives zeros.
+    """softmax(scale * q k^T on a pattern) @ v; q (m x d), k (s x d), v (s x dv). The pattern
+    is a CSR (pos, crd), or a (dilated) sliding window: `window` = half-width in steps of
+    `dilation` (keys i + t * dilation, |t| <= window), whose keys the fused kernel computes
+    instead of reading them. A row with no entries gives zeros.
 
     `fused`: one kernel per query row with an online softmax (default when dv <= ATT_MAX_DIM),
     or SDDMM -> row softmax -> SpMM (False). `scale` defaults to 1 / sqrt(d)."""
@@ -328,6 +347,12 @@ def sparse_attention(q, k, v, pos, crd, *, scale: float | None = None, fused: bo
     if k.shape[1] != d or v.shape[0] != s:
         raise ValueError(f"attention needs q (m, d), k (s, d), v (s, dv); got q {q.shape}, "
                          f"k {k.shape}, v {v.shape}")
+    if (window is None) == (pos is None or crd is None):
+        raise ValueError("give the pattern as pos and crd (CSR) or as window (and dilation), "
+                         "not both and not neither")
+    affine = window is not None
+    if affine:
+        pos, crd = window_csr(m, s, int(window), int(dilation))
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     if fused is None:
         fused = dv <= att.ATT_MAX_DIM
@@ -338,12 +363,14 @@ def sparse_attention(q, k, v, pos, crd, *, scale: float | None = None, fused: bo
     runner = runner or Runner()
     dout = cuda.device_array((m, dv), F32)
     if fused:
-        runner.launch("attention_fused", att.attention_fused, m, att.ATT_THREADS,
+        index_bytes = 0 if affine else 4 * (m + 1 + nnz)
+        runner.launch("attention_fused" + (" (window)" if affine else ""), att.attention_fused,
+                      m, att.ATT_THREADS,
                       (cuda.to_device(q), cuda.to_device(k), cuda.to_device(v),
                        cuda.to_device(pos32), cuda.to_device(crd32), dout, np.float32(scale), d,
-                       dv),
+                       dv, int(window) if affine else -1, int(dilation)),
                       flops=2 * nnz * (d + dv) + 4 * nnz,
-                      bytes=4 * (m * d + s * d + s * dv + m * dv + m + 1 + nnz))
+                      bytes=4 * (m * d + s * d + s * dv + m * dv) + index_bytes)
         return dout.copy_to_host()
     scores = _sddmm(q, k, pos32, crd32, np.full(nnz, scale, F32), runner, device_out=True)
     probs = cuda.device_array(max(nnz, 1), F32)

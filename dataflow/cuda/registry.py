@@ -81,7 +81,7 @@ def kernels() -> tuple[KernelSpec, ...]:
                    "softmax over each CSR row's stored entries"),
         KernelSpec("attention_fused", attention.attention_fused,
                    f"void({F32_2D}, {F32_2D}, {F32_2D}, {I32_1D}, {I32_1D}, {F32_2D}, float32, "
-                   f"{sc}, {sc})",
+                   f"{sc}, {sc}, {sc}, {sc})",
                    "sparse attention, scores + online softmax + SpMM in one kernel"),
         KernelSpec("microtile_flags", microtile.microtile_flags,
                    f"void({F32_2D}, uint8[:, ::1], {sc}, {sc}, {sc}, {sc}, {sc})",

@@ -95,10 +95,11 @@ def _attention_sim(ops: dict, arch):
 
 
 def _attention_cuda(ops: dict, runner=None):
-    from dataflow.cuda import ops as cu
+    from dataflow.cuda.frontend import attention_executor
 
-    return cu.sparse_attention(ops["q"], ops["k"], ops["v"], ops["pos"], ops["crd"],
-                               runner=runner)
+    # window / dilated patterns: the fused kernel's affine mode, as backend="cuda" runs them
+    return attention_executor(ops["q"], ops["k"], ops["v"], ops["pos"], ops["crd"],
+                              ops["pattern"], runner=runner)
 
 
 def _attention_describe(ops: dict) -> str:

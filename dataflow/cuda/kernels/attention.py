@@ -7,6 +7,8 @@ Fused (`attention_fused`): one block of ATT_THREADS threads per query row, walki
 entries in chunks of ATT_CHUNK held in shared memory with an online (running-max) softmax, so
 scores and probabilities never go to DRAM; each thread owns output columns t, t + ATT_THREADS,
 ... whose accumulators stay in shared memory (dv up to ATT_MAX_DIM).
+For a (dilated) sliding window the fused kernel computes each row's keys (i + t * dilation)
+instead of reading them from crd: no index traffic at all.
 """
 
 from __future__ import annotations
@@ -39,7 +41,11 @@ def csr_row_softmax(pos, scores, probs, m):
             probs[p] = probs[p] / total
 
 
-def attention_fused(q, k, v, pos, crd, out, scale, d, dv):
+def attention_fused(q, k, v, pos, crd, out, scale, d, dv, window, dilation):
+    """`window` < 0: the keys of row i are crd[pos[i]:pos[i + 1]] (any CSR pattern).
+    `window` >= 0: a (dilated) sliding window, keys j = i + t * dilation for |t| <= window
+    inside [0, seq): computed, no index arrays read (the GPU analogue of an affine DIA
+    lowering; pos and crd are then unused)."""
     s = cuda.shared.array(ATT_CHUNK, float32)
     acc = cuda.shared.array(ATT_MAX_DIM, float32)
     red = cuda.shared.array(ATT_THREADS, float32)
@@ -52,14 +58,18 @@ def attention_fused(q, k, v, pos, crd, out, scale, d, dv):
         stat[0] = float32(-math.inf)
         stat[1] = float32(0.0)
     cuda.syncthreads()
-    lo = pos[i]
-    hi = pos[i + 1]
+    if window < 0:
+        lo = pos[i]
+        hi = pos[i + 1]
+    else:  # t in [lo, hi): the window's steps that stay inside the sequence
+        lo = -min(window, i // dilation)
+        hi = min(window, (k.shape[0] - 1 - i) // dilation) + 1
     for c0 in range(lo, hi, ATT_CHUNK):
         cn = min(ATT_CHUNK, hi - c0)
         # scores of this chunk, and each thread's partial max
         mx = float32(-math.inf)
         for e in range(t, cn, ATT_THREADS):
-            kr = crd[c0 + e]
+            kr = crd[c0 + e] if window < 0 else i + (c0 + e) * dilation
             dot = float32(0.0)
             for x in range(d):
                 dot += q[i, x] * k[kr, x]
@@ -94,7 +104,8 @@ def attention_fused(q, k, v, pos, crd, out, scale, d, dv):
         for j in range(t, dv, ATT_THREADS):
             a = acc[j] * corr
             for e in range(cn):
-                a += s[e] * v[crd[c0 + e], j]
+                kr = crd[c0 + e] if window < 0 else i + (c0 + e) * dilation
+                a += s[e] * v[kr, j]
             acc[j] = a
         cuda.syncthreads()  # all of s and red[0] used before thread 0 moves the statistics
         if t == 0:
