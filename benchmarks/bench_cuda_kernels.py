@@ -59,7 +59,7 @@ def cases(quick: bool, rng):
          {"fused": True}),
         (f"attention seq {seq} d64 w64, unfused", ops.sparse_attention, (q, q, q, pos, crd),
          {"fused": False}),
-        (f"attention seq {seq} d64 window 32 (keys computed)", ops.sparse_attention, (q, q, q),
+        (f"attention seq {seq} d64 win32, affine", ops.sparse_attention, (q, q, q),
          {"window": 32}),
         (f"dense gemm {mt}^3 (A 90% zero)", ops.gemm, (dyn, w), {}),
         (f"micro-tile 32x1 {mt}^3", ops.microtile_matmul, (dyn, w), {"granularity": (32, 1)}),
