@@ -6,7 +6,7 @@ from collections import Counter
 from itertools import pairwise
 
 from dataflow.mapper.mapping import KernelMapping, Mapping, MappingError, SystolicMapping
-from dataflow.mapper.schedule import value_flits
+from dataflow.mapper.schedule import is_immediate, value_flits
 
 
 def check_kernel_mapping(km: KernelMapping, arch) -> None:
@@ -59,7 +59,7 @@ def check_kernel_mapping(km: KernelMapping, arch) -> None:
             for a, b in pairwise(r.links):
                 if a[1] != b[0]:
                     raise MappingError(f"{where}: route %{r.src}->%{r.dst} is not contiguous")
-        elif src.pe != dst.pe:
+        elif src.pe != dst.pe and not is_immediate(k, r.src):
             raise MappingError(f"{where}: value %{r.src}->%{r.dst} crosses PEs without a route")
         if r.depart < src.time + src.latency:
             raise MappingError(f"{where}: value %{r.src} leaves before it is computed")
@@ -89,6 +89,8 @@ def check_kernel_mapping(km: KernelMapping, arch) -> None:
     # overlapping iteration (ceil(lifetime / II)).
     regs = Counter()
     for r in km.routes:
+        if is_immediate(k, r.src):
+            continue  # an immediate operand lives in the instruction word
         src = km.placement_map[(r.copy, r.src)]
         dst = km.placement_map[(r.copy, r.dst)]
         fl = flits[r.src]

@@ -52,6 +52,12 @@ def accumulates(op: Op) -> bool:
     return op.value in ("acc", "accmax")
 
 
+def is_immediate(kernel: Kernel, node: int) -> bool:
+    """A constant reaches its consumers as an immediate operand in their instruction words (as
+    CGRA configurations encode constants), so its edges need no link and no register."""
+    return kernel.nodes[node].op is Op.CONST
+
+
 def op_latency(arch: ArchSpec, op: Op) -> int:
     """Cycles from issue to result: the FU's latency, plus the SPM access for loads."""
     lat = arch.op_latency(op.value)
@@ -410,8 +416,10 @@ def _schedule_once(kernel, arch, copies, ii, diag, history: Counter, attempt: in
     def try_pe(pe, t, preds, searches):
         """Routes for every input into `pe` at `t`, jointly within capacity, or None."""
         extra: dict = {}
-        got = []
+        got = [(p, (pe,), p.time + p.latency, []) for p in preds if is_immediate(kernel, p.node)]
         for p in preds:
+            if is_immediate(kernel, p.node):
+                continue
             fl = st.flits[p.node]
             value = (p.copy, p.node)
             r = st.quick_route(p.pe, p.time + p.latency, pe, t, fl, value, extra)
@@ -439,8 +447,9 @@ def _schedule_once(kernel, arch, copies, ii, diag, history: Counter, attempt: in
             free_seen = False
             searches = [8 + 16 * attempt]  # Dijkstra detours per node (shortest paths first)
             # candidate PEs closest to the producers first (then to the copy's anchor)
-            order = sorted(near, key=lambda q: sum(st.dist[p.pe].get(q, 99) for p in preds)) \
-                if preds else near
+            routed = [p for p in preds if not is_immediate(kernel, p.node)]
+            order = sorted(near, key=lambda q: sum(st.dist[p.pe].get(q, 99) for p in routed)) \
+                if routed else near
             for t in range(ready, ready + horizon):
                 options = []
                 for pe in order:
@@ -448,7 +457,7 @@ def _schedule_once(kernel, arch, copies, ii, diag, history: Counter, attempt: in
                         continue
                     free_seen = True
                     if any(st.dist[p.pe].get(pe, 1 << 30) * hop + st.flits[p.node] - 1
-                           > t - p.time - p.latency for p in preds):
+                           > t - p.time - p.latency for p in routed):
                         continue
                     got = try_pe(pe, t, preds, searches)
                     if got is not None:
@@ -504,8 +513,11 @@ def _place_with_overuse(st: _State, near, preds, node, ready, horizon, limit):
             if tried == 6:
                 break
             tried += 1
-            got, total, extra = [], 0.0, {}
+            got = [(p, (pe,), p.time + p.latency, []) for p in preds if is_immediate(st.kernel, p.node)]
+            total, extra = 0.0, {}
             for p in preds:
+                if is_immediate(st.kernel, p.node):
+                    continue
                 fl = st.flits[p.node]
                 value = (p.copy, p.node)
                 r = st.search_route(p.pe, p.time + p.latency, pe, t, fl, False, value, extra)
@@ -621,6 +633,12 @@ def anneal(kernel: Kernel, arch: ArchSpec, ii: int, placements, routes, seed: in
             where[(copy, nid)] = new
             for key in saved:
                 src, dst = where[(key[0], key[1])], where[(key[0], key[2])]
+                if is_immediate(kernel, key[1]):
+                    if dst.time < src.time + src.latency:
+                        ok = False
+                        break
+                    added[key] = ((dst.pe,), src.time + src.latency, [])
+                    continue
                 fl = st.flits[key[1]]
                 got = st.quick_route(src.pe, src.time + src.latency, dst.pe, dst.time, fl,
                                      (key[0], key[1]), None)
