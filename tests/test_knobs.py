@@ -168,12 +168,14 @@ def test_longer_hop_latency_longer_schedule():
 
 
 def test_link_capacity_lowers_ii():
-    """A fan-out-heavy random body needs more than one value per link per cycle at II = 1."""
-    k = random_program(0).kernels[0]
-    one = map_kernel(k, variant(**{"interconnect.links_per_direction": 1}), copies=1)
-    two = map_kernel(k, variant(**{"interconnect.links_per_direction": 4}), copies=1)
-    assert two.ii < one.ii
-    assert two.ii == two.mii
+    """Two copies of an 8-node random body on a 4x4 array fill every PE at II = 1; with one
+    value per link per cycle the routes do not fit, with four they do."""
+    k = random_program(10).kernels[0]
+    small = {"pe_array.rows": 4, "pe_array.cols": 4}
+    one = map_kernel(k, variant(**small, **{"interconnect.links_per_direction": 1}), copies=2)
+    four = map_kernel(k, variant(**small, **{"interconnect.links_per_direction": 4}), copies=2)
+    assert four.ii < one.ii
+    assert four.ii == four.mii
 
 
 def test_narrow_links_serialise_vectors():

@@ -28,6 +28,7 @@ the schedule length and the link hops of a legal schedule without changing II.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import heapq
 import math
@@ -485,7 +486,8 @@ def _schedule_once(kernel, arch, copies, ii, diag, history: Counter, attempt: in
             for p, path, depart, keys in got:
                 st.reserve(keys, (copy, p.node))
                 routes[(copy, p.node, nid)] = (path, depart, keys)
-    if st.overused() and not _negotiate(st, where, routes):
+    if st.overused() and not _negotiate(st, where, routes) \
+            and not _repair_placement(st, where, routes, random.Random(attempt)):
         over = st.overused()
         for k, n in over.items():
             history[k] += n
@@ -499,6 +501,109 @@ def _schedule_once(kernel, arch, copies, ii, diag, history: Counter, attempt: in
     out = [Route(src=s, dst=d, copy=c, links=tuple(pairwise(path)), depart=dep)
            for (c, s, d), (path, dep, _) in routes.items()]
     return placements, out
+
+
+REPAIR_MOVES = 800
+
+
+def _repair_placement(st: _State, where, routes, rng: random.Random, moves: int = REPAIR_MOVES) -> bool:
+    """Negotiation could not fix the links with the nodes where they are: move nodes instead.
+    Simulated annealing over the placement of nodes whose routes cross an overused
+    (link, slot): a move re-places one such node (another PE within two hops, another time
+    within its dependence window) and reroutes its edges at PathFinder cost; the objective is
+    the total overuse. True once nothing is over capacity."""
+    kernel, arch, ii = st.kernel, st.arch, st.ii
+    succs: dict[int, list[int]] = {n.id: [] for n in kernel.nodes}
+    for n in kernel.nodes:
+        for i in dict.fromkeys(n.inputs):
+            succs[i].append(n.id)
+    rows, cols = arch.pe_array.rows, arch.pe_array.cols
+    limit = arch.pe_array.instruction_entries
+
+    def overuse() -> int:
+        return sum(max(0, len(c) - st.cap) for c in st.carry.values())
+
+    # retime: delay each node by (its depth) x 2 II. Slots and FU occupancy repeat every II and
+    # routes move with their endpoints, so nothing new collides, but every edge gains slack for
+    # moved nodes to route around congestion (at the price of a longer schedule).
+    depth: dict[int, int] = {}
+    for n in kernel.nodes:
+        depth[n.id] = max((depth[i] + 1 for i in n.inputs), default=0)
+    for (copy, nid), p in list(where.items()):
+        where[(copy, nid)] = dataclasses.replace(p, time=p.time + 2 * ii * depth[nid])
+    for (copy, src, dst), (path, depart, keys) in list(routes.items()):
+        routes[(copy, src, dst)] = (path, depart + 2 * ii * depth[src], keys)
+    cur = overuse()
+    for step in range(moves):
+        if cur == 0:
+            return True
+        temp = 1.5 * (1 - step / moves)
+        over = [k for k, c in st.carry.items() if len(c) > st.cap]
+        key = rng.choice(over)
+        users = [rk for rk, (_, _, keys) in routes.items() if key in keys]
+        copy, s, d = rng.choice(users)
+        nid = rng.choice((s, d))
+        old = where[(copy, nid)]
+        node = kernel.nodes[nid]
+        ins = [(copy, i, nid) for i in dict.fromkeys(node.inputs)]
+        outs = [(copy, nid, x) for x in succs[nid]]
+        lo = max((where[(copy, i)].time + where[(copy, i)].latency for i in node.inputs), default=0)
+        hi = min((where[(copy, x)].time for x in succs[nid]), default=old.time + ii) - old.latency
+        if hi < lo:
+            continue
+        t = rng.randint(lo, hi)
+        r, c = old.pe
+        st.release(old.pe, old.time, node.op)
+        fl = st.flits[nid]
+        cands = [q for q in ((r + dr, c + dc) for dr in range(-3, 4) for dc in range(-3, 4))
+                 if 0 <= q[0] < rows and 0 <= q[1] < cols and (q, t) != (old.pe, old.time)
+                 and st.entries[q] < limit and st.slot_free(q, t, node.op)
+                 and all(st.dist[where[(copy, i)].pe].get(q, 99) * st.hop + st.flits[i] - 1
+                         <= t - where[(copy, i)].time - where[(copy, i)].latency
+                         for i in node.inputs if not is_immediate(kernel, i))
+                 and (is_immediate(kernel, nid) or all(
+                     st.dist[q].get(where[(copy, x)].pe, 99) * st.hop + fl - 1
+                     <= where[(copy, x)].time - t - old.latency for x in succs[nid]))]
+        if not cands:
+            st.occupy(old.pe, old.time, node.op, (copy, nid))
+            continue
+        pe = rng.choice(cands)
+        saved = {k: routes.pop(k) for k in ins + outs if k in routes}
+        for k, (_, _, keys) in saved.items():
+            st.unreserve(keys, (k[0], k[1]))
+        where[(copy, nid)] = Placement(node=nid, copy=copy, pe=pe, time=t, latency=old.latency)
+        st.occupy(pe, t, node.op, (copy, nid))
+        added, ok = {}, True
+        for k in saved:
+            src, dst = where[(k[0], k[1])], where[(k[0], k[2])]
+            if is_immediate(kernel, k[1]):
+                ok = dst.time >= src.time + src.latency
+                added[k] = ((dst.pe,), src.time + src.latency, [])
+            else:
+                fl = st.flits[k[1]]
+                got = st.search_route(src.pe, src.time + src.latency, dst.pe, dst.time, fl,
+                                      False, (k[0], k[1]))
+                ok = got is not None
+                if ok:
+                    keys = st.link_keys(got[0], got[1], fl)
+                    st.reserve(keys, (k[0], k[1]))
+                    added[k] = (got[0], got[1], keys)
+            if not ok:
+                break
+        new = overuse() if ok else math.inf
+        if ok and (new <= cur or rng.random() < math.exp(-(new - cur) / max(temp, 1e-9))):
+            routes.update(added)
+            cur = new
+            continue
+        for k, (_, _, keys) in added.items():
+            st.unreserve(keys, (k[0], k[1]))
+        st.release(pe, t, node.op)
+        where[(copy, nid)] = old
+        st.occupy(old.pe, old.time, node.op, (copy, nid))
+        for k, v in saved.items():
+            routes[k] = v
+            st.reserve(v[2], (k[0], k[1]))
+    return cur == 0
 
 
 def _place_with_overuse(st: _State, near, preds, node, ready, horizon, limit):
