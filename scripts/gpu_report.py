@@ -38,6 +38,7 @@ CROSSCHECKS = {  # workload -> flags; sizes a GPU does in no time (the sim side 
     "butterfly": "--n 256 --batch 32 --complex 1",
     "fft": "--n 1024 --batch 16",
     "fnet-attention": "--seq 128 --dim 64",
+    "moe": "--experts 8 --top-k 2 --tokens 64 --dim 64 --hidden 64 --skew 0.5",
 }
 QUICK_CROSSCHECKS = {  # small enough for the CUDA simulator (--allow-no-gpu smoke runs)
     "gemm": "--m 16 --k 16 --n 16",
@@ -48,6 +49,7 @@ QUICK_CROSSCHECKS = {  # small enough for the CUDA simulator (--allow-no-gpu smo
     "butterfly": "--n 16 --batch 4 --complex 1",
     "fft": "--n 32 --batch 4",
     "fnet-attention": "--seq 16 --dim 8",
+    "moe": "--experts 4 --top-k 2 --tokens 16 --dim 8 --hidden 8",
 }
 
 

@@ -261,6 +261,27 @@ def test_relu_ffn_on_the_gpu(granularity):
         assert kept == 16  # 48 of 64 neurons dead: their 32 x 1 tiles are skipped
 
 
+@pytest.mark.parametrize("experts, top_k, skew", [(4, 2, 0.0), (6, 1, 2.0)])
+def test_moe_layer_on_the_gpu(experts, top_k, skew):
+    """Gating, dispatch, grouped expert GEMMs and combine against the MoE package's definition;
+    the GPU's routing (tokens per expert) equals numpy's, idle experts included (skew 2 leaves
+    the high experts without tokens), and a dry run makes the same launches."""
+    from dataflow.cuda.runner import Runner
+    from dataflow.moe.gating import gate_logits, make_moe_operands, moe_reference, route
+
+    x, wg, bias, w = make_moe_operands(experts, 20, 8, 12, skew, seed=1)
+    run = Runner()
+    y, stats = ops.moe(x, wg, bias, w, top_k, runner=run)
+    assert_close(y, moe_reference(x, wg, bias, w, top_k))
+    want = route(gate_logits(x, wg, bias), top_k).tokens_per_expert.tolist()
+    assert stats["tokens_per_expert"] == want and sum(want) == 20 * top_k
+    if skew:
+        assert 0 in want  # an expert with no tokens: its blocks exit at once
+    dry = Runner(execute=False)
+    ops.moe(x, wg, bias, w, top_k, runner=dry)
+    assert run.launches() == dry.launches()
+
+
 # --- frontend backend="cuda" ---------------------------------------------------------------
 
 def test_frontend_matmul_and_sddmm_on_cuda(rng):
@@ -330,6 +351,10 @@ def test_measure_and_dry_run_report_closed_form_counts(rng):
     (lambda: ops.sparse_attention(np.ones((2, 2)), np.ones((2, 2)), np.ones((2, 2)), [0, 1, 2],
                                   [0, 1], window=1), "not both"),
     (lambda: ops.window_csr(4, 4, 1, 0), "dilation >= 1"),
+    (lambda: ops.moe(np.ones((4, 3)), np.ones((3, 2)), np.zeros(2), np.ones((2, 3, 5)), 3),
+     "top_k"),
+    (lambda: ops.moe(np.ones((4, 3)), np.ones((3, 2)), np.zeros(2), np.ones((2, 4, 5)), 1),
+     "moe operands disagree"),
 ])
 def test_bad_input_names_the_problem(call, match):
     with pytest.raises(ValueError, match=match):

@@ -126,6 +126,7 @@ def test_every_launched_kernel_is_registered():
         for g in ((32, 1), (1, 64)):
             ops.microtile_matmul(z, z, g, runner=r)
         ops.relu_ffn(z, z, np.zeros(64), z, "32x1", runner=r)
+        ops.moe(z, z[:, :4], np.zeros(4), np.zeros((4, 64, 16)), 2, runner=r)
     finally:
         Runner.launch = real_launch
     registered = {k.function for k in _registered()}

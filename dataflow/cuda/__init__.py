@@ -2,8 +2,8 @@
 
 - `have_gpu()` (a CUDA device is present), `execution_mode()` ("gpu" or "cudasim").
 - Host functions (numpy in and out): `gemm`, `spmm`, `sddmm`, `butterfly`, `butterfly_linear`,
-  `butterfly_ffn`, `fft`, `fnet_attention`, `sparse_attention`, `microtile_matmul`, `relu_ffn`
-  (`dataflow.cuda.ops`).
+  `butterfly_ffn`, `fft`, `fnet_attention`, `sparse_attention`, `microtile_matmul`, `relu_ffn`,
+  `moe` (`dataflow.cuda.ops`).
 - `measure(op_name, fn, *args)`: CUDA-event timing with FLOP/s and GB/s (`dataflow.cuda.runner`).
 - `registry.kernels()`: every kernel with its signatures (compiled to PTX for sm_80 / sm_90 in
   the tests); `gpu_spec.load_gpu(...)` and `roofline` model a GPU from its datasheet numbers.
@@ -17,7 +17,7 @@ from dataflow.cuda.frontend import register as _register_frontend
 _register_frontend()  # matmul / sddmm (..., backend="cuda") in dataflow.ust_frontend
 
 _OPS = ("gemm", "spmm", "sddmm", "butterfly", "butterfly_linear", "butterfly_ffn", "fft",
-        "fnet_attention", "sparse_attention", "microtile_matmul", "microtile_index", "relu_ffn")
+        "fnet_attention", "sparse_attention", "microtile_matmul", "microtile_index", "relu_ffn", "moe")
 
 
 def __getattr__(name):
@@ -34,5 +34,5 @@ def __getattr__(name):
 
 __all__ = ["GpuUnavailableError", "OpTiming", "Runner", "butterfly", "butterfly_ffn",
            "butterfly_linear", "execution_mode", "fft", "fnet_attention", "gemm", "have_gpu",
-           "measure", "microtile_index", "microtile_matmul", "on_simulator", "relu_ffn", "sddmm",
+           "measure", "microtile_index", "microtile_matmul", "moe", "on_simulator", "relu_ffn", "sddmm",
            "sparse_attention", "spmm"]

@@ -23,10 +23,10 @@ F32, C64, I32 = np.dtype(np.float32), np.dtype(np.complex64), np.dtype(np.int32)
 def _kernels() -> SimpleNamespace:
     """The kernel modules, imported after `cuda_module()` has fixed GPU or simulator mode."""
     cuda_module()
-    from dataflow.cuda.kernels import attention, butterfly, dense, microtile, sparse
+    from dataflow.cuda.kernels import attention, butterfly, dense, microtile, moe, sparse
 
     return SimpleNamespace(dense=dense, sparse=sparse, butterfly=butterfly, attention=attention,
-                           microtile=microtile)
+                           microtile=microtile, moe=moe)
 
 
 def _ceil(a: int, b: int) -> int:
@@ -507,3 +507,66 @@ def microtile_index(a, granularity=(32, 1)) -> tuple[np.ndarray, np.ndarray]:
     gm, gk = _granularity(granularity, mt)
     idx, count = _microtile_index(cuda.to_device(a), *a.shape, gm, gk, Runner())
     return idx.copy_to_host(), count.copy_to_host()
+
+
+# --- mixture of experts ---------------------------------------------------------------------
+
+def moe(x, wg, bias, w, top_k: int, *, runner: Runner | None = None) -> tuple[np.ndarray, dict]:
+    """The MoE layer Y = combine(gates, experts(dispatch(X))) on the GPU, the MoE package's
+    definition (`dataflow.moe.gating.moe_reference`): logits X Wg + bias (tiled GEMM and the
+    bias kernel), top-k gating, dispatch by expert, every expert's GEMM in one grouped launch,
+    gate-weighted combine. x tokens x dim, wg dim x experts, bias (experts,), w experts x dim x
+    hidden. Returns Y and {tokens_per_expert}. Logits are fp32 here (float64 in the
+    reference): near-tied logits may route differently."""
+    km = _kernels()
+    mk, bfly = km.moe, km.butterfly
+    cuda = cuda_module()
+    x, wg = _matrix(x, "x"), _matrix(wg, "wg")
+    w = np.ascontiguousarray(w, F32)
+    bias = np.ascontiguousarray(bias, F32)
+    (t, d), e = x.shape, wg.shape[1]
+    if w.ndim != 3 or w.shape[:2] != (e, d) or wg.shape[0] != d or bias.shape != (e,):
+        raise ValueError(f"moe operands disagree: x {x.shape}, wg {wg.shape}, bias {bias.shape},"
+                         f" w {w.shape} (want dim x experts, experts, experts x dim x hidden)")
+    if not 0 < top_k <= e:
+        raise ValueError(f"top_k ({top_k}) must be between 1 and the number of experts ({e})")
+    h, rows = w.shape[2], t * top_k
+    runner = runner or Runner()
+    dx = cuda.to_device(x)
+    logits = _gemm_device(dx, cuda.to_device(wg), runner)
+    runner.launch("bias_add", bfly.bias_relu, _ceil(t * e, bfly.STAGE_BLOCK), bfly.STAGE_BLOCK,
+                  (logits, cuda.to_device(bias), False, e, t), flops=t * e,
+                  bytes=4 * (2 * t * e + e))
+    expert = cuda.to_device(np.zeros((t, top_k), I32))
+    gate = cuda.device_array((t, top_k), F32)
+    runner.launch("moe_topk", mk.moe_topk, _ceil(t, mk.TOPK_BLOCK), mk.TOPK_BLOCK,
+                  (logits, expert, gate, top_k, e, t), flops=t * (e * top_k + 3 * top_k),
+                  bytes=4 * (t * e + 2 * t * top_k))
+    offsets = cuda.to_device(np.zeros(e + 1, I32))
+    token_of_row = cuda.device_array(rows, I32)
+    row_of = cuda.device_array((t, top_k), I32)
+    runner.launch("moe_dispatch_index", mk.moe_dispatch_index, _ceil(e, mk.TOPK_BLOCK),
+                  mk.TOPK_BLOCK, (expert, offsets, token_of_row, row_of, t, top_k, e),
+                  bytes=4 * (t * top_k + e + 1 + 2 * rows))
+    xd = cuda.device_array((rows, d), F32)
+    cx, cy = mk.COMBINE_BLOCK
+    runner.launch("moe_gather", mk.moe_gather, (_ceil(d, cx), _ceil(rows, cy)), (cx, cy),
+                  (dx, token_of_row, xd, rows, d), bytes=4 * (2 * rows * d + rows))
+    if runner.execute:
+        per_expert = np.diff(offsets.copy_to_host())
+    else:  # a dry run routes nothing: count from the numpy definition of the routing
+        from dataflow.moe.gating import gate_logits, route
+
+        per_expert = route(gate_logits(x, wg, bias), top_k).tokens_per_expert
+    yd = cuda.device_array((rows, h), F32)
+    tile = mk.MOE_TILE
+    runner.launch("moe_expert_gemm", mk.moe_expert_gemm,
+                  (_ceil(h, tile), _ceil(int(per_expert.max()), tile), e), (tile, tile),
+                  (xd, cuda.to_device(w), yd, offsets, d, h),
+                  flops=2 * rows * d * h, bytes=4 * (rows * d + e * d * h + rows * h))
+    y = cuda.device_array((t, h), F32)
+    runner.launch("moe_combine", mk.moe_combine, (_ceil(h, cx), _ceil(t, cy)), (cx, cy),
+                  (yd, gate, row_of, y, t, top_k, h), flops=2 * rows * h,
+                  bytes=4 * (rows * h + 2 * t * top_k + t * h))
+    return y.copy_to_host(), {"tokens_per_expert": per_expert.astype(int).tolist()}
+

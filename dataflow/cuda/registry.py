@@ -42,7 +42,7 @@ def kernels() -> tuple[KernelSpec, ...]:
         from dataflow.cuda.device import cuda_module
 
         cuda_module()
-    from dataflow.cuda.kernels import attention, butterfly, dense, microtile, sparse
+    from dataflow.cuda.kernels import attention, butterfly, dense, microtile, moe, sparse
 
     sc = "int64"
     return (
@@ -96,6 +96,21 @@ def kernels() -> tuple[KernelSpec, ...]:
         KernelSpec("microtile_matmul_m", microtile.microtile_matmul_m,
                    f"void({F32_2D}, {F32_2D}, {F32_2D}, {I32_2D}, {I32_1D}, {sc}, {sc}, {sc})",
                    "gather nonzero rows per k-block (1x64), scatter-add results"),
+        KernelSpec("moe_topk", moe.moe_topk,
+                   f"void({F32_2D}, {I32_2D}, {F32_2D}, {sc}, {sc}, {sc})",
+                   "MoE top-k gating and gate softmax, one thread per token"),
+        KernelSpec("moe_dispatch_index", moe.moe_dispatch_index,
+                   f"void({I32_2D}, {I32_1D}, {I32_1D}, {I32_2D}, {sc}, {sc}, {sc})",
+                   "MoE dispatch layout: expert offsets and each row's token"),
+        KernelSpec("moe_gather", moe.moe_gather,
+                   f"void({F32_2D}, {I32_1D}, {F32_2D}, {sc}, {sc})",
+                   "MoE dispatch: gather token rows by expert"),
+        KernelSpec("moe_expert_gemm", moe.moe_expert_gemm,
+                   f"void({F32_2D}, float32[:, :, ::1], {F32_2D}, {I32_1D}, {sc}, {sc})",
+                   "all experts' GEMMs in one launch (grouped, tiled in shared memory)"),
+        KernelSpec("moe_combine", moe.moe_combine,
+                   f"void({F32_2D}, {F32_2D}, {I32_2D}, {F32_2D}, {sc}, {sc}, {sc})",
+                   "MoE combine: gate-weighted sum of each token's expert rows"),
     )
 
 

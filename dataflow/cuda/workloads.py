@@ -278,6 +278,44 @@ def _ffn_describe(ops: dict) -> str:
             f"over {ops['granularity']} micro-tiles")
 
 
+# --- mixture of experts --------------------------------------------------------------------------
+
+def _moe_inputs(*, seed: int = 0, experts: int, top_k: int, tokens: int, dim: int, hidden: int,
+                skew: float, placement: str) -> dict:
+    from dataflow.moe.gating import check_moe_params, make_moe_operands
+
+    # the operands the `moe` workload builds (dataflow.moe.api._run_moe)
+    check_moe_params(experts, top_k, tokens, dim, hidden)
+    x, wg, bias, w = make_moe_operands(experts, tokens, dim, hidden, skew, seed)
+    return {"x": x, "wg": wg, "bias": bias, "w": w, "top_k": top_k, "placement": placement}
+
+
+def _moe_numpy(ops: dict):
+    from dataflow.moe.gating import moe_reference
+
+    return moe_reference(ops["x"], ops["wg"], ops["bias"], ops["w"], ops["top_k"])
+
+
+def _moe_sim(ops: dict, arch):
+    from dataflow.moe.api import simulate_moe
+
+    res, _ = simulate_moe(ops["x"], ops["wg"], ops["bias"], ops["w"], ops["top_k"], arch,
+                          placement=ops["placement"])
+    return res.output, res
+
+
+def _moe_cuda(ops: dict, runner=None):
+    from dataflow.cuda import ops as cu
+
+    return cu.moe(ops["x"], ops["wg"], ops["bias"], ops["w"], ops["top_k"], runner=runner)[0]
+
+
+def _moe_describe(ops: dict) -> str:
+    (t, d), (e, _, h) = ops["x"].shape, ops["w"].shape
+    return (f"{t} tokens, {e} experts, top-{ops['top_k']}, dim {d} -> hidden {h}; dataflow "
+            f"placement {ops['placement']}")
+
+
 _TABLE: dict[str, GpuWorkload] = {
     "gemm": GpuWorkload("gemm", _matmul_inputs("gemm"), _matmul_numpy, _matmul_sim, _gemm_cuda,
                         _matmul_describe),
@@ -289,6 +327,7 @@ _TABLE: dict[str, GpuWorkload] = {
                                 _dynamic_cuda, _dynamic_describe),
     "relu-ffn": GpuWorkload("relu-ffn", _ffn_inputs, _ffn_numpy, _ffn_sim, _ffn_cuda,
                             _ffn_describe),
+    "moe": GpuWorkload("moe", _moe_inputs, _moe_numpy, _moe_sim, _moe_cuda, _moe_describe),
     "butterfly": GpuWorkload("butterfly", _butterfly_inputs, _bfly_numpy, _bfly_sim, _bfly_cuda,
                              _bfly_describe),
     "fft": GpuWorkload("fft", _fft_inputs, _fft_numpy, _fft_sim, _fft_cuda, _bfly_describe),
