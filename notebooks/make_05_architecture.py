@@ -122,9 +122,11 @@ r = simulate_mapping(map_program(lower_gemm(rng.standard_normal((4, 8), dtype=np
                                             rng.standard_normal((8, 16), dtype=np.float32)),
                                  spec, copies=2))
 show(gantt(result_data(r), OUT / "gantt_hop3.png", iterations=2))"""),
-    ("md", """Link capacity binds when values fan out. A butterfly-like body where every value
-feeds two consumers needs more than one value per link and cycle at II = 1; with more links per
-direction the mapper reaches II = MII."""),
+    ("md", """Link capacity binds when values fan out. In this butterfly-like body every value feeds
+two consumers. With one value per link and cycle the mapper's negotiation cannot route it at
+II = 1 where the nodes first land; its repair pass moves nodes off congested links and stretches
+the schedule to make room (a longer schedule: more fill and drain per tile). When four copies
+fill all 64 PEs there is no room to move, and II must rise."""),
     ("code", """from dataflow.dfg.graph import Addr, Buffer, Kernel, Loop, Node
 from dataflow.dfg.ops import Op
 
@@ -139,9 +141,11 @@ for a_, b_ in ((4, 6), (4, 6), (5, 7), (5, 7)):
 for j, v in enumerate(range(8, 12)):
     nodes.append(Node(len(nodes), Op.STORE, (v,), buffer="Y", addr=Addr((("i", 4),), const=j)))
 fly = Kernel("fly4", (Loop("i", 64),), tuple(nodes), (Buffer("X", 256), Buffer("Y", 256, "output")))
-for cap in (1, 2, 4):
-    km = map_kernel(fly, arch(**{"interconnect.links_per_direction": cap}), copies=2)
-    print(f"links per direction {cap}: II = {km.ii} (MII {km.mii}), schedule length {km.schedule_length}")"""),
+for copies in (2, 4):
+    for cap in (1, 2, 4):
+        km = map_kernel(fly, arch(**{"interconnect.links_per_direction": cap}), copies=copies)
+        print(f"{copies} copies, links per direction {cap}: II = {km.ii} (MII {km.mii}), "
+              f"schedule length {km.schedule_length}")"""),
     ("md", """## Where the time goes: the roofline
 
 A result's operational intensity (MACs per DRAM byte) against the array's compute roof and the
