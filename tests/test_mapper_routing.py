@@ -62,7 +62,7 @@ def test_anneal_is_legal_and_never_worse():
     imp = map_kernel(fly4(), arch, copies=3, improve="anneal", seed=1)
     check_kernel_mapping(imp, arch)
     assert imp.ii == base.ii
-    cost = lambda k: 16 * k.schedule_length + sum(len(r.links) for r in k.routes)  # noqa: E731
+    cost = lambda k: 16 * k.schedule_length + sum(len(r.links) for r in k.routes)
     assert cost(imp) <= cost(base)
     with pytest.raises(MappingError, match="unknown improvement pass"):
         map_kernel(fly4(), arch, improve="ilp")
