@@ -88,6 +88,23 @@ def _schedule_rows(mapping: Mapping) -> tuple[tuple, ...]:
     return tuple(rows)
 
 
+def _system_trace(arrays: list[ArrayResult], timeline) -> tuple:
+    """Every kernel's (cycle, PE, op) events on the system clock: an event at array cycle c of
+    tile j (array cycles count tile after tile, stalls for DMA excluded) happens at the tile's
+    start in the system timeline plus its offset inside the tile."""
+    spans = iter(timeline.tile_spans)  # in kernel order, one per tile
+    out = []
+    for a in arrays:
+        starts = [next(spans)[2] for _ in a.tiles]
+        if not a.trace:
+            continue
+        bounds = np.cumsum([0] + [t.compute_cycles for t in a.tiles])
+        for cyc, pe, op in a.trace:
+            j = min(int(np.searchsorted(bounds, cyc, side="right")) - 1, len(a.tiles) - 1)
+            out.append((int(starts[j] + cyc - bounds[j]), pe, op))
+    return tuple(sorted(out, key=lambda e: (e[0], e[1])))
+
+
 def simulate_mapping(mapping: Mapping, engine: str = "fast", trace: bool = False,
                      workload: str | None = None) -> SimResult:
     """Run a mapped program: values and timing. Cycles at the array clock, energy in pJ."""
@@ -130,7 +147,7 @@ def simulate_mapping(mapping: Mapping, engine: str = "fast", trace: bool = False
         dram_bytes_read=rd, dram_bytes_written=wr,
         energy_pj=tuple(energy_breakdown(arrays, arch, rd + wr, len(arrays)).items()),
         kernels=kernels, output=output, engine=engine,
-        trace=arrays[0].trace if trace and arrays else None,
+        trace=_system_trace(arrays, timeline) if trace and arrays else None,
         area_mm2=tuple(area_breakdown(arch).items()),
         dram_bytes_per_cycle=arch.dram.bytes_per_cycle,
         schedule=_schedule_rows(mapping), tile_spans=timeline.tile_spans,
