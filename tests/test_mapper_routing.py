@@ -143,3 +143,9 @@ def test_staggered_buffer_bases_avoid_conflicts_that_packing_creates():
     naive = simulate_mapping(dataclasses.replace(mapping, kernels=(packed_km,)))
     assert np.array_equal(staggered.output, naive.output)
     assert staggered.stall_cycles_spm_conflict < naive.stall_cycles_spm_conflict
+
+
+def test_map_kernel_error_carries_the_link_diagnosis():
+    arch = variant(**{**ONE_LINK, "pe_array.rows": 4, "pe_array.cols": 4})
+    with pytest.raises(MappingError, match=r"with 1 copy at II = 1: links: .*links_per_direction = 1"):
+        map_kernel(fly4(), arch, copies=1, max_ii_slack=0)
