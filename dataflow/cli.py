@@ -69,6 +69,8 @@ def _summary(r) -> str:
         f"  DRAM             {r.dram_bytes_read:,} B read, {r.dram_bytes_written:,} B written",
         f"  energy           {r.energy_total_pj / 1e6:,.3f} uJ ("
         + ", ".join(f"{k} {v / 1e6:.3f}" for k, v in r.energy_pj) + ")",
+        *([f"  area             {r.area_total_mm2:,.2f} mm2 ("
+           + ", ".join(f"{k} {v:.2f}" for k, v in r.area_mm2) + ")"] if r.area_mm2 else []),
         f"  values           {'match' if r.values_match_reference else 'DO NOT MATCH'} the numpy "
         f"reference (max abs error {r.max_abs_error:.3g})",
         f"  wall time        {r.wall_seconds:.3f} s",
