@@ -59,6 +59,19 @@ def _buffer_bytes(km, kernel, tile_index: int, word_bytes: int,
     return out
 
 
+def _split(name: str, rd: int, wr: int, channels: int) -> list:
+    """DMA transfers of one buffer, page-interleaved over the DRAM channels (one transfer per
+    channel, as a page-interleaved allocator spreads a large buffer)."""
+    out = []
+    for kind, nb in (("read", rd), ("write", wr)):
+        if not nb:
+            continue
+        parts = max(1, min(channels, nb // 4096))  # pages of 4 KiB
+        share = [nb // parts + (1 if i < nb % parts else 0) for i in range(parts)]
+        out += [(f"{name}#{i}" if parts > 1 else name, kind, b) for i, b in enumerate(share)]
+    return out
+
+
 @dataclass(frozen=True, eq=False)
 class OrchestratedRun:
     """`result`: the SimResult (its `output` is the program's first output, flat);
@@ -104,7 +117,7 @@ def simulate_orchestrated(om: OrchestratedMapping, engine: str = "fast",
                     if name not in internal:
                         rd += r
                         wr += w
-                        transfers += [(name, kind, nb) for kind, nb in (("read", r), ("write", w)) if nb]
+                        transfers += _split(name, r, w, arch.dram.channels)
             extra = {"dram_transfers": tuple(transfers)} if _PER_BUFFER else {}
             merged.append(TileResult(kernel=f"residency{si}", index=t, iterations=iters,
                                      compute_cycles=comp, stall_cycles_spm_conflict=stall,

@@ -61,6 +61,7 @@ ORCHESTRATIONS = ("layer", "fused", "multilayer")
 MAX_STAGES_PER_KERNEL = None  # no explicit cap: the limits below decide
 MAPPER_EFFORT = 4096  # largest nodes x PEs we modulo-schedule (minutes beyond, on 2 cores)
 RETRY_II_SLACK = 48
+MAX_COPIES = 8
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,7 @@ class FusionChoice:
     limits: tuple[tuple[str, int], ...]
     reason: str
     skew_lines: int = 0  # intermediates in the skewed SPM layout (see lower_butterfly)
+    entry_budget: int | None = None  # instruction entries per PE one kernel may fill with copies
 
     @property
     def stages_on_chip(self) -> int:
@@ -118,9 +120,13 @@ def _shape_key(kernel: Kernel, arch: ArchSpec):
     return (arch, tuple((n.op, n.inputs, n.id in vec) for n in kernel.nodes))
 
 
-def map_stage_kernel(kernel: Kernel, arch: ArchSpec, tile_rows: int) -> KernelMapping:
-    """`map_kernel` with the schedule of an identical body reused (tiles recomputed, checked)."""
-    key = _shape_key(kernel, arch)
+def map_stage_kernel(kernel: Kernel, arch: ArchSpec, tile_rows: int,
+                     entry_budget: int | None = None) -> KernelMapping:
+    """`map_kernel` with the schedule of an identical body reused (tiles recomputed, checked).
+    Extra copies are added only while every PE holds at most `entry_budget` instructions (the
+    share of the instruction entries a co-resident kernel may take)."""
+    budget = arch.pe_array.instruction_entries if entry_budget is None else entry_budget
+    key = (_shape_key(kernel, arch), budget)
     hit = _SHAPES.get(key)
     if hit is None:
         try:
@@ -128,6 +134,7 @@ def map_stage_kernel(kernel: Kernel, arch: ArchSpec, tile_rows: int) -> KernelMa
         except MappingError:
             # the list scheduler sometimes needs II well above MII for these wide bodies
             km = map_kernel(kernel, arch, max_tile_rows=tile_rows, max_ii_slack=RETRY_II_SLACK)
+        km = _more_copies(kernel, arch, tile_rows, km, budget)
         _SHAPES[key] = km
         return km
     tiles, allocs = tile_and_allocate(kernel, arch, tile_rows)
@@ -135,6 +142,32 @@ def map_stage_kernel(kernel: Kernel, arch: ArchSpec, tile_rows: int) -> KernelMa
                              notes=hit.notes + (f"schedule reused from {hit.kernel.name!r}",))
     check_kernel_mapping(km, arch)
     return km
+
+
+def _more_copies(kernel: Kernel, arch: ArchSpec, tile_rows: int, km: KernelMapping,
+                 budget: int) -> KernelMapping:
+    """`map_kernel` tries at most PEs // nodes copies; a wide body whose one copy cannot reach
+    II = ResMII often runs several copies at the same II. Try more copies (within the
+    instruction entries and the mapper-effort budget) and keep the best copies / II."""
+    nodes, pes = len(kernel.nodes), arch.pe_array.num_pes
+    best = km
+    u = km.copies + 1
+    while (u * nodes <= pes * arch.pe_array.instruction_entries and u * nodes * pes <= 4 * MAPPER_EFFORT
+           and u <= MAX_COPIES):
+        # the throughput u / ResMII(u) is an upper bound; skip what cannot beat the best
+        if u / max(1, -(-u * nodes // pes)) > best.copies / best.ii:
+            try:
+                cand = map_kernel(kernel, arch, copies=u, max_tile_rows=tile_rows)
+                if (cand.copies / cand.ii > best.copies / best.ii
+                        and max(_instructions(cand).values()) <= budget):
+                    best = cand
+            except MappingError:
+                pass
+        u += 1
+    if best is not km:
+        best = dataclasses.replace(best, notes=best.notes + (
+            f"{best.copies} copies at II {best.ii} (map_kernel's own choice: {km.copies} at II {km.ii})",))
+    return best
 
 
 # --- the choice ---------------------------------------------------------------------------------
@@ -212,9 +245,9 @@ def choose_stages_per_kernel(spec: ButterflySpec, arch: ArchSpec, max_stages: in
     return f, limits, reason
 
 
-def _map_groups(spec, arch, groups, rows):
+def _map_groups(spec, arch, groups, rows, budget):
     kernels = [group_kernel(spec, g, len(groups), i) for i, g in enumerate(groups)]
-    return kernels, [map_stage_kernel(k, arch, rows) for k in kernels]
+    return kernels, [map_stage_kernel(k, arch, rows, budget) for k in kernels]
 
 
 def _instructions(km: KernelMapping) -> Counter:
@@ -261,7 +294,10 @@ def plan_orchestration(spec: ButterflySpec, arch: ArchSpec, mode: str,
     while True:
         groups = split_stages(S, f)
         try:
-            _, kms = _map_groups(spec, arch, groups, rows)
+            # co-resident kernels share the instruction entries: extra copies only within a share
+            budget = (arch.pe_array.instruction_entries // len(groups) if mode == "multilayer"
+                      else None)
+            _, kms = _map_groups(spec, arch, groups, rows, budget)
             break
         except MappingError as exc:
             if f == 1:
@@ -279,7 +315,8 @@ def plan_orchestration(spec: ButterflySpec, arch: ArchSpec, mode: str,
     if skew:
         reason += f"; intermediates in the skewed layout for {skew} SPM lines"
     choice = FusionChoice(mode=mode, stages=S, stages_per_kernel=f, kernels_per_residency=c,
-                          tile_rows=rows, limits=tuple(limits), reason=reason, skew_lines=skew)
+                          tile_rows=rows, limits=tuple(limits), reason=reason, skew_lines=skew,
+                          entry_budget=budget)
     return choice, groups, kms, segments, tuple(notes)
 
 
@@ -318,7 +355,7 @@ def map_butterfly(program, spec: ButterflySpec, arch: ArchSpec, plan) -> Orchest
     if len(program.kernels) != len(kms):
         raise MappingError("program and plan disagree on the number of stage kernels")
     # the plan mapped kernels built without data; the program's kernels have the same bodies
-    kms = [map_stage_kernel(k, arch, choice.tile_rows) for k in program.kernels]
+    kms = [map_stage_kernel(k, arch, choice.tile_rows, choice.entry_budget) for k in program.kernels]
     mapping = Mapping(program=program, arch=arch, kernels=tuple(kms), orchestration=mode)
     from dataflow.mapper.legality import check_mapping
 
