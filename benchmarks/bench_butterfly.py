@@ -164,7 +164,7 @@ def _plot(rows, arch, dim) -> None:
            ylabel="achieved / roofline bound", title="fraction of roofline")
     a2.legend(fontsize=8)
     fig.tight_layout()
-    path = OUT / "bench_butterfly.png"
+    path = OUT / f"bench_butterfly_{arch.name}.png"
     fig.savefig(path, dpi=120)
     print(f"plot: {path}")
 
