@@ -197,11 +197,15 @@ def test_torus_and_skip_hops_shorten_distances():
 
     assert diameter(torus) < diameter(mesh)
     assert diameter(skip) < diameter(mesh)
-    # and a mapping on the torus uses a wrap-around link somewhere when it pays
+    assert hop_distance(mesh)[(0, 0)][(0, 7)] == 7
+    assert hop_distance(torus)[(0, 0)][(0, 7)] == 1  # the wrap-around link
+    assert hop_distance(skip)[(0, 0)][(0, 7)] == 3  # 4 + 2 + 1
+    # routes on the torus only use links the torus has, wrap-around ones included
     km = map_kernel(gemm_kernel(8, 8, 16), torus, copies=16)
-    assert any(abs(a[0] - b[0]) + abs(a[1] - b[1]) > 1 for r in km.routes for a, b in r.links) \
-        or sum(len(r.links) for r in km.routes) <= sum(
-            len(r.links) for r in map_kernel(gemm_kernel(8, 8, 16), mesh, copies=16).routes)
+    ring = lambda x, y: min(abs(x - y), 8 - abs(x - y))  # noqa: E731 - distance on an 8-ring
+    for r in km.routes:
+        for a, b in r.links:
+            assert ring(a[0], b[0]) + ring(a[1], b[1]) == 1, (a, b)
 
 
 # --- PE array ----------------------------------------------------------------------------------
