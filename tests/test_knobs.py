@@ -202,7 +202,7 @@ def test_torus_and_skip_hops_shorten_distances():
     assert hop_distance(skip)[(0, 0)][(0, 7)] == 3  # 4 + 2 + 1
     # routes on the torus only use links the torus has, wrap-around ones included
     km = map_kernel(gemm_kernel(8, 8, 16), torus, copies=16)
-    ring = lambda x, y: min(abs(x - y), 8 - abs(x - y))  # noqa: E731 - distance on an 8-ring
+    ring = lambda x, y: min(abs(x - y), 8 - abs(x - y))  # distance on an 8-ring
     for r in km.routes:
         for a, b in r.links:
             assert ring(a[0], b[0]) + ring(a[1], b[1]) == 1, (a, b)
