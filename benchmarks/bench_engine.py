@@ -157,7 +157,7 @@ def scalesim_comparison(quick: bool, use_scalesim: bool):
     print("speedup = SCALE-Sim wall / dataflow lower+map+simulate; (e2e) = against dataflow.simulate(), "
           "which also draws operands and checks values against numpy")
     if not python:
-        print("SCALE-Sim not installed: its cycles are the golden file's (or the closed form that "
+        print("SCALE-Sim not run (--no-scalesim or not installed): its cycles are the golden file's (or the closed form that "
               "reproduces them), its wall times the ones recorded in benchmarks/scalesim/README.md "
               "(labelled 'rec')")
     return rows
