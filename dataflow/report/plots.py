@@ -23,7 +23,8 @@ def gantt(data: dict, path, kernel: str | None = None, iterations: int = 3) -> P
     w x II later), one row per PE used, bars labelled copy.node."""
     rows = data["schedule"]
     if not rows:
-        raise ValueError("the result holds no schedule (systolic mapping or a bare --json file)")
+        raise ValueError("the result holds no schedule (a systolic mapping, a workload whose "
+                         "own simulator records none, or a bare --json file)")
     kernel = kernel or rows[0]["kernel"]
     rows = [r for r in rows if r["kernel"] == kernel]
     ii = rows[0]["ii"]
