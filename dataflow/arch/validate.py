@@ -6,7 +6,7 @@ from dataflow.arch.spec import ArchSpec
 
 PE_KINDS = ("reconfigurable", "systolic")
 TOPOLOGIES = ("mesh", "torus")
-ADDRESS_MAPPINGS = ("interleaved", "blocked")
+ADDRESS_MAPPINGS = ("interleaved", "blocked", "xor")
 DTYPES = {"float32": 4, "float16": 2, "float64": 8, "int32": 4, "int8": 1}
 
 
@@ -74,6 +74,9 @@ def validate_arch(spec: ArchSpec) -> None:
     positive("spm.access_latency_cycles", spm.access_latency_cycles)
     if spm.address_mapping not in ADDRESS_MAPPINGS:
         fail("spm.address_mapping", f"must be one of {ADDRESS_MAPPINGS}, got {spm.address_mapping!r}")
+    if spm.address_mapping == "xor" and spm.lines & (spm.lines - 1):
+        fail("spm.address_mapping", f"'xor' needs a power-of-two number of lines, got spm.lines = "
+                                    f"{spm.lines}")
     if spm.capacity_words_per_line % spm.words_per_row:
         fail("spm.capacity_words_per_line",
              f"must be a multiple of spm.words_per_row ({spm.words_per_row}), "

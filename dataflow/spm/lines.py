@@ -12,9 +12,22 @@ def line_of_row(row: np.ndarray | int, spm: SPMSpec):
 
     `interleaved`: consecutive rows on consecutive lines (row mod lines), so streams spread over
     all lines. `blocked`: each line holds one contiguous range of capacity_words_per_line words.
+    `xor`: interleaved, with the line index XOR-folded with the higher row bits (lines a power
+    of two), the bank hashing of GPU shared memory and multi-bank SPMs, so streams whose rows
+    are a multiple of `lines` apart still land on different lines.
     """
     if spm.address_mapping == "interleaved":
         return row % spm.lines
+    if spm.address_mapping == "xor":
+        bits = spm.lines.bit_length() - 1
+        line = row & (spm.lines - 1)
+        rest = row >> bits
+        for _ in range(64 // max(1, bits)):
+            if not np.any(rest):
+                break
+            line = line ^ (rest & (spm.lines - 1))
+            rest = rest >> bits
+        return line
     return (row * spm.words_per_row) // spm.capacity_words_per_line
 
 
