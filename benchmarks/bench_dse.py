@@ -52,6 +52,31 @@ def timed_run(points, runner, folder: Path, label: str) -> tuple[float, dict]:
     return wall, cpu, values
 
 
+def _burn(n: int) -> int:
+    x = 0
+    for i in range(n):
+        x += i
+    return x
+
+
+def machine_ceiling(workers: int, n: int = 2_000_000, jobs: int = 8) -> float:
+    """Speed-up `workers` processes get on pure CPU work with no sharing at all: the most a
+    sweep can reach here (virtual cores that are hyperthreads of one physical core give far
+    less than `workers`)."""
+    import multiprocessing as mp
+
+    t0 = time.perf_counter()
+    for _ in range(jobs):
+        _burn(n)
+    serial = time.perf_counter() - t0
+    with mp.get_context("forkserver").Pool(workers) as pool:
+        pool.map(_burn, [1000] * workers)  # start the workers first
+        t0 = time.perf_counter()
+        pool.map(_burn, [n] * jobs, chunksize=1)
+        par = time.perf_counter() - t0
+    return serial / par
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--workers", type=int, nargs="+", default=None,
@@ -90,6 +115,7 @@ def main() -> None:
             assert got == ref, f"pool with {w} workers gave other results than serial"
             rows.append((f"pool {w}", w, startup, wall, len(points) / wall, cpu))
     serial_rate = rows[0][4]
+    ceilings = {w: machine_ceiling(w) for w in counts}
     # cores busy = CPU seconds the evaluations got / wall seconds: below the worker count when
     # other processes share the cores, which is what caps the speed-up on a loaded machine
     print(f"{'runner':>8} {'workers':>7} {'startup s':>9} {'sweep s':>8} {'points/s':>9} "
@@ -97,7 +123,12 @@ def main() -> None:
     for name, w, startup, wall, rate, cpu in rows:
         print(f"{name:>8} {w:>7} {startup:>9.2f} {wall:>8.2f} {rate:>9.2f} "
               f"{rate / serial_rate:>8.2f}x {rate / serial_rate / w:>9.0%} "
-              f"{1e3 * cpu / len(points):>9.1f} {cpu / wall:>10.2f}")
+              f"{1e3 * cpu / len(points):>9.1f} {cpu / wall:>10.2f}"
+              + (f"   machine ceiling {ceilings[w]:.2f}x -> {rate / serial_rate / ceilings[w]:.0%}"
+                 " of it" if name != "serial" else ""))
+    print("machine ceiling = speed-up of the same number of processes on pure CPU work (no I/O, "
+          "no sharing);\nthe sweep's scaling is judged against it, since virtual cores may share "
+          "one physical core")
     print("\nall runs stored identical cycles, energy and value checks")
 
     import matplotlib
@@ -111,6 +142,7 @@ def main() -> None:
     ws = [r[1] for r in rows[1:]]
     ax.plot(ws, [r[4] / serial_rate for r in rows[1:]], "o-", label="measured")
     ax.plot(ws, ws, "--", c="0.5", label="linear")
+    ax.plot(ws, [ceilings[w] for w in ws], ":", c="k", label="machine ceiling (pure CPU)")
     ax.set_xlabel("local worker processes")
     ax.set_ylabel("points/s relative to serial")
     ax.set_title(f"dataflow sweep throughput ({cores} cores)", fontsize=9)
