@@ -12,8 +12,14 @@ FP32_RTOL = 1e-4
 FP32_ATOL = 1e-5
 
 
+def _wide(x) -> np.ndarray:
+    """float64, or complex128 for complex input (never drops an imaginary part)."""
+    x = np.asarray(x)
+    return x.astype(np.complex128 if np.iscomplexobj(x) else np.float64)
+
+
 def max_abs_error(actual, expected) -> float:
-    a, e = np.asarray(actual, dtype=np.float64), np.asarray(expected, dtype=np.float64)
+    a, e = _wide(actual), _wide(expected)
     return float(np.max(np.abs(a - e))) if a.size else 0.0
 
 
@@ -22,7 +28,7 @@ def values_match(actual, expected, rtol: float = FP32_RTOL, atol: float = FP32_A
     if a.shape != e.shape:
         return False
     scale = max(1.0, float(np.max(np.abs(e)))) if e.size else 1.0
-    return bool(np.allclose(a.astype(np.float64), e.astype(np.float64), rtol=rtol, atol=atol * scale))
+    return bool(np.allclose(_wide(a), _wide(e), rtol=rtol, atol=atol * scale))
 
 
 def assert_close(actual, expected, rtol: float = FP32_RTOL, atol: float = FP32_ATOL,

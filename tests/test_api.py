@@ -43,3 +43,14 @@ def test_matmul_errors():
         dataflow.matmul(np.ones((2, 3)), np.ones((4, 2)))
     with pytest.raises(ValueError, match="unknown backend"):
         dataflow.matmul(np.ones((2, 2)), np.ones((2, 2)), backend="gpu")
+
+
+def test_value_checks_keep_imaginary_parts():
+    import numpy as np
+
+    from dataflow.testing import max_abs_error, values_match
+
+    x = np.array([1 + 1j, 2 - 1j], np.complex64)
+    assert values_match(x, x.copy())
+    assert not values_match(x, x.real.astype(np.complex64))
+    assert max_abs_error(x, np.conj(x)) == 2.0
