@@ -102,17 +102,23 @@ def load_arch(path: str | Path) -> ArchSpec:
     impossible values.
     """
     path = Path(path)
+    return arch_from_dict(read_yaml(path, ArchError, "architecture file"), source=str(path))
+
+
+def read_yaml(path: Path, error: type, what: str):
+    """The data of a YAML file; an unreadable, malformed or empty file raises
+    `error(file, "", message)` (ArchError and the sweep and GPU spec errors share this form)."""
     try:
-        text = path.read_text()
+        text = Path(path).read_text()
     except OSError as exc:
-        raise ArchError(str(path), "", f"cannot read architecture file ({exc.strerror})") from None
+        raise error(str(path), "", f"cannot read {what} ({exc.strerror})") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ArchError(str(path), "", f"not valid YAML: {exc}") from None
+        raise error(str(path), "", f"not valid YAML: {exc}") from None
     if data is None:
-        raise ArchError(str(path), "", "file is empty")
-    return arch_from_dict(data, source=str(path))
+        raise error(str(path), "", "file is empty")
+    return data
 
 
 def arch_to_dict(spec: ArchSpec) -> dict:

@@ -11,8 +11,6 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 GPU_DIR = Path(__file__).resolve().parent.parent.parent / "arch_configs" / "gpus"
 PRECISIONS = ("fp64", "fp64_tensor", "fp32", "tf32_tensor", "fp16", "fp16_tensor",
               "bf16_tensor", "fp8_tensor", "int8_tensor")
@@ -134,17 +132,9 @@ def load_gpu(name_or_path: str | Path) -> GpuSpec:
             known = ", ".join(available_gpus())
             raise FileNotFoundError(f"unknown GPU {str(name_or_path)!r}: no {p}; known GPUs: "
                                     f"{known} (or give a path to a .yaml file)")
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise GpuSpecError(str(p), "", f"cannot read GPU file ({exc.strerror})") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise GpuSpecError(str(p), "", f"not valid YAML: {exc}") from None
-    if data is None:
-        raise GpuSpecError(str(p), "", "file is empty")
-    return gpu_from_dict(data, source=str(p))
+    from dataflow.arch.load import read_yaml
+
+    return gpu_from_dict(read_yaml(p, GpuSpecError, "GPU file"), source=str(p))
 
 
 def available_gpus() -> tuple[str, ...]:

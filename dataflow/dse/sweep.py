@@ -37,8 +37,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from dataflow.arch import ArchError, arch_from_dict, arch_to_dict, load_arch
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -309,18 +307,10 @@ def _tail(exc: ArchError) -> str:
 
 def load_sweep(path: str | Path) -> Sweep:
     """Read and validate a sweep file; raises `SweepError` naming the file and key path."""
+    from dataflow.arch.load import read_yaml
+
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise SweepError(str(path), "", f"cannot read sweep file ({exc.strerror})") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise SweepError(str(path), "", f"not valid YAML: {exc}") from None
-    if data is None:
-        raise SweepError(str(path), "", "file is empty")
-    return sweep_from_dict(data, source=str(path), path=path)
+    return sweep_from_dict(read_yaml(path, SweepError, "sweep file"), source=str(path), path=path)
 
 
 def sweep_from_dict(data: Any, source: str = "<dict>", path: Path | None = None) -> Sweep:
