@@ -8,6 +8,7 @@ import textwrap
 import numpy as np
 import pytest
 
+import dataflow
 from dataflow.cli import main
 from dataflow.dse.evaluate import area_breakdown_mm2
 from dataflow.dse.pareto import nondominated_ranks, pareto_mask, rank_rows
@@ -175,16 +176,16 @@ def test_mapping_options_reach_only_workloads_that_take_them(tmp_path):
     assert len({p.group() for p in points}) == 1  # mapping choices share one Pareto group
 
 
-def test_area_is_counts_times_table(default_arch):
+def test_area_is_the_simulators_area_model(default_arch):
     from dataflow.arch import arch_to_dict
 
-    data = arch_to_dict(default_arch)
-    area = area_breakdown_mm2(data)
-    pes, lines = 8 * 8, 16
-    t = default_arch.area
-    assert area == {"pe": pes * t.pe_mm2, "router": pes * t.router_mm2,
-                    "spm_line": lines * t.spm_line_mm2}
-    assert sum(area.values()) == pytest.approx(64 * 0.05 + 64 * 0.01 + 16 * 0.1)
+    area = area_breakdown_mm2(arch_to_dict(default_arch))
+    pes, lines, t = 8 * 8, 16, default_arch.area
+    ports = default_arch.spm.read_ports_per_line + default_arch.spm.write_ports_per_line
+    assert area == pytest.approx({"pe_array": pes * t.pe_mm2, "spm": lines * t.spm_line_mm2 * ports / 2,
+                                  "interconnect": pes * t.router_mm2})
+    r = dataflow.simulate("gemm", arch=default_arch, m=8, k=8, n=8)
+    assert dict(r.area_mm2) == pytest.approx(area)
 
 
 # ---------------------------------------------------------------- Pareto sorting

@@ -51,8 +51,11 @@ def test_points_are_stored_with_checked_values_and_area(tiny_db):
         arch = r["point"]["arch"]
         pes = arch["pe_array"]["rows"] * arch["pe_array"]["cols"]
         a = arch["area"]
-        assert r["area_mm2"] == pytest.approx(
-            pes * (a["pe_mm2"] + a["router_mm2"]) + arch["spm"]["lines"] * a["spm_line_mm2"])
+        spm, ic = arch["spm"], arch["interconnect"]
+        ports = spm["read_ports_per_line"] + spm["write_ports_per_line"]
+        links = (1 + len(ic["skip_hop_strides"])) * ic["links_per_direction"]
+        assert r["area_mm2"] == pytest.approx(  # pe_array.simulate.area_breakdown's model
+            pes * (a["pe_mm2"] + a["router_mm2"] * links) + spm["lines"] * a["spm_line_mm2"] * ports / 2)
         assert r["energy_pj"] == pytest.approx(r["result"]["energy_total_pj"])
         assert r["time_s"] == pytest.approx(r["cycles"] / (arch["clock_ghz"] * 1e9))
         assert r["cycles"] >= r["result"]["compute_cycles"] > 0

@@ -39,29 +39,14 @@ def metric_name(name: str) -> str:
     return name
 
 
-# How many of each AreaTable component one architecture has. DESIGN.md ("ArchSpec"): the area
-# table gives mm² per component; total area = sum over components of count x mm² each. Every PE
-# of the mesh/torus has its own router; the SPM has `spm.lines` lines.
-AREA_COUNTS = {
-    "pe_mm2": lambda a: a["pe_array"]["rows"] * a["pe_array"]["cols"],
-    "router_mm2": lambda a: a["pe_array"]["rows"] * a["pe_array"]["cols"],
-    "spm_line_mm2": lambda a: a["spm"]["lines"],
-}
-
-
-def check_area_table(arch: dict) -> None:
-    """Every area entry must have a known count, or area totals would silently miss a part."""
-    unknown = sorted(set(arch.get("area", {})) - set(AREA_COUNTS))
-    if unknown:
-        raise ValueError(f"area.{unknown[0]}: the DSE does not know how many of this component an "
-                         "architecture has (add it to AREA_COUNTS in dataflow/dse/evaluate.py)")
-
-
 def area_breakdown_mm2(arch: dict) -> dict[str, float]:
-    """Area per component kind (mm²) of an architecture given as `arch_to_dict` plain data."""
-    check_area_table(arch)
-    return {name.removesuffix("_mm2"): AREA_COUNTS[name](arch) * float(per)
-            for name, per in arch["area"].items()}
+    """Area per component (mm²) of an architecture given as `arch_to_dict` plain data: the one
+    area model of the project, `pe_array.simulate.area_breakdown` (the same numbers a
+    `SimResult.area_mm2` carries)."""
+    from dataflow.arch import arch_from_dict
+    from dataflow.pe_array.simulate import area_breakdown
+
+    return area_breakdown(arch_from_dict(arch, source="<area>"))
 
 
 def evaluate_point(payload: dict[str, Any]) -> dict[str, Any]:
@@ -74,13 +59,13 @@ def evaluate_point(payload: dict[str, Any]) -> dict[str, Any]:
                               "worker": f"{socket.gethostname()}:{os.getpid()}"}
     try:
         spec = arch_from_dict(payload["arch"], source=f"point {payload['point_id']}")
-        area = area_breakdown_mm2(payload["arch"])
         r = simulate(payload["workload"], arch=spec, seed=payload["seed"],
                      engine=payload["engine"], **payload["params"])
     except Exception as exc:  # noqa: BLE001 -- a failed point is a result too (stored, with its message)
         record.update(status="failed", error=_message(exc), wall_s=time.perf_counter() - t0)
         return record
     energy = r.energy_total_pj
+    area = dict(r.area_mm2) or area_breakdown_mm2(payload["arch"])
     record.update(
         status="ok", error=None,
         cycles=int(r.cycles), time_s=float(r.time_seconds), energy_pj=float(energy),

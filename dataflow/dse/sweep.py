@@ -450,12 +450,6 @@ def sweep_from_dict(data: Any, source: str = "<dict>", path: Path | None = None)
                   dimensions=tuple(dims), skip_impossible=skip, workloads=tuple(grids),
                   engines=engines, seeds=seeds, mapping_options=tuple(options),
                   search=SearchOptions(objectives, population, sseed))
-    from dataflow.dse.evaluate import check_area_table
-
-    try:
-        check_area_table(base)
-    except ValueError as exc:
-        raise SweepError(source, "arch.base", str(exc)) from None
     return sweep
 
 
