@@ -79,12 +79,16 @@ class Loop:
 @dataclass(frozen=True)
 class Buffer:
     """A named array of `size` words; `role` is `input`, `output` or `temp`. A buffer no input
-    provides starts filled with `init` (-inf for the target of a max-accumulate)."""
+    provides starts filled with `init` (-inf for the target of a max-accumulate). `fetch` is how
+    a resident input crosses the DRAM interface: "whole" (all `size` words) or "gather" (an
+    indirect DMA of only the SPM rows its gathers touch, PIT's SRead from memory; see
+    `dataflow.pe_array.common.gather_fetch_words`)."""
 
     name: str
     size: int
     role: str = "input"
     init: float = 0.0
+    fetch: str = "whole"
 
 
 @dataclass(frozen=True, eq=False)
@@ -168,9 +172,21 @@ class Kernel:
                 for v, _ in n.addr.terms:
                     if v not in loop_vars:
                         raise DFGError(f"{where}: node %{n.id} address uses unknown variable {v!r}")
-                indirect = n.op in (Op.GATHER, Op.SCATTER)
-                if indirect != bool(n.addr.index_stride):
-                    raise DFGError(f"{where}: node %{n.id}: only gather/scatter use an index")
+                if n.op.is_indirect != bool(n.addr.index_stride):
+                    raise DFGError(f"{where}: node %{n.id}: only gather/scatter/scatter_acc use an index")
+                if n.op is Op.SCATTER_ACC and self.nodes[n.inputs[0]].op not in (Op.LOAD, Op.GATHER):
+                    # the run of same-address iterations (one read-modify-write per run) is
+                    # decided from the next iteration's address, so its index must be loaded
+                    raise DFGError(f"{where}: node %{n.id} scatter_acc needs a loaded index "
+                                   f"(load or gather), got {self.nodes[n.inputs[0]].op.value}")
+        for b in self.buffers:
+            if b.fetch == "whole":
+                continue
+            users = [n for n in self.nodes if n.buffer == b.name]
+            if b.fetch != "gather" or b.role != "input" or not users or any(
+                    n.op is not Op.GATHER or self.nodes[n.inputs[0]].op is not Op.LOAD for n in users):
+                raise DFGError(f"{where}: buffer {b.name!r} fetch={b.fetch!r}: 'gather' is for an "
+                               "input read only by gathers whose index is a load; else 'whole'")
         g = self.graph()
         zero = nx.DiGraph([(u, v) for u, v, d in g.edges(data="distance") if d == 0])
         if any(s >= len(self.nodes) or d >= len(self.nodes) or dist < 1 for s, d, dist in self.carried):

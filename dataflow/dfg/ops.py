@@ -25,6 +25,10 @@ class Op(str, Enum):
     ACC_MAX = "accmax"  # max-accumulate into an SPM buffer (a row max of softmax): read-modify-write
     DIV = "div"  # a / b, rounded once (softmax normalisation; on the special-function unit)
     VSUM = "vsum"  # sum of a SIMD vector's lanes -> a scalar (a lane-reduction adder tree)
+    # indirect accumulate (PIT's SWrite with accumulate): buffer[index * stride + affine] += value;
+    # combines in the PE's register like ACC, one SPM read-modify-write per run of same-address
+    # iterations; lanes of one vector that hit the same word are serialised (see fast.py)
+    SCATTER_ACC = "scatter_acc"
 
     @property
     def is_memory(self) -> bool:
@@ -32,26 +36,31 @@ class Op(str, Enum):
 
     @property
     def reads_spm(self) -> bool:
-        return self in (Op.LOAD, Op.GATHER, Op.ACC, Op.ACC_MAX)
+        return self in (Op.LOAD, Op.GATHER, Op.ACC, Op.ACC_MAX, Op.SCATTER_ACC)
 
     @property
     def writes_spm(self) -> bool:
-        return self in (Op.STORE, Op.SCATTER, Op.ACC, Op.ACC_MAX)
+        return self in (Op.STORE, Op.SCATTER, Op.ACC, Op.ACC_MAX, Op.SCATTER_ACC)
 
     @property
     def accumulates(self) -> bool:
         """Combines into its PE's register and flushes one SPM read-modify-write per run of
-        same-address iterations (ACC adds, ACC_MAX takes the maximum)."""
-        return self in (Op.ACC, Op.ACC_MAX)
+        same-address iterations (ACC and SCATTER_ACC add, ACC_MAX takes the maximum)."""
+        return self in (Op.ACC, Op.ACC_MAX, Op.SCATTER_ACC)
+
+    @property
+    def is_indirect(self) -> bool:
+        """Its address adds a loaded index times `index_stride` (gather, scatter, scatter_acc)."""
+        return self in (Op.GATHER, Op.SCATTER, Op.SCATTER_ACC)
 
     @property
     def is_mac(self) -> bool:
         return self is Op.MAC
 
 
-MEMORY_OPS = frozenset({Op.LOAD, Op.GATHER, Op.STORE, Op.SCATTER, Op.ACC, Op.ACC_MAX})
+MEMORY_OPS = frozenset({Op.LOAD, Op.GATHER, Op.STORE, Op.SCATTER, Op.ACC, Op.ACC_MAX, Op.SCATTER_ACC})
 ARITY = {
     Op.CONST: 0, Op.LOAD: 0, Op.GATHER: 1, Op.STORE: 1, Op.SCATTER: 2, Op.ACC: 1,
     Op.MUL: 2, Op.ADD: 2, Op.SUB: 2, Op.MAC: 3, Op.MAX: 2, Op.EXP: 1, Op.BFLY: 2, Op.ROUTE: 1,
-    Op.ACC_MAX: 1, Op.DIV: 2, Op.VSUM: 1,
+    Op.ACC_MAX: 1, Op.DIV: 2, Op.VSUM: 1, Op.SCATTER_ACC: 2,
 }

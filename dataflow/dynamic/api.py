@@ -81,12 +81,15 @@ def _stats(res, granularity: str, a: np.ndarray, n: int, tile_density: float,
 
 
 def simulate_dynamic_matmul(a: np.ndarray, b: np.ndarray, granularity: str, arch=None, *,
-                            engine: str = "fast", panel_rows: int | None = None, trace: bool = False):
+                            engine: str = "fast", panel_rows: int | None = None, trace: bool = False,
+                            scheme: str = "pit", fetch: str = "gather"):
     """Simulate C = A @ B with A's pattern found at run time; returns (SimResult, DynamicStats).
 
     `granularity`: "32x1", "1x64" (PIT micro-tiles), "32x64" (block-sparse tiles) or "dense"
     (GEMM over the zero-filled A, the baseline). The SimResult's values are checked against
-    numpy (A @ B in float64)."""
+    numpy (A @ B in float64). `scheme` picks the 1 x 64 lowering: "pit" (scatter-add per
+    k-block, PIT's) or "packed"; `fetch` how gathered operands leave DRAM, "gather" (only the
+    rows the index selects) or "whole" (`dataflow.dynamic.lower.compute_kernels`)."""
     from dataflow.api import finish, resolve_arch
     from dataflow.dynamic.lower import lower_dense_reference, lower_dynamic_spmm
     from dataflow.mapper import map_program
@@ -102,7 +105,8 @@ def simulate_dynamic_matmul(a: np.ndarray, b: np.ndarray, granularity: str, arch
         prog, density, skip = lower_dense_reference(a, b), 1.0, 0
     else:
         prog, index = lower_dynamic_spmm(a, b, granularity, panel_rows=panel_rows,
-                                         capacity_words=spec.spm.capacity_words)
+                                         capacity_words=spec.spm.capacity_words, scheme=scheme,
+                                         fetch=fetch)
         density, skip = index.tile_density, a.size  # the scan squares every element once
     mapping = map_program(prog, spec)
     res = simulate_mapping(mapping, engine=engine, trace=trace, workload=f"dynamic-spmm/{granularity}")

@@ -104,7 +104,7 @@ def index_compact_kernel(tiles: int, nnz: int, source: str = "tile_col", target:
 
 def tile_rows_kernel(rows: int, row0: int, m: int, k: int, n: int, tile: tuple[int, int],
                      pos: np.ndarray, crd_offset: int, nnz: int, a_buf: str,
-                     name: str, ld: int | None = None) -> Kernel:
+                     name: str, ld: int | None = None, fetch: str = "gather") -> Kernel:
     """C[row0 + r, :] += sum over the nonzero tiles of r's tile row of A[r, tile] @ B[tile, :],
     for the `rows` rows of A held in `a_buf` (a panel starting at row `row0`, leading
     dimension `ld`, default k)."""
@@ -126,15 +126,15 @@ def tile_rows_kernel(rows: int, row0: int, m: int, k: int, n: int, tile: tuple[i
     if bw > 1:
         loops += (Loop("ec", bw),)
     return Kernel(name=name, loops=loops, nodes=nodes,
-                  buffers=(Buffer("crd", nnz + 1), Buffer(a_buf, rows * ld), Buffer("B", k * n),
-                           Buffer("C", m * n, "output")),
+                  buffers=(Buffer("crd", nnz + 1), Buffer(a_buf, rows * ld, fetch=fetch),
+                           Buffer("B", k * n, fetch=fetch), Buffer("C", m * n, "output")),
                   vector_var="j", carried=((4, 4, 1),),
                   domain_arrays=(("tile_pos", np.asarray(pos, dtype=np.int64)),))
 
 
 def row_gather_kernel(nrows: int, q0: int, row0: int, k: int, n: int, bw: int, qpos: np.ndarray,
                       crd_offset: int, nnz: int, total_rows: int, a_buf: str, a_rows: int,
-                      name: str, ld: int | None = None) -> Kernel:
+                      name: str, ld: int | None = None, fetch: str = "gather") -> Kernel:
     """G[q0 + q, :] = sum over row q's nonzero 1 x bw tiles of A[row, tile] @ B[tile, :]: the
     `nrows` gathered rows of a panel of A starting at row `row0` (leading dimension `ld`)."""
     ld = k if ld is None else ld
@@ -153,11 +153,60 @@ def row_gather_kernel(nrows: int, q0: int, row0: int, k: int, n: int, bw: int, q
                   loops=(Loop("q", nrows), Loop("j", n), Loop("p", pos="row_pos", parent="q"),
                          Loop("ec", bw)),
                   nodes=nodes,
-                  buffers=(Buffer("tile_off", nnz + 1), Buffer(a_buf, a_rows * ld),
-                           Buffer("crd", nnz + 1), Buffer("B", k * n),
+                  buffers=(Buffer("tile_off", nnz + 1), Buffer(a_buf, a_rows * ld, fetch=fetch),
+                           Buffer("crd", nnz + 1), Buffer("B", k * n, fetch=fetch),
                            Buffer("G", max(1, total_rows) * n, "output")),
                   vector_var="j", carried=((5, 5, 1),),
                   domain_arrays=(("row_pos", np.asarray(qpos, dtype=np.int64)),))
+
+
+def pit_scatter_kernel(kblocks: int, row0: int, m: int, k: int, n: int, bw: int, cpos: np.ndarray,
+                       crd_offset: int, nnz: int, a_buf: str, a_rows: int, name: str,
+                       ld: int | None = None, fetch: str = "gather") -> Kernel:
+    """PIT's 1 x bw kernel (REFERENCES.md "PIT": SRead gathers the micro-tiles of one k-block
+    into a dense tile, SWrite scatter-adds the partial results into C): for each k-block kb and
+    each nonzero tile p of that block (rows of a panel starting at `row0`),
+    C[row[p], :] += A[row[p], kb*bw : (kb+1)*bw] @ B[kb*bw : (kb+1)*bw, :].
+
+    Every gathered row of a k-block shares that block of B, so B is an affine (streamed) load,
+    not a gather; the partial row reduces over the tile's bw columns in the register and is
+    added into C once per (tile, vector of C) by `Op.SCATTER_ACC`. The tiles arrive in
+    column-major order within the panel (`cpos`: tiles per k-block), as the index compaction
+    writes them for this kernel."""
+    ld = k if ld is None else ld
+    nodes = (
+        Node(0, Op.LOAD, buffer="tile_off", addr=Addr((("p", 1),), const=crd_offset), name="tile"),
+        # tile_off = row * ld + kb * bw: the tile's first word in A; the panel starts at row0
+        Node(1, Op.GATHER, (0,), buffer=a_buf, addr=Addr((("ec", 1),), const=-row0 * ld,
+                                                          index_stride=1), name="SRead A"),
+        Node(2, Op.LOAD, buffer="B", addr=Addr((("kb", bw * n), ("ec", n), ("j", 1))), name="B"),
+        Node(3, Op.MUL, (1, 2), name="a*b"),
+        Node(4, Op.LOAD, buffer="tile_row", addr=Addr((("p", 1),), const=crd_offset), name="row"),
+        Node(5, Op.SCATTER_ACC, (4, 3), buffer="C", addr=Addr((("j", 1),), index_stride=n),
+             name="SWrite C+="),
+    )
+    return Kernel(name=name,
+                  loops=(Loop("kb", kblocks), Loop("p", pos="col_pos", parent="kb"), Loop("j", n),
+                         Loop("ec", bw)),
+                  nodes=nodes,
+                  buffers=(Buffer("tile_off", nnz + 1), Buffer(a_buf, a_rows * ld, fetch=fetch),
+                           Buffer("B", k * n), Buffer("tile_row", nnz + 1),
+                           Buffer("C", m * n, "output")),
+                  vector_var="j", carried=((5, 5, 1),),
+                  domain_arrays=(("col_pos", np.asarray(cpos, dtype=np.int64)),))
+
+
+def pit_order(index: MicroTileIndex, panel_rows: int) -> np.ndarray:
+    """Slot of every tile (row-major tile id) in the 1 x bw compacted index PIT's kernel reads:
+    panel by panel, column-major (k-block, then row) within a panel; zero tiles get the spare
+    last slot. Like `MicroTileIndex.slot`, the prefix sum is host-computed and streamed in."""
+    kt = index.tile_nonzero.shape[1]
+    t = index.tile_id
+    r, c = t // kt, t % kt
+    order = np.lexsort((r, c, r // panel_rows))
+    slot = np.full(index.tile_nonzero.size, index.nnz_tiles, dtype=np.int64)
+    slot[t[order]] = np.arange(len(t))
+    return slot
 
 
 def swrite_kernel(nrows: int, m: int, n: int, name: str = "swrite") -> Kernel:
@@ -192,11 +241,14 @@ def panel_rows_for(m: int, k: int, n: int, bh: int, capacity_words: int, ld: int
 
 
 def index_kernels(m: int, k: int, index: MicroTileIndex, src: str, with_tile_id: bool,
-                  ld: int | None = None):
+                  ld: int | None = None, panel_rows: int | None = None, scheme: str = "pit"):
     """(kernels, inputs) of the run-time index build over the m x k operand in buffer `src`
     (leading dimension `ld`). With `with_tile_id` a second compaction writes each nonzero
-    tile's first word in A (`tile_off`), which the row gather uses as its index."""
+    tile's first word in A (`tile_off`), which the row gather uses as its index; with the
+    "pit" scheme (1 x bw tiles) a third writes each tile's row (`tile_row`, SWrite's index),
+    all in `pit_order` (panels of `panel_rows` rows, column-major within one)."""
     ld = k if ld is None else ld
+    check_scheme(scheme)
     bh, bw = index.tile
     tiles = index.tile_nonzero.size
     kt = k // bw
@@ -208,14 +260,34 @@ def index_kernels(m: int, k: int, index: MicroTileIndex, src: str, with_tile_id:
                                          "index_compact_ids"),)
         t = np.arange(tiles, dtype=np.int64)
         inputs.append(("tile_offs", (t // kt) * bh * ld + (t % kt) * bw))
+        if scheme == "pit":
+            kernels += (index_compact_kernel(tiles, index.nnz_tiles, "tile_rows", "tile_row",
+                                             "index_compact_rows"),)
+            inputs.append(("tile_rows", t // kt))
+            inputs[0] = ("slot", pit_order(index, m if panel_rows is None else panel_rows))
     return kernels, inputs
 
 
+SCHEMES = ("pit", "packed")
+
+
+def check_scheme(scheme: str) -> None:
+    if scheme not in SCHEMES:
+        raise DFGError(f"1 x 64 scheme must be one of {SCHEMES}, got {scheme!r}")
+
+
 def compute_kernels(a_name: str, a: np.ndarray, n: int, index: MicroTileIndex, panel_rows: int,
-                    dtype, ld: int | None = None) -> tuple[list[Kernel], list[tuple[str, np.ndarray]]]:
-    """The compute (and, for 1 x bw tiles, SWrite) kernels over panels of A's rows; `a` is
-    m x k, held in buffer `a_name` with leading dimension `ld` (a single panel reads that
-    buffer; several get copies of their rows)."""
+                    dtype, ld: int | None = None, scheme: str = "pit",
+                    fetch: str = "gather") -> tuple[list[Kernel], list[tuple[str, np.ndarray]]]:
+    """The compute (and, for 1 x bw tiles with the "packed" scheme, SWrite) kernels over panels
+    of A's rows; `a` is m x k, held in buffer `a_name` with leading dimension `ld` (a single
+    panel reads that buffer; several get copies of their rows). 1 x bw tiles: "pit"
+    scatter-adds per k-block (`pit_scatter_kernel`, PIT's scheme); "packed" reduces each
+    gathered row over all its k-blocks into a packed block G, then overwrites C's rows
+    (`row_gather_kernel` + `swrite_kernel`, the scheme before the engines had SCATTER_ACC).
+    `fetch`: how the gathered operands come from DRAM ("gather": only the SPM rows the index
+    selects, PIT's SRead from memory; "whole": the whole panel, the model before indirect DMA)."""
+    check_scheme(scheme)
     m, k = a.shape
     ld = k if ld is None else ld
     bh, bw = index.tile
@@ -236,7 +308,24 @@ def compute_kernels(a_name: str, a: np.ndarray, n: int, index: MicroTileIndex, p
             pos = index.pos[t0:t1 + 1] - index.pos[t0]
             kernels.append(tile_rows_kernel(r1 - r0, r0, m, k, n, index.tile, pos,
                                             int(index.pos[t0]), index.nnz_tiles,
-                                            panel_buffer(i, r0, r1), f"sread_{i}", ld=ld))
+                                            panel_buffer(i, r0, r1), f"sread_{i}", ld=ld,
+                                            fetch=fetch))
+        return kernels, inputs
+    if scheme == "pit":
+        kt = k // bw
+        t = index.tile_id
+        rows_of, cols_of = t // kt, t % kt
+        offset = 0
+        for i, (r0, r1) in enumerate(panels):
+            mine = (rows_of >= r0) & (rows_of < r1)
+            count = int(mine.sum())
+            if not count:
+                continue
+            cpos = np.concatenate(([0], np.cumsum(np.bincount(cols_of[mine], minlength=kt))))
+            kernels.append(pit_scatter_kernel(kt, r0, m, k, n, bw, cpos, offset, index.nnz_tiles,
+                                              panel_buffer(i, r0, r1), r1 - r0, f"sread_{i}",
+                                              ld=ld, fetch=fetch))
+            offset += count
         return kernels, inputs
     counts = np.diff(index.pos)
     rows = np.flatnonzero(counts > 0).astype(np.int64)
@@ -248,7 +337,7 @@ def compute_kernels(a_name: str, a: np.ndarray, n: int, index: MicroTileIndex, p
         qpos = np.concatenate(([index.pos[mine[0]]], index.pos[mine + 1])) - index.pos[mine[0]]
         kernels.append(row_gather_kernel(len(mine), q, r0, k, n, bw, qpos, int(index.pos[mine[0]]),
                                          index.nnz_tiles, len(rows), panel_buffer(i, r0, r1),
-                                         r1 - r0, f"sread_{i}", ld=ld))
+                                         r1 - r0, f"sread_{i}", ld=ld, fetch=fetch))
         q += len(mine)
     if len(rows):
         kernels.append(swrite_kernel(len(rows), m, n))
@@ -267,7 +356,8 @@ ROW_PAD = 8  # words of padding per matrix row: one SPM row of the default arch 
 
 
 def lower_dynamic_spmm(a: np.ndarray, b: np.ndarray, granularity: str, panel_rows: int | None = None,
-                       capacity_words: int | None = None, dtype=np.float32, row_pad: int = ROW_PAD):
+                       capacity_words: int | None = None, dtype=np.float32, row_pad: int = ROW_PAD,
+                       scheme: str = "pit", fetch: str = "gather"):
     """(Program, MicroTileIndex) of C = A @ B with A's pattern found at run time at
     `granularity` ("32x1", "1x64", "32x64"; `dataflow.dynamic.microtile.GRANULARITIES`).
     `panel_rows` (a multiple of the tile height) splits A's rows into panels; by default the
@@ -293,8 +383,10 @@ def lower_dynamic_spmm(a: np.ndarray, b: np.ndarray, granularity: str, panel_row
     a = np.ascontiguousarray(a, dtype=dtype)
     ld = k + row_pad
     index = build_index(a, tile)
-    kernels, inputs = index_kernels(m, k, index, "A", with_tile_id=tile[0] == 1, ld=ld)
-    ck, cin = compute_kernels("A", a, n, index, panel_rows, dtype, ld=ld)
+    kernels, inputs = index_kernels(m, k, index, "A", with_tile_id=tile[0] == 1, ld=ld,
+                                    panel_rows=panel_rows, scheme=scheme)
+    ck, cin = compute_kernels("A", a, n, index, panel_rows, dtype, ld=ld, scheme=scheme,
+                              fetch=fetch)
     kernels = tuple(kernels) + tuple(ck)
     if not ck:  # all-zero A: nothing to compute, C stays zero (a store-free program is empty)
         kernels += (zero_output_kernel(m, n),)

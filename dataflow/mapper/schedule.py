@@ -59,7 +59,7 @@ NEGOTIATION_ITERATIONS = 24
 def accumulates(op: Op) -> bool:
     """acc-like ops combine into the PE's register (their SPM read-modify-write is off the
     recurrence)."""
-    return op.value in ("acc", "accmax")
+    return op.value in ("acc", "accmax", "scatter_acc")
 
 
 def op_latency(arch: ArchSpec, op: Op) -> int:

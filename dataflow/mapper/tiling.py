@@ -31,7 +31,7 @@ def classify_buffers(kernel: Kernel) -> dict[str, bool]:
             streamed[n.buffer] = True
     # a buffer touched by any indirect access must be whole
     for n in kernel.nodes:
-        if n.op in (Op.GATHER, Op.SCATTER):
+        if n.op.is_indirect:
             streamed[n.buffer] = False
     return streamed
 

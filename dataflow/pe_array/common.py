@@ -48,9 +48,59 @@ def lane_addresses(base, coef_vec: int, lanes: int):
     return np.asarray(base)[..., None] + coef_vec * np.arange(lanes)
 
 
-def tile_result(kernel, index, iterations, compute_cycles, stall, km: KernelMapping, arch, tile: Tile):
+def gather_fetch_words(kernel: Kernel, inputs: dict[str, np.ndarray], arch) -> dict[str, int]:
+    """Words an indirect (gather) DMA brings in for each `fetch="gather"` buffer: the distinct
+    SPM rows (bursts of `words_per_row` words, 32 B on the default arch) that the kernel's
+    gathers touch over its whole domain, times the row size. Computed from the index data
+    itself (the gathers' index loads read input buffers, never written in the kernel), so both
+    engines see the same figure. PIT's SRead fetches only the nonzero micro-tiles from memory
+    (REFERENCES.md "PIT"); a tile narrower than a burst still moves whole bursts (a 32 x 1 tile
+    costs 32 bursts), our stated assumption about the DMA's granularity."""
+    from dataflow.dfg.domain import enumerate_domain
+
+    out: dict[str, int] = {}
+    wpr = arch.spm.words_per_row
+    lanes = arch.pe_array.simd_lanes if kernel.vector_var else 1
+    dom = None
+    for b in kernel.buffers:
+        if b.fetch != "gather":
+            continue
+        if dom is None:
+            dom = enumerate_domain(kernel, lanes)
+        n = len(dom[kernel.loops[0].var])
+        rows = []
+        for node in kernel.nodes:
+            if node.buffer != b.name:
+                continue
+            idx = kernel.nodes[node.inputs[0]]
+            ia = np.full(n, idx.addr.const, dtype=np.int64)
+            for v, c in idx.addr.terms:
+                ia = ia + c * dom[v]
+            a = np.full(n, node.addr.const, dtype=np.int64)
+            for v, c in node.addr.terms:
+                a = a + c * dom[v]
+            a = a + node.addr.index_stride * np.asarray(inputs[idx.buffer])[ia].astype(np.int64)
+            cv = node.addr.coef(kernel.vector_var) if kernel.vector_var else 0
+            if cv:
+                act = np.minimum(lanes, kernel.vector_extent - dom[kernel.vector_var])
+                first, last = a, a + (act - 1) * cv
+                lo, hi = np.minimum(first, last) // wpr, np.maximum(first, last) // wpr
+                # a vector access spans the rows lo..hi (contiguous when |cv| == 1)
+                span = int((hi - lo).max()) + 1 if n else 1
+                for s in range(span):
+                    rows.append((lo + s)[lo + s <= hi])
+            else:
+                rows.append(a // wpr)
+        touched = np.unique(np.concatenate(rows)) if rows else np.zeros(0, np.int64)
+        out[b.name] = min(b.size, len(touched) * wpr)
+    return out
+
+
+def tile_result(kernel, index, iterations, compute_cycles, stall, km: KernelMapping, arch, tile: Tile,
+                fetched: dict[str, int] | None = None):
     """DMA traffic of a tile: streamed windows each tile, resident buffers once (inputs read
-    before the first tile, outputs written after the last)."""
+    before the first tile, outputs written after the last); a `fetch="gather"` input moves
+    only `fetched[name]` words (`gather_fetch_words`)."""
     from dataflow.pe_array.result import TileResult
 
     wb = arch.word_bytes
@@ -64,6 +114,8 @@ def tile_result(kernel, index, iterations, compute_cycles, stall, km: KernelMapp
             words = max(0, hi - lo)
         else:
             words = b.size if (index == 0 and b.role == "input") or (last and b.role == "output") else 0
+            if words and b.fetch == "gather" and fetched is not None:
+                words = fetched[b.name]
         if b.role == "input":
             rd += words * wb
         elif b.role == "output":

@@ -8,6 +8,16 @@ iterations of its copy. SPM row accesses
 are counted per (cycle, line) from the real address streams; a cycle whose busiest line needs p
 port-cycles stalls the whole (lock-step) array p - 1 cycles. SPM updates apply in (cycle,
 iteration, node) order.
+
+SCATTER_ACC (PIT's SWrite with accumulate, REFERENCES.md "PIT") is an ACC whose address adds a
+loaded index: it combines in the register over a run like ACC and read-modify-writes once per
+run. Read-modify-write ordering: every update to one word is applied, in (cycle, iteration,
+node, lane) order, so the value is exact for that order (np.add.at applies repeated indices in
+sequence). Port cost: distinct SPM rows of one access are one row access each, as for any
+vector access, but lanes that hit the same word must be serialised: the r-th lane to hit a word
+goes in the r-th row access, so a row costs as many write accesses as its most-hit word has
+hits (its reads, like every read of one row in one cycle, are one broadcast access). Different copies (PEs) updating the same row in one cycle are separate accesses,
+as always, and serialise on the line's ports (the stall arithmetic below).
 """
 
 from __future__ import annotations
@@ -21,6 +31,7 @@ from dataflow.mapper.mapping import KernelMapping
 from dataflow.pe_array.common import (
     Counters,
     buffer_arrays,
+    gather_fetch_words,
     lane_addresses,
     spm_base,
     vector_nodes,
@@ -34,8 +45,18 @@ from dataflow.spm.lines import line_of_row, port_cycles
 
 #: How an accumulating op combines (register and SPM read-modify-write) and its register's
 #: starting value; shared with the reference engine.
-ACC_UFUNC = {Op.ACC: np.add, Op.ACC_MAX: np.maximum}
-ACC_IDENTITY = {Op.ACC: 0.0, Op.ACC_MAX: -np.inf}
+ACC_UFUNC = {Op.ACC: np.add, Op.ACC_MAX: np.maximum, Op.SCATTER_ACC: np.add}
+ACC_IDENTITY = {Op.ACC: 0.0, Op.ACC_MAX: -np.inf, Op.SCATTER_ACC: 0.0}
+
+
+def same_word_rank(words: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """rank[e, l]: how many earlier active lanes of access e hit the same word as lane l
+    (0 for the first). Lanes with equal rank can share one row access; see the module doc."""
+    rank = np.zeros(words.shape, dtype=np.int64)
+    for lane in range(1, words.shape[1]):
+        same = (words[:, :lane] == words[:, lane:lane + 1]) & mask[:, :lane]
+        rank[:, lane] = same.sum(axis=1)
+    return rank
 
 
 def run_kernel_fast(km: KernelMapping, arch: ArchSpec, inputs: dict[str, np.ndarray], dtype) -> ArrayResult:
@@ -44,6 +65,7 @@ def run_kernel_fast(km: KernelMapping, arch: ArchSpec, inputs: dict[str, np.ndar
     lanes = arch.pe_array.simd_lanes if kernel.vector_var else 1
     vec = vector_nodes(kernel)
     bufs = buffer_arrays(kernel, inputs, dtype)
+    fetched = gather_fetch_words(kernel, inputs, arch)  # indirect-DMA words per gather-fetched input
     U, II = km.copies, km.ii
     times = np.zeros((U, len(kernel.nodes)), dtype=np.int64)
     for p in km.placements:
@@ -56,7 +78,7 @@ def run_kernel_fast(km: KernelMapping, arch: ArchSpec, inputs: dict[str, np.ndar
         dom = enumerate_domain(kernel, lanes, (tile.lo, tile.hi))
         n = len(dom[kernel.loops[0].var])
         if n == 0:
-            tiles.append(_tile_result(kernel, ti, 0, 0, 0, km, arch, tile))
+            tiles.append(_tile_result(kernel, ti, 0, 0, 0, km, arch, tile, fetched))
             continue
         k = np.arange(n, dtype=np.int64)
         waves = -(-n // U)  # each copy runs one contiguous chunk of `waves` iterations
@@ -105,7 +127,7 @@ def run_kernel_fast(km: KernelMapping, arch: ArchSpec, inputs: dict[str, np.ndar
                 lane0 = addr[:, 0]
                 flush[:-1] = (lane0[1:] != lane0[:-1]) | (copy[1:] != copy[:-1])
                 run = np.concatenate(([0], np.cumsum(flush[:-1])))
-                src = np.asarray(vals[node.inputs[0]])
+                src = np.asarray(vals[node.inputs[-1]])
                 src = np.broadcast_to(src if src.ndim == 2 else src.reshape(-1, 1), addr.shape)
                 reg = np.full((int(run[-1]) + 1, addr.shape[1]), ACC_IDENTITY[node.op], dtype=dtype)
                 ACC_UFUNC[node.op].at(reg, run, src.astype(dtype))
@@ -118,11 +140,16 @@ def run_kernel_fast(km: KernelMapping, arch: ArchSpec, inputs: dict[str, np.ndar
             # SPM rows touched by each access (distinct rows among active lanes)
             sbase, wlo = spm_base(km, node.buffer, ti, tile)
             srow = (sbase + (addr_s - wlo)) // spm.words_per_row
+            width = addr_s.shape[1]
+            if node.op is Op.SCATTER_ACC:  # same-word lanes serialise: one row access per rank
+                srow = srow * width + same_word_rank(addr_s, m_s)
             srow = np.where(m_s, srow, -1)
             srow.sort(axis=1)
             first = np.ones_like(srow, dtype=bool)
             first[:, 1:] = srow[:, 1:] != srow[:, :-1]
             first &= srow >= 0
+            if node.op is Op.SCATTER_ACC:
+                srow = np.where(srow >= 0, srow // width, -1)
             ev, lane = np.nonzero(first)
             if node.op.reads_spm:
                 rd_key.append((cyc_s[ev], srow[ev, lane]))
@@ -148,7 +175,7 @@ def run_kernel_fast(km: KernelMapping, arch: ArchSpec, inputs: dict[str, np.ndar
         ct.writes_line += wr.sum(axis=0)
         ct.conflicts_line += need.sum(axis=0)
         _apply_writes(writes, bufs)
-        tiles.append(_tile_result(kernel, ti, n, n_cycles + stall, stall, km, arch, tile))
+        tiles.append(_tile_result(kernel, ti, n, n_cycles + stall, stall, km, arch, tile, fetched))
     ct.link_word_hops = link_word_hops
     return ct.result(kernel, bufs)
 
@@ -188,8 +215,9 @@ def _apply_writes(writes, bufs) -> None:
 
 
 def commit(op: Op, buf: np.ndarray, addr: np.ndarray, vals: np.ndarray) -> None:
-    """Apply writes in the given order: ACC adds, ACC_MAX takes the maximum, STORE/SCATTER
-    overwrite (last one wins)."""
+    """Apply writes in the given order: ACC and SCATTER_ACC add (repeated addresses one after
+    another, in the given order), ACC_MAX takes the maximum, STORE/SCATTER overwrite (last one
+    wins)."""
     if op.accumulates:
         ACC_UFUNC[op].at(buf, addr, vals.astype(buf.dtype))
     else:

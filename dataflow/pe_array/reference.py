@@ -10,7 +10,8 @@ Semantics (shared with `fast.py`, which must give identical `ArrayResult`s):
 - SPM updates (acc, accmax, store, scatter) commit in (cycle, iteration, node) order. An acc
   adds into (an accmax takes the maximum with) its PE's register and flushes (one SPM
   read-modify-write) when its copy's next iteration targets another address or the copy's
-  chunk ends.
+  chunk ends. A scatter_acc is an acc whose address adds a loaded index; lanes of one access
+  that hit the same word take one write access per repeat (see `fast.py`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,14 @@ from dataflow.arch.spec import ArchSpec
 from dataflow.dfg.domain import iterate_domain
 from dataflow.dfg.ops import Op
 from dataflow.mapper.mapping import KernelMapping
-from dataflow.pe_array.common import Counters, buffer_arrays, spm_base, tile_result, vector_nodes
+from dataflow.pe_array.common import (
+    Counters,
+    buffer_arrays,
+    gather_fetch_words,
+    spm_base,
+    tile_result,
+    vector_nodes,
+)
 from dataflow.pe_array.fast import ACC_IDENTITY, ACC_UFUNC, commit
 from dataflow.pe_array.result import ArrayResult
 from dataflow.pe_array.semantics import apply_op
@@ -35,6 +43,7 @@ def run_kernel_reference(km: KernelMapping, arch: ArchSpec, inputs: dict[str, np
     lanes = arch.pe_array.simd_lanes if kernel.vector_var else 1
     vec = vector_nodes(kernel)
     bufs = buffer_arrays(kernel, inputs, dtype)
+    fetched = gather_fetch_words(kernel, inputs, arch)  # indirect-DMA words per gather-fetched input
     U, II = km.copies, km.ii
     rows, cols = arch.pe_array.rows, arch.pe_array.cols
     slot_of: dict[tuple[int, int], dict[int, object]] = {}
@@ -52,7 +61,7 @@ def run_kernel_reference(km: KernelMapping, arch: ArchSpec, inputs: dict[str, np
         iters = list(iterate_domain(kernel, lanes, (tile.lo, tile.hi)))
         n = len(iters)
         if n == 0:
-            tiles.append(tile_result(kernel, ti, 0, 0, 0, km, arch, tile))
+            tiles.append(tile_result(kernel, ti, 0, 0, 0, km, arch, tile, fetched))
             continue
         waves = -(-n // U)
         n_cycles = (waves - 1) * II + km.schedule_length
@@ -99,19 +108,28 @@ def run_kernel_reference(km: KernelMapping, arch: ArchSpec, inputs: dict[str, np
                     else:
                         addrs = [base]
                     if node.op.accumulates:
-                        v = np.asarray(values[(k, node.inputs[0])], dtype=dtype)
+                        v = np.asarray(values[(k, node.inputs[-1])], dtype=dtype)
                         v = np.broadcast_to(v, (lanes,)) if is_vec else v.reshape(1)
                         key = (p.copy, node.id)
                         start = np.full(len(v), ACC_IDENTITY[node.op], dtype)
                         regs[key] = ACC_UFUNC[node.op](regs.get(key, start), v)
                         nxt = k + 1
                         same = (wave + 1 < waves and nxt < n
-                                and _address(node, iters[nxt], kernel) == _address(node, env, kernel))
+                                and _address(node, iters[nxt], kernel, bufs)
+                                == _address(node, env, kernel, bufs))
                         if same:
                             continue  # keep accumulating in the register: no SPM access
                         values[(k, node.id)] = regs.pop(key)
                     sbase, wlo = spm_base(km, node.buffer, ti, tile)
-                    spm_rows = sorted({(sbase + a - wlo) // spm.words_per_row for a in addrs})
+                    if node.op is Op.SCATTER_ACC:  # the r-th lane on a word: the r-th access
+                        seen: dict[int, int] = {}
+                        ranked = set()
+                        for a in addrs:
+                            ranked.add(((sbase + a - wlo) // spm.words_per_row, seen.get(a, 0)))
+                            seen[a] = seen.get(a, 0) + 1
+                        spm_rows = [row for row, _ in sorted(ranked)]
+                    else:
+                        spm_rows = sorted({(sbase + a - wlo) // spm.words_per_row for a in addrs})
                     for row in spm_rows:
                         if node.op.reads_spm:
                             read_rows.add(row)  # one row read once per cycle (broadcast)
@@ -139,12 +157,17 @@ def run_kernel_reference(km: KernelMapping, arch: ArchSpec, inputs: dict[str, np
             ct.conflicts_line += need
             for k, nid, op, bname, addrs, src in sorted(pending, key=lambda e: (e[0], e[1])):
                 commit(op, bufs[bname], addrs, src)
-        tiles.append(tile_result(kernel, ti, n, n_cycles + stall, stall, km, arch, tile))
+        tiles.append(tile_result(kernel, ti, n, n_cycles + stall, stall, km, arch, tile, fetched))
         elapsed += n_cycles + stall
     ct.link_word_hops = link_word_hops
     return ct.result(kernel, bufs, tuple(events) if trace else None)
 
 
-def _address(node, env, kernel) -> int:
-    """Lane-0 word address of an affine access in iteration `env`."""
-    return node.addr.const + sum(cf * env[v] for v, cf in node.addr.terms)
+def _address(node, env, kernel, bufs) -> int:
+    """Lane-0 word address of an access in iteration `env`; an indirect one adds its loaded
+    index (read from the buffer: a kernel never loads a buffer it writes)."""
+    a = node.addr.const + sum(cf * env[v] for v, cf in node.addr.terms)
+    if node.addr.index_stride:
+        idx = kernel.nodes[node.inputs[0]]
+        a += node.addr.index_stride * int(bufs[idx.buffer][_address(idx, env, kernel, bufs)])
+    return a

@@ -47,7 +47,7 @@ def energy_breakdown(arrays: list[ArrayResult], arch, dram_bytes: int, kernels: 
                 compute += count * e.sfu_pj
             elif op == "vsum":  # lanes - 1 adds of the reduction tree
                 compute += count * e.alu_pj * (arch.pe_array.simd_lanes - 1)
-            elif op not in ("load", "store", "gather", "scatter", "acc", "accmax"):
+            elif op not in ("load", "store", "gather", "scatter", "acc", "accmax", "scatter_acc"):
                 compute += count * e.alu_pj
     row_bits = arch.spm.words_per_row * arch.word_bytes * 8
     accesses = sum(int(a.spm_reads_per_line.sum() + a.spm_writes_per_line.sum()) for a in arrays)
