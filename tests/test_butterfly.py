@@ -127,6 +127,33 @@ def test_block_butterfly_and_monarch_against_dense_constructions():
         ref.monarch_apply(np.ones(5), lb, rb)
 
 
+def test_monarch_and_block_butterfly_sim_equal_numpy(mlx):
+    from dataflow.butterfly import block_butterfly_matmul, monarch_matmul, run_monarch
+
+    rng = np.random.default_rng(5)
+    m = 4
+    lb, rb = rng.standard_normal((m, m, m)), rng.standard_normal((m, m, m))
+    x = rng.standard_normal((3, 8, m * m)).astype(np.float32)
+    want = ref.monarch_apply(x, lb, rb)
+    assert_close(monarch_matmul(x, lb, rb), want)
+    y, res = run_monarch(x, lb, rb, mlx)
+    assert y.shape == x.shape
+    assert_close(y, want)
+    # two SpMMs of m nonzeros per row: 2 n m MACs per vector (not n^2), one kernel each
+    assert res.macs == 2 * m * m * m * 24 and len(res.kernels) == 2
+    b, nb = 4, 8
+    fs = [rng.standard_normal((nb // 2, 2, 2, b, b)) for _ in range(3)]
+    x = rng.standard_normal((8, b * nb)).astype(np.float32)
+    assert_close(block_butterfly_matmul(x, fs, b, backend="sim", arch=mlx),
+                 ref.block_butterfly_apply(x, fs, b))
+    with pytest.raises(ref.ButterflyError, match="real"):
+        monarch_matmul(x[:, :16] + 1j, lb, rb, backend="sim", arch=mlx)
+    with pytest.raises(ref.ButterflyError, match="backend"):
+        block_butterfly_matmul(x, fs, b, backend="gpu")
+    with pytest.raises(ref.ButterflyError, match="block must divide"):
+        block_butterfly_matmul(x, fs, 5, backend="sim", arch=mlx)
+
+
 def test_reference_layers():
     rng = np.random.default_rng(2)
     x = rng.standard_normal((4, 8))

@@ -8,6 +8,9 @@ Public API (numpy references are the definition; `sim` runs the simulated array)
   an array (n/2, 2, 2), real or complex, indexed by pair number (see `reference`).
 * `butterfly_linear(x, factors, bias)`, `butterfly_ffn(x, f1, f2, b1, b2)` (FABNet FFN),
   `fnet_attention(x)` (FNet/FABNet mixing Re(FFT2) over (seq, dim)).
+* `monarch_matmul(x, l_blocks, r_blocks, backend=...)`, `block_butterfly_matmul(x, factors,
+  block, backend=...)`: on `sim` each structured factor is one CSR SpMM program (Monarch's
+  permutation folded into the second factor's column indices; `butterfly.structured`).
 * `run_fft`, `run_butterfly_matmul`, `run_fnet_attention`, `run_spec`: the same on the engine,
   returning the `OrchestratedRun` / `SimResult` (cycles, stalls, SPM and DRAM traffic, spans).
 * `reference`: numpy definitions — `fft_factors`, `bit_reverse_indices`, `butterfly_apply`,
@@ -36,12 +39,19 @@ from dataflow.butterfly.ops import (
 )
 from dataflow.butterfly.reference import ButterflyError
 from dataflow.butterfly.simulate import OrchestratedRun, StageSpan, simulate_orchestrated
+from dataflow.butterfly.structured import (
+    block_butterfly_matmul,
+    monarch_matmul,
+    run_block_butterfly,
+    run_monarch,
+)
 from dataflow.dfg.lower_butterfly import ButterflySpec, StageGroup
 from dataflow.mapper.orchestrate import ORCHESTRATIONS, FusionChoice
 
 __all__ = [
     "BACKENDS", "ORCHESTRATIONS", "ButterflyError", "ButterflySpec", "FusionChoice",
     "OrchestratedRun", "StageGroup", "StageSpan", "butterfly_ffn", "butterfly_linear",
-    "butterfly_matmul", "fft", "fnet_attention", "reference", "run_butterfly_matmul", "run_fft",
+    "block_butterfly_matmul", "butterfly_matmul", "fft", "monarch_matmul", "run_block_butterfly",
+    "run_monarch", "fnet_attention", "reference", "run_butterfly_matmul", "run_fft",
     "run_fnet_attention", "run_spec", "simulate_orchestrated",
 ]
