@@ -5,7 +5,11 @@ Part 1 -- dynamic sparsity (REFERENCES.md "PIT": 4096^3 fp32 at sparsity 0.5 / 0
 A's zeros laid out element-wise or in 32x1 / 1x64 micro-tiles, each matrix run through the
 three kernels (PIT micro-tiles 32x1 and 1x64, block-sparse 32x64) and dense GEMM (the fastest
 of three dense mappings, see `dense_variants`), all in this run. Reported per point: simulated cycles, MACs wasted on zeros (from the engine's operation
-counts on the real data), and speedup over dense.
+counts on the real data), DRAM bytes read, and speedup over dense. With --compare (default
+"matched") the 1x64 kernel and each kernel on zeros at its own granularity also run in the old
+model (1x64 as packed rows with an overwriting SWrite; gathered operands DMA'd whole) in the
+same run, so the effect of SCATTER_ACC (PIT's scatter-add per k-block) and of the gather DMA
+(only the selected tiles leave DRAM) is a ratio measured side by side.
 
 How N = 1024 is simulated: the B operand does not fit the SPM whole, so the program runs B in
 column blocks of --col-block (64) columns one after another. The run-time index is built once
@@ -60,9 +64,16 @@ def log(msg: str) -> None:
 
 # --- part 1 -------------------------------------------------------------------------------------
 
+def dram_read(res, index: bool) -> int:
+    """DRAM bytes read by the index kernels (`index`) or by the rest, from the tiles' DMA."""
+    return sum(t.dram_bytes_read for kr in res.kernels for t in kr.tiles
+               if kr.kernel.startswith("index_") == index)
+
+
 def scaled(res, stats, blocks: int) -> dict:
     """Whole-N figures from one column block: the index once, the compute `blocks` times."""
     return {"cycles": stats.index_cycles + blocks * stats.compute_cycles,
+            "dram_read_bytes": dram_read(res, True) + blocks * dram_read(res, False),
             "index_cycles": stats.index_cycles,
             "computed_macs": blocks * stats.computed_macs, "useful_macs": blocks * stats.useful_macs,
             "wasted_macs": blocks * stats.wasted_macs, "tile_density": stats.tile_density,
@@ -94,7 +105,13 @@ def dense_variants(a, b, arch):
         yield name, res.cycles, bool(res.values_match_reference)
 
 
-def run_dynamic(size: int, col_block: int, sparsities, patterns, arch, seed: int = 0):
+def old_model(pattern: str, kernel: str, compare: str) -> bool:
+    """Whether a point is also run in the model before SCATTER_ACC and gather DMA."""
+    return compare == "all" or (compare == "matched" and (pattern == kernel or kernel == "1x64"))
+
+
+def run_dynamic(size: int, col_block: int, sparsities, patterns, arch, seed: int = 0,
+                compare: str = "matched"):
     if size % col_block or size % 64:
         raise SystemExit(f"--size must be a multiple of 64 and of --col-block ({col_block})")
     blocks = size // col_block
@@ -117,10 +134,20 @@ def run_dynamic(size: int, col_block: int, sparsities, patterns, arch, seed: int
                 row["dense_cycles"] = dense["cycles"]
                 row["speedup"] = dense["cycles"] / row["cycles"]
                 row["wasted_fraction"] = row["wasted_macs"] / max(1, row["computed_macs"])
+                row["old_speedup"] = row["old_dram_read_bytes"] = None
+                if old_model(pattern, g, compare):
+                    # the same point in the model before this change: 1x64 as packed rows + an
+                    # overwriting SWrite, and every gathered operand DMA'd whole
+                    ores, ost = simulate_dynamic_matmul(a, b, g, arch, scheme="packed", fetch="whole")
+                    old = scaled(ores, ost, blocks)
+                    row["old_speedup"] = dense["cycles"] / old["cycles"]
+                    row["old_dram_read_bytes"] = old["dram_read_bytes"]
+                    row["values_ok"] = row["values_ok"] and old["values_ok"]
                 rows.append(row)
+                was = f" (old model {row['old_speedup']:.2f}x)" if row["old_speedup"] else ""
                 log(f"  zeros {pattern:7} s={s:<5} kernel {g:5}: {row['cycles']:>12,} cycles, "
-                    f"speedup {row['speedup']:6.2f}x, wasted {100 * row['wasted_fraction']:5.1f}% "
-                    f"({time.perf_counter() - t1:.1f} s)")
+                    f"speedup {row['speedup']:6.2f}x{was}, wasted {100 * row['wasted_fraction']:5.1f}%, "
+                    f"DRAM read {row['dram_read_bytes'] / 1e6:.1f} MB ({time.perf_counter() - t1:.1f} s)")
     return dense, rows
 
 
@@ -129,13 +156,19 @@ def table_dynamic(rows, size, col_block) -> str:
             "cycles at the array clock"),
            "",
            ("| zeros laid out | sparsity | kernel | tiles nonzero | cycles | index build | "
-            "MACs computed | wasted on zeros | speedup vs dense | values |"),
-           "|---|---|---|---|---|---|---|---|---|---|"]
+            "MACs computed | wasted on zeros | DRAM read MB (old) | speedup vs dense | "
+            "old model | values |"),
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
+        old = f"{r['old_speedup']:.2f}x" if r["old_speedup"] else "-"
+        odram = f" ({r['old_dram_read_bytes'] / 1e6:.1f})" if r["old_dram_read_bytes"] else ""
         out.append(f"| {r['pattern']} | {r['sparsity']} | {r['kernel']} | "
                    f"{100 * r['tile_density']:.1f}% | {r['cycles']:,} | {r['index_cycles']:,} | "
                    f"{r['computed_macs']:,} | {r['wasted_macs']:,} ({100 * r['wasted_fraction']:.1f}%) | "
-                   f"{r['speedup']:.2f}x | {'ok' if r['values_ok'] else 'WRONG'} |")
+                   f"{r['dram_read_bytes'] / 1e6:.1f}{odram} | {r['speedup']:.2f}x | {old} | "
+                   f"{'ok' if r['values_ok'] else 'WRONG'} |")
+    out += ["", ("old model: the same point before SCATTER_ACC and gather DMA (1x64 as packed "
+                 "rows + an overwriting SWrite; gathered operands DMA'd whole), run side by side")]
     return "\n".join(out)
 
 
@@ -150,7 +183,11 @@ def plot_dynamic(rows, patterns, path: Path, size: int) -> None:
         for g, marker in zip(KERNELS, "osd"):
             pts = [r for r in rows if r["pattern"] == pattern and r["kernel"] == g]
             xs = [r["sparsity"] for r in pts]
-            axes[0, col].plot(xs, [r["speedup"] for r in pts], marker=marker, label=g)
+            line, = axes[0, col].plot(xs, [r["speedup"] for r in pts], marker=marker, label=g)
+            old = [(r["sparsity"], r["old_speedup"]) for r in pts if r["old_speedup"]]
+            if old:
+                axes[0, col].plot(*zip(*old), marker=marker, linestyle=":", color=line.get_color(),
+                                  alpha=0.6, label=f"{g} (old model)")
             axes[1, col].plot(xs, [100 * r["wasted_fraction"] for r in pts], marker=marker, label=g)
         axes[0, col].axhline(1.0, color="gray", linewidth=0.8, linestyle="--")
         axes[0, col].set_yscale("log")
@@ -295,6 +332,9 @@ def main(argv=None) -> int:
     ap.add_argument("--exact-nnz", type=int, default=600_000,
                     help="simulate attention whole up to this many mask entries")
     ap.add_argument("--rows", type=int, default=256, help="query rows per block of row-blocked dense / N:M")
+    ap.add_argument("--compare", choices=("matched", "all", "none"), default="matched",
+                    help="also run points in the old model (packed 1x64, whole-panel DMA): the "
+                         "1x64 kernel and each kernel on zeros at its own granularity (matched)")
     ap.add_argument("--skip-attention", action="store_true")
     ap.add_argument("--skip-dynamic", action="store_true")
     ap.add_argument("--arch", default=None)
@@ -309,7 +349,8 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     if not args.skip_dynamic:
         log(f"part 1: dynamic sparse matmul {args.size}^3")
-        _, rows = run_dynamic(args.size, args.col_block, args.sparsities, args.patterns, arch)
+        _, rows = run_dynamic(args.size, args.col_block, args.sparsities, args.patterns, arch,
+                              compare=args.compare)
         text = table_dynamic(rows, args.size, args.col_block)
         print("\n" + text + "\n")
         (out / "dynamic_sparsity.md").write_text(text + "\n")

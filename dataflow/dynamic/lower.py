@@ -175,24 +175,23 @@ def pit_scatter_kernel(kblocks: int, row0: int, m: int, k: int, n: int, bw: int,
     writes them for this kernel."""
     ld = k if ld is None else ld
     nodes = (
-        Node(0, Op.LOAD, buffer="tile_off", addr=Addr((("p", 1),), const=crd_offset), name="tile"),
-        # tile_off = row * ld + kb * bw: the tile's first word in A; the panel starts at row0
-        Node(1, Op.GATHER, (0,), buffer=a_buf, addr=Addr((("ec", 1),), const=-row0 * ld,
-                                                          index_stride=1), name="SRead A"),
+        # one index per tile, its row: the k-block is the outer loop's, so the tile's words in
+        # A are row * ld + kb * bw + ec (the panel starts at row0) and its output row is row
+        Node(0, Op.LOAD, buffer="tile_row", addr=Addr((("p", 1),), const=crd_offset), name="row"),
+        Node(1, Op.GATHER, (0,), buffer=a_buf, addr=Addr((("kb", bw), ("ec", 1)), const=-row0 * ld,
+                                                          index_stride=ld), name="SRead A"),
         Node(2, Op.LOAD, buffer="B", addr=Addr((("kb", bw * n), ("ec", n), ("j", 1))), name="B"),
         Node(3, Op.MUL, (1, 2), name="a*b"),
-        Node(4, Op.LOAD, buffer="tile_row", addr=Addr((("p", 1),), const=crd_offset), name="row"),
-        Node(5, Op.SCATTER_ACC, (4, 3), buffer="C", addr=Addr((("j", 1),), index_stride=n),
+        Node(4, Op.SCATTER_ACC, (0, 3), buffer="C", addr=Addr((("j", 1),), index_stride=n),
              name="SWrite C+="),
     )
     return Kernel(name=name,
                   loops=(Loop("kb", kblocks), Loop("p", pos="col_pos", parent="kb"), Loop("j", n),
                          Loop("ec", bw)),
                   nodes=nodes,
-                  buffers=(Buffer("tile_off", nnz + 1), Buffer(a_buf, a_rows * ld, fetch=fetch),
-                           Buffer("B", k * n), Buffer("tile_row", nnz + 1),
-                           Buffer("C", m * n, "output")),
-                  vector_var="j", carried=((5, 5, 1),),
+                  buffers=(Buffer("tile_row", nnz + 1), Buffer(a_buf, a_rows * ld, fetch=fetch),
+                           Buffer("B", k * n), Buffer("C", m * n, "output")),
+                  vector_var="j", carried=((4, 4, 1),),
                   domain_arrays=(("col_pos", np.asarray(cpos, dtype=np.int64)),))
 
 
@@ -243,10 +242,11 @@ def panel_rows_for(m: int, k: int, n: int, bh: int, capacity_words: int, ld: int
 def index_kernels(m: int, k: int, index: MicroTileIndex, src: str, with_tile_id: bool,
                   ld: int | None = None, panel_rows: int | None = None, scheme: str = "pit"):
     """(kernels, inputs) of the run-time index build over the m x k operand in buffer `src`
-    (leading dimension `ld`). With `with_tile_id` a second compaction writes each nonzero
-    tile's first word in A (`tile_off`), which the row gather uses as its index; with the
-    "pit" scheme (1 x bw tiles) a third writes each tile's row (`tile_row`, SWrite's index),
-    all in `pit_order` (panels of `panel_rows` rows, column-major within one)."""
+    (leading dimension `ld`). With `with_tile_id` (1 x bw tiles) a second compaction writes
+    each nonzero tile's index for the compute kernel: with the "packed" scheme its first word
+    in A (`tile_off`, the row gather's index); with "pit" its row (`tile_row`, the index of
+    both SRead and SWrite), in `pit_order` (panels of `panel_rows` rows, column-major within
+    one)."""
     ld = k if ld is None else ld
     check_scheme(scheme)
     bh, bw = index.tile
@@ -255,16 +255,16 @@ def index_kernels(m: int, k: int, index: MicroTileIndex, src: str, with_tile_id:
     kernels = (index_scan_kernel(m, k, index.tile, src, ld=ld),
                index_compact_kernel(tiles, index.nnz_tiles))
     inputs = [("slot", index.slot), ("tile_col", np.tile(np.arange(kt, dtype=np.int64), m // bh))]
-    if with_tile_id:
+    t = np.arange(tiles, dtype=np.int64)
+    if with_tile_id and scheme == "packed":
         kernels += (index_compact_kernel(tiles, index.nnz_tiles, "tile_offs", "tile_off",
                                          "index_compact_ids"),)
-        t = np.arange(tiles, dtype=np.int64)
         inputs.append(("tile_offs", (t // kt) * bh * ld + (t % kt) * bw))
-        if scheme == "pit":
-            kernels += (index_compact_kernel(tiles, index.nnz_tiles, "tile_rows", "tile_row",
-                                             "index_compact_rows"),)
-            inputs.append(("tile_rows", t // kt))
-            inputs[0] = ("slot", pit_order(index, m if panel_rows is None else panel_rows))
+    elif with_tile_id:
+        kernels += (index_compact_kernel(tiles, index.nnz_tiles, "tile_rows", "tile_row",
+                                         "index_compact_rows"),)
+        inputs.append(("tile_rows", t // kt))
+        inputs[0] = ("slot", pit_order(index, m if panel_rows is None else panel_rows))
     return kernels, inputs
 
 
