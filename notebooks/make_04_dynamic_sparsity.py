@@ -21,8 +21,11 @@ one nonzero. The index of nonzero tiles is built at run time, and that cost coun
 
 In `dataflow` a dynamic sparse matmul `C = A @ B` is one program of kernels on the array:
 `index_scan` (reads all of A, sums a·a per micro-tile), `index_compact` (scatters each nonzero
-tile to its slot of the index), then the compute kernels whose GATHER nodes are the SRead and,
-for 1×64 tiles, a `swrite` kernel whose SCATTER is the SWrite."""),
+tile to its slot of the index), then the compute kernels whose GATHER nodes are the SRead. For
+1×64 tiles the compute kernel works PIT's way: per k-block it gathers the rows holding a nonzero
+tile, multiplies them by that block of B (shared by all of them) and **scatter-adds** the partial
+rows into C (`SCATTER_ACC`, SWrite with accumulate). The gathered operands leave DRAM by an
+indirect DMA of only the rows the index selects."""),
     ("code", """%matplotlib inline
 import matplotlib.pyplot as plt
 import numpy as np
@@ -70,12 +73,21 @@ for layout, g, cyc, idx, w, sp, ok in rows:
     print(f"{layout:8} {g:6} {cyc:>9,} {idx:>7,} {100 * w:>6.1f}% {sp:>7.2f}x  {'ok' if ok else 'WRONG'}")"""),
     ("md", """On 32×1-tiled zeros the 32×1 kernel computes only nonzeros; 32×64 blocks almost never
 find an empty block. The index build (`index`) is a fixed cost: it reads all of A whatever
-the sparsity. Where the cycles go, kernel by kernel, for the 1×64 scheme (gathers rows, then
-scatters them back):"""),
+the sparsity. Where the cycles go, kernel by kernel, for the 1×64 scheme (per k-block: gather
+rows, scatter-add into C):"""),
     ("code", """a, b = make_dynamic_operands(128, 256, 32, 0.9, "1x64", seed=2)
 res, st = simulate_dynamic_matmul(a, b, "1x64", arch)
 draw_timeline(res, title=f"1x64 micro-tiles at 90% sparsity: {res.cycles:,} cycles")
 plt.tight_layout()"""),
+    ("md", """PIT's scheme against the one the engines had before `SCATTER_ACC` (`scheme="packed"`:
+each gathered row reduced over all its k-blocks into a packed block, then an overwriting
+SWrite), and the gather DMA against DMA of the whole panel of A (`fetch="whole"`): same
+values, fewer cycles, fewer DRAM bytes."""),
+    ("code", """a, b = make_dynamic_operands(64, 512, 16, 0.95, "1x64", seed=4)
+for scheme, fetch in (("pit", "gather"), ("pit", "whole"), ("packed", "whole")):
+    res, st = simulate_dynamic_matmul(a, b, "1x64", arch, scheme=scheme, fetch=fetch)
+    print(f"{scheme:6} {fetch:6} {res.cycles:>8,} cycles  DRAM read {res.dram_bytes_read:>8,} B  "
+          f"values {'ok' if res.values_match_reference else 'WRONG'}")"""),
     ("md", """## Speedup grows with sparsity
 
 32×1 micro-tiles on 32×1-tiled zeros, against dense GEMM on the same matrix (small shapes;
