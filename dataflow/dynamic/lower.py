@@ -4,8 +4,8 @@ C = A @ B where A (m x k) is sparse with a pattern known only at run time. The p
 
 1. `index_scan`: reads every element of A once and accumulates a * a per micro-tile (a tile is
    nonzero iff its sum is > 0) -- the run-time cost of finding the pattern, which PIT counts.
-2. `index_compact` (and `index_compact_ids` for 1 x 64 tiles): writes each nonzero tile's
-   column (and its first word in A) to its slot of the compacted index (a SCATTER per tile).
+2. `index_compact` (and `index_compact_rows` for 1 x 64 tiles): writes each nonzero tile's
+   column (and its row) to its slot of the compacted index (a SCATTER per tile).
    The slots are the exclusive prefix sum of the tile flags; that serial scan over the flags
    is computed on the host and streamed in (the DFG has no compare or scan op), so this kernel
    charges one load per tile for it.
@@ -14,22 +14,29 @@ C = A @ B where A (m x k) is sparse with a pattern known only at run time. The p
      of A and rows of B are gathered (SRead = `Op.GATHER`) into the dense inner loop. k is a
      reduction axis, which PIT permutes freely, so C's rows stay in place (accumulated in a
      register, written once).
-   - 1 x 64 (`row_gather`): the rows that hold a nonzero tile are gathered into a packed dense
-     block G (m is permuted, not reduced), each packed row reducing over its nonzero 1 x 64
-     tiles, and `swrite` writes G's rows back to their places in C (SWrite = `Op.SCATTER`).
-     (The engine's SCATTER overwrites, so each packed row reduces over all its k-blocks before
-     the write-back; the CUDA path instead scatter-adds partial rows per k-block.)
+   - 1 x 64 (`pit_scatter_kernel`, PIT's scheme): per k-block, the rows that hold a nonzero
+     tile of it are gathered (SRead of A), multiplied by that block of B -- an affine load
+     shared by every gathered row of the block and streamed per block -- and each partial row
+     is added into its place in C (SWrite with accumulate = `Op.SCATTER_ACC`). The index for
+     this kernel is compacted column-major (`pit_order`). `scheme="packed"` keeps the scheme
+     used before the engines had SCATTER_ACC: rows gathered into a packed block G, each
+     reducing over all its k-blocks (`row_gather`), then `swrite` overwrites C's rows
+     (`Op.SCATTER`); B is gathered per tile there, not shared.
 
 The compute kernels read the compacted index the `index_compact` kernel produced (the buffers
 flow from kernel to kernel in the engine); the iteration domain (tiles per tile row) comes from
 the host-built `MicroTileIndex`, as every sparse domain does (the mapper tiles with it).
 
-Modelling limits: a gathered buffer is resident in the SPM (the mapper cannot know which
-words a gather touches), so the system model DMAs a whole panel of A before the compute
-kernel, where PIT's SRead fetches only the nonzero micro-tiles from memory; and every kernel
-reads its inputs from DRAM, so A crosses the DRAM interface for the scan and again for the
-gathers. Both make the index build and high-sparsity points slower than an indirect-DMA
-design would be.
+DRAM: the gathered operands are `Buffer(fetch="gather")`: the DMA brings in only the SPM rows
+(32-byte bursts) the index selects, counted from the real addresses
+(`dataflow.pe_array.common.gather_fetch_words`), as PIT's SRead fetches only the nonzero
+micro-tiles from memory (`fetch="whole"` gives the whole-panel DMA of the model before).
+
+Modelling limits: a gathered buffer still occupies the SPM space of the whole panel (panels
+are sized for it); the gather DMA streams at full bandwidth whatever its bursts' scatter (no
+per-burst descriptor cost: optimistic for 32 x 1 tiles, whose 32 words touch 32 bursts); and
+every kernel reads its inputs from DRAM, so A crosses the DRAM interface for the scan and
+again for the gathers.
 """
 
 from __future__ import annotations
