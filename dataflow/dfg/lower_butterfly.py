@@ -68,6 +68,11 @@ class ButterflySpec:
     0 = off): buffers between groups use the skewed layout `skew_row` so that the 2^f points of a
     sub-butterfly (a power-of-two stride apart) fall on different lines of an interleaved SPM
     with that many lines; input and output stay in the natural layout (they cross DRAM).
+    `skew_perm` (one permutation of range(stages) per buffer between groups, X1 .. X(G-1);
+    empty = identity): buffer i gives index bit q the skew weight of bit perm_i[q], so its
+    layout is the skewed layout of the bit-permuted index: still one-to-one on the same rows.
+    The orchestrator picks the permutations against the mapped schedule so that stores issued
+    in one cycle land on different SPM lines (`mapper.orchestrate.choose_layout`).
     """
 
     n: int
@@ -81,6 +86,7 @@ class ButterflySpec:
     relu: bool = False
     prefix: str = ""
     skew_lines: int = 0
+    skew_perm: tuple[tuple[int, ...], ...] = ()
 
     @property
     def stages(self) -> int:
@@ -101,6 +107,10 @@ class ButterflySpec:
             raise DFGError(f"butterfly size n must be a power of two >= 2, got {self.n}")
         if self.skew_lines and (self.skew_lines < 2 or self.skew_lines & (self.skew_lines - 1)):
             raise DFGError(f"skew_lines must be 0 or a power of two >= 2, got {self.skew_lines}")
+        for p in self.skew_perm:
+            if p and sorted(p) != list(range(self.stages)):
+                raise DFGError(f"skew_perm entries must be permutations of range({self.stages}) "
+                               f"(or empty), got {p}")
         if self.batch < 1 or self.lanes < 1:
             raise DFGError(f"batch and lanes must be >= 1, got {self.batch}, {self.lanes}")
         if (self.bias or self.relu) and self.kind != "real":
@@ -134,6 +144,15 @@ def is_skewed(spec: ButterflySpec, index: int, groups: int) -> bool:
     """Data buffer `index` (0 = input, groups = output) uses the skewed layout (all of them when
     `skew_lines` is set: the DMA moves only the real rows to and from DRAM)."""
     return skew_period(spec) > 1
+
+
+def skew_permutation(spec: ButterflySpec, index: int, groups: int) -> tuple[int, ...]:
+    """Index bit q of data buffer `index` takes the skew weight of bit perm[q] (identity for
+    the input and the output, whose layout the DMA and `pack_data`/`unpack_data` share)."""
+    S = spec.stages
+    if 0 < index < groups and index - 1 < len(spec.skew_perm) and spec.skew_perm[index - 1]:
+        return tuple(spec.skew_perm[index - 1])
+    return tuple(range(S))
 
 
 def data_parts(spec: ButterflySpec, index: int, groups: int) -> int:
@@ -217,7 +236,9 @@ def group_kernel(spec: ButterflySpec, group: StageGroup, groups: int, index: int
         row = P (natural) or skew_row(P); complex skewed buffers hold [nb, rows, 2, L]. The
         bit-reversed input is read at row(bitrev(P))."""
         sk = is_skewed(spec, i, groups)
-        row_w = (lambda q: skew_weight(q, skew_period(spec))) if sk else (lambda q: 1 << q)
+        perm = skew_permutation(spec, i, groups)
+        row_w = ((lambda q: skew_weight(perm[q], skew_period(spec))) if sk
+                 else (lambda q: 1 << q))
         w = (lambda bit: row_w(S - 1 - bit)) if (i == 0 and bitrev) else row_w
         parts = data_parts(spec, i, groups)
         a = lin(w, m, L * parts, {"bo": data_rows(spec, sk) * L * parts, "bi": 1})

@@ -77,6 +77,7 @@ class FusionChoice:
     limits: tuple[tuple[str, int], ...]
     reason: str
     skew_lines: int = 0  # intermediates in the skewed SPM layout (see lower_butterfly)
+    skew_perm: tuple[tuple[int, ...], ...] = ()  # bit permutation per intermediate (choose_layout)
     entry_budget: int | None = None  # instruction entries per PE one kernel may fill with copies
 
     @property
@@ -312,12 +313,88 @@ def plan_orchestration(spec: ButterflySpec, arch: ArchSpec, mode: str,
         c, segments, why = _residencies(kms, arch, limit_c)
         reason += "; " + why
         limits.append(("co-resident kernels (spm)", limit_c))
+    perm: tuple = ()
     if skew:
         reason += f"; intermediates in the skewed layout for {skew} SPM lines"
+        perm, why = choose_layout(spec, arch, groups, rows, budget, mode)
+        if why:
+            reason += "; " + why
     choice = FusionChoice(mode=mode, stages=S, stages_per_kernel=f, kernels_per_residency=c,
                           tile_rows=rows, limits=tuple(limits), reason=reason, skew_lines=skew,
-                          entry_budget=budget)
+                          entry_budget=budget, skew_perm=perm)
     return choice, groups, kms, segments, tuple(notes)
+
+
+# --- SPM layout against the schedule ------------------------------------------------------------
+
+LAYOUT_CANDIDATES = 24  # bit permutations tried per plan (random, seeded; plus the identity)
+_LAYOUTS: dict = {}
+
+
+def layout_stalls(spec: ButterflySpec, arch: ArchSpec, groups, rows: int, budget,
+                  mode: str = "multilayer") -> int:
+    """SPM port-conflict stall cycles of one tile of `rows` batch blocks with `spec`'s layout
+    (the engine's count on the mapped schedules, zeros for data: conflicts depend on addresses
+    and issue cycles only)."""
+    import numpy as np
+
+    from dataflow.dfg.lower_butterfly import lower_butterfly
+    from dataflow.pe_array.simulate import run_array
+
+    one = dataclasses.replace(spec, batch=rows * spec.lanes)
+    x = np.zeros((one.batch, one.n), np.float32)
+    factors = None
+    if spec.kind != "fft":
+        factors = [np.zeros((spec.n // 2, 2, 2), np.complex64 if spec.kind == "complex" else np.float32)
+                   for _ in range(spec.stages)]
+    prog = lower_butterfly(one, groups, x, factors, np.zeros(spec.n) if spec.bias else None)
+    kms = [map_stage_kernel(k, arch, rows, budget) for k in prog.kernels]
+    mapping = Mapping(program=prog, arch=arch, kernels=tuple(kms), orchestration=mode)
+    return sum(t.stall_cycles_spm_conflict for a in run_array(mapping, "fast") for t in a.tiles)
+
+
+def choose_layout(spec: ButterflySpec, arch: ArchSpec, groups, rows: int, budget,
+                  mode: str = "multilayer", candidates: int | None = None):
+    """Bit permutations of the intermediate buffers' skewed layouts (`ButterflySpec.skew_perm`)
+    with the fewest SPM port-conflict stalls on one tile of the mapped schedules.
+
+    The modulo scheduler does not know SPM lines; with one write port per line, stores issued
+    in the same cycle to one line stall the lock-step array (the engine's rule). Any bit
+    permutation keeps the skewed layout one-to-one on the same rows, so the layout is free to
+    follow the schedule: identity plus `candidates` seeded random permutations, then the best
+    per buffer. Returns (permutations, a note) — () and "" when there is nothing to choose."""
+    G = len(groups)
+    if G < 2 or not spec.skew_lines:
+        return (), ""
+    n_cand = LAYOUT_CANDIDATES if candidates is None else candidates
+    key = (_shape_spec(spec), arch, tuple(groups), rows, budget, n_cand)
+    if key in _LAYOUTS:
+        return _LAYOUTS[key]
+    import numpy as np
+
+    S = spec.stages
+    ident = tuple(tuple(range(S)) for _ in range(G - 1))
+    base = layout_stalls(dataclasses.replace(spec, skew_perm=ident), arch, groups, rows, budget, mode)
+    best, best_cost = ident, base
+    rng = np.random.default_rng(S * 1000 + G)
+    for _ in range(n_cand):
+        if best_cost == 0:
+            break
+        cand = tuple(tuple(int(v) for v in rng.permutation(S)) for _ in range(G - 1))
+        cost = layout_stalls(dataclasses.replace(spec, skew_perm=cand), arch, groups, rows, budget, mode)
+        if cost < best_cost:
+            best, best_cost = cand, cost
+    note = (f"SPM layout: bit permutations of the intermediates chosen against the schedule "
+            f"({base} -> {best_cost} conflict stall cycles per tile of {rows} block(s), "
+            f"{n_cand + 1} layouts tried)")
+    out = (() if best == ident else best), note
+    _LAYOUTS[key] = out
+    return out
+
+
+def _shape_spec(spec: ButterflySpec) -> ButterflySpec:
+    """The spec without its batch (the layout choice is per tile)."""
+    return dataclasses.replace(spec, batch=spec.lanes, skew_perm=())
 
 
 def _residencies(kms, arch, limit_c):
