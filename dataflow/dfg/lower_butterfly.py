@@ -68,8 +68,8 @@ class ButterflySpec:
     0 = off): buffers between groups use the skewed layout `skew_row` so that the 2^f points of a
     sub-butterfly (a power-of-two stride apart) fall on different lines of an interleaved SPM
     with that many lines; input and output stay in the natural layout (they cross DRAM).
-    `skew_perm` (one permutation of range(stages) per buffer between groups, X1 .. X(G-1);
-    empty = identity): buffer i gives index bit q the skew weight of bit perm_i[q], so its
+    `skew_perm` (one permutation of range(stages) per data buffer, X0 .. X(G-1), Y; empty =
+    identity): buffer i gives index bit q the skew weight of bit perm_i[q], so its
     layout is the skewed layout of the bit-permuted index: still one-to-one on the same rows.
     The orchestrator picks the permutations against the mapped schedule so that stores issued
     in one cycle land on different SPM lines (`mapper.orchestrate.choose_layout`).
@@ -147,12 +147,19 @@ def is_skewed(spec: ButterflySpec, index: int, groups: int) -> bool:
 
 
 def skew_permutation(spec: ButterflySpec, index: int, groups: int) -> tuple[int, ...]:
-    """Index bit q of data buffer `index` takes the skew weight of bit perm[q] (identity for
-    the input and the output, whose layout the DMA and `pack_data`/`unpack_data` share)."""
-    S = spec.stages
-    if 0 < index < groups and index - 1 < len(spec.skew_perm) and spec.skew_perm[index - 1]:
-        return tuple(spec.skew_perm[index - 1])
-    return tuple(range(S))
+    """Index bit q of data buffer `index` (0 = input .. groups = output) takes the skew weight
+    of bit perm[q] (identity when `skew_perm` has no entry for it)."""
+    if index < len(spec.skew_perm) and spec.skew_perm[index]:
+        return tuple(spec.skew_perm[index])
+    return tuple(range(spec.stages))
+
+
+def skew_rows(spec: ButterflySpec, index: int, groups: int) -> np.ndarray:
+    """Row of every point P of skewed data buffer `index`: sum of the weights of P's bits."""
+    perm = skew_permutation(spec, index, groups)
+    w = np.array([skew_weight(perm[q], skew_period(spec)) for q in range(spec.stages)], np.int64)
+    bits = (np.arange(spec.n)[:, None] >> np.arange(spec.stages)[None, :]) & 1
+    return bits @ w
 
 
 def data_parts(spec: ButterflySpec, index: int, groups: int) -> int:
@@ -405,7 +412,7 @@ def pack_data(spec: ButterflySpec, x: np.ndarray, index: int, groups: int,
         if len(blocks) == 2:
             out[im_name] = blocks[1].ravel()
         return out
-    rows = np.array([skew_row(q, skew_period(spec)) for q in range(spec.n)])
+    rows = skew_rows(spec, index, groups)
     img = np.zeros((spec.blocks, data_rows(spec, True), len(blocks), spec.lanes), dtype=dtype)
     for c, blk in enumerate(blocks):
         img[:, rows, c, :] = blk
@@ -418,7 +425,7 @@ def unpack_data(spec: ButterflySpec, words: dict, index: int, groups: int) -> np
     parts = data_parts(spec, index, groups)
     cplx = spec.complex_data and not (index == groups and spec.real_output)
     if is_skewed(spec, index, groups):
-        rows = np.array([skew_row(q, skew_period(spec)) for q in range(spec.n)])
+        rows = skew_rows(spec, index, groups)
         img = words[re_name].reshape(spec.blocks, data_rows(spec, True), parts, spec.lanes)[:, rows]
         blocks = [img[:, :, c, :].ravel() for c in range(parts)]
     else:

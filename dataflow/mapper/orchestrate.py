@@ -355,14 +355,15 @@ def layout_stalls(spec: ButterflySpec, arch: ArchSpec, groups, rows: int, budget
 
 def choose_layout(spec: ButterflySpec, arch: ArchSpec, groups, rows: int, budget,
                   mode: str = "multilayer", candidates: int | None = None):
-    """Bit permutations of the intermediate buffers' skewed layouts (`ButterflySpec.skew_perm`)
+    """Bit permutations of the data buffers' skewed layouts (`ButterflySpec.skew_perm`)
     with the fewest SPM port-conflict stalls on one tile of the mapped schedules.
 
     The modulo scheduler does not know SPM lines; with one write port per line, stores issued
     in the same cycle to one line stall the lock-step array (the engine's rule). Any bit
     permutation keeps the skewed layout one-to-one on the same rows, so the layout is free to
     follow the schedule: identity plus `candidates` seeded random permutations, then the best
-    per buffer. Returns (permutations, a note) — () and "" when there is nothing to choose."""
+    per buffer. The input and output layouts are the DMA's (it places every row of a tile,
+    `pack_data`/`unpack_data`), so they are free too. Returns (permutations, a note) — () and "" when there is nothing to choose."""
     G = len(groups)
     if G < 2 or not spec.skew_lines:
         return (), ""
@@ -373,18 +374,36 @@ def choose_layout(spec: ButterflySpec, arch: ArchSpec, groups, rows: int, budget
     import numpy as np
 
     S = spec.stages
-    ident = tuple(tuple(range(S)) for _ in range(G - 1))
-    base = layout_stalls(dataclasses.replace(spec, skew_perm=ident), arch, groups, rows, budget, mode)
+    ident = tuple(tuple(range(S)) for _ in range(G + 1))
+
+    def cost(perm):
+        return layout_stalls(dataclasses.replace(spec, skew_perm=perm), arch, groups, rows,
+                             budget, mode)
+
+    base = cost(ident)
     best, best_cost = ident, base
     rng = np.random.default_rng(S * 1000 + G)
+    tried = 1
+    # random layouts of all buffers, then each buffer alone against the best so far
     for _ in range(n_cand):
         if best_cost == 0:
             break
-        cand = tuple(tuple(int(v) for v in rng.permutation(S)) for _ in range(G - 1))
-        cost = layout_stalls(dataclasses.replace(spec, skew_perm=cand), arch, groups, rows, budget, mode)
-        if cost < best_cost:
-            best, best_cost = cand, cost
-    note = (f"SPM layout: bit permutations of the intermediates chosen against the schedule "
+        cand = tuple(tuple(int(v) for v in rng.permutation(S)) for _ in range(G + 1))
+        c = cost(cand)
+        tried += 1
+        if c < best_cost:
+            best, best_cost = cand, c
+    for i in range(G + 1):
+        for _ in range(max(1, n_cand // (G + 1))):
+            if best_cost == 0:
+                break
+            cand = best[:i] + (tuple(int(v) for v in rng.permutation(S)),) + best[i + 1:]
+            c = cost(cand)
+            tried += 1
+            if c < best_cost:
+                best, best_cost = cand, c
+    n_cand = tried - 1
+    note = (f"SPM layout: bit permutations of the data buffers chosen against the schedule "
             f"({base} -> {best_cost} conflict stall cycles per tile of {rows} block(s), "
             f"{n_cand + 1} layouts tried)")
     out = (() if best == ident else best), note
