@@ -217,7 +217,7 @@ def test_pit_1x64_scatter_adds_per_k_block_and_shares_b(default_arch):
     (kern,) = [k for k in prog.kernels if k.name.startswith("sread")]
     ops = {n.buffer: n.op for n in kern.nodes if n.op.is_memory}
     assert ops["B"] is Op.LOAD and ops["C"] is Op.SCATTER_ACC and ops["A"] is Op.GATHER
-    km = [k for k in map_program(prog, default_arch).kernels if k.kernel.name == kern.name][0]
+    km = next(k for k in map_program(prog, default_arch).kernels if k.kernel.name == kern.name)
     assert km.allocation_map["B"].streamed and not km.allocation_map["C"].streamed
     pit, pst = simulate_dynamic_matmul(a, b, "1x64", default_arch)
     packed, kst = simulate_dynamic_matmul(a, b, "1x64", default_arch, scheme="packed")
