@@ -222,7 +222,8 @@ def test_engines_agree_on_skewed_multilayer_kernels(mlx):
     x = np.random.default_rng(8).standard_normal((8, 16)).astype(np.float32)
     spec = ButterflySpec(n=16, batch=8, lanes=8, kind="fft", bitrev_input=True, real_input=True)
     plan = plan_orchestration(spec, mlx, "multilayer", 2)
-    spec = dataclasses.replace(spec, skew_lines=plan[0].skew_lines, skew_perm=plan[0].skew_perm)
+    spec = dataclasses.replace(spec, skew_lines=plan[0].skew_lines, skew_perm=plan[0].skew_perm,
+                               skew_flip=plan[0].skew_flip)
     assert spec.skew_lines == mlx.spm.lines
     om = map_butterfly(lower_butterfly(spec, plan[1], x), spec, mlx, plan)
     fast, ref_ = simulate_orchestrated(om, "fast"), simulate_orchestrated(om, "reference")

@@ -44,7 +44,8 @@ def run_spec(spec: ButterflySpec, x2d: np.ndarray, arch, orchestration: str = "m
              workload: str | None = None) -> OrchestratedRun:
     """Plan, lower, map and simulate one butterfly product on a (batch, n) operand."""
     plan = plan_orchestration(spec, arch, orchestration, max_stages_per_kernel)
-    spec = dataclasses.replace(spec, skew_lines=plan[0].skew_lines, skew_perm=plan[0].skew_perm)
+    spec = dataclasses.replace(spec, skew_lines=plan[0].skew_lines, skew_perm=plan[0].skew_perm,
+                               skew_flip=plan[0].skew_flip)
     prog = lower_butterfly(spec, plan[1], x2d, factors, bias)
     om = map_butterfly(prog, spec, arch, plan)
     return simulate_orchestrated(om, engine, workload)

@@ -71,7 +71,10 @@ class ButterflySpec:
     `skew_perm` (one permutation of range(stages) per data buffer, X0 .. X(G-1), Y; empty =
     identity): buffer i gives index bit q the skew weight of bit perm_i[q], so its
     layout is the skewed layout of the bit-permuted index: still one-to-one on the same rows.
-    The orchestrator picks the permutations against the mapped schedule so that stores issued
+    `skew_flip` (a bit mask per data buffer): buffer i holds point P at the row of P xor
+    mask_i (in the affine address a flipped bit b is w_b - w_b bit_b: a negative coefficient),
+    again one-to-one on the same rows, with other line residues (-w mod lines).
+    The orchestrator picks the permutations and masks against the mapped schedule so that stores issued
     in one cycle land on different SPM lines (`mapper.orchestrate.choose_layout`).
     """
 
@@ -87,6 +90,7 @@ class ButterflySpec:
     prefix: str = ""
     skew_lines: int = 0
     skew_perm: tuple[tuple[int, ...], ...] = ()
+    skew_flip: tuple[int, ...] = ()
 
     @property
     def stages(self) -> int:
@@ -111,6 +115,8 @@ class ButterflySpec:
             if p and sorted(p) != list(range(self.stages)):
                 raise DFGError(f"skew_perm entries must be permutations of range({self.stages}) "
                                f"(or empty), got {p}")
+        if any(not 0 <= m < self.n for m in self.skew_flip):
+            raise DFGError(f"skew_flip masks must lie in [0, {self.n}), got {self.skew_flip}")
         if self.batch < 1 or self.lanes < 1:
             raise DFGError(f"batch and lanes must be >= 1, got {self.batch}, {self.lanes}")
         if (self.bias or self.relu) and self.kind != "real":
@@ -158,8 +164,14 @@ def skew_rows(spec: ButterflySpec, index: int, groups: int) -> np.ndarray:
     """Row of every point P of skewed data buffer `index`: sum of the weights of P's bits."""
     perm = skew_permutation(spec, index, groups)
     w = np.array([skew_weight(perm[q], skew_period(spec)) for q in range(spec.stages)], np.int64)
-    bits = (np.arange(spec.n)[:, None] >> np.arange(spec.stages)[None, :]) & 1
+    p = np.arange(spec.n) ^ skew_mask(spec, index)
+    bits = (p[:, None] >> np.arange(spec.stages)[None, :]) & 1
     return bits @ w
+
+
+def skew_mask(spec: ButterflySpec, index: int) -> int:
+    """Bits of P flipped in data buffer `index`'s layout (0 when `skew_flip` has no entry)."""
+    return spec.skew_flip[index] if index < len(spec.skew_flip) else 0
 
 
 def data_parts(spec: ButterflySpec, index: int, groups: int) -> int:
@@ -229,11 +241,14 @@ def group_kernel(spec: ButterflySpec, group: StageGroup, groups: int, index: int
     loops += [Loop(f"o{t}", 2) for t in reversed(range(k0))]
     loops.append(Loop("bi", L))
 
-    def lin(weight, m: int, scale: int = 1, extra: dict | None = None) -> Addr:
-        """scale * sum of weight(b) over the set bits b of P(m) = g s 2^f + o + m s."""
-        terms = {f"g{t}": scale * weight(k0 + f + t) for t in range(gb)}
-        terms.update({f"o{t}": scale * weight(t) for t in range(k0)})
-        const = scale * sum(weight(bit) for bit in range(S) if (m * s >> bit) & 1)
+    def lin(weight, m: int, scale: int = 1, extra: dict | None = None, flip=lambda bit: 0) -> Addr:
+        """scale * sum of weight(b) over the set bits b of P(m) = g s 2^f + o + m s, with the
+        bits where flip(b) is 1 inverted (weight w - w bit: a negative coefficient)."""
+        sign = {bit: -1 if flip(bit) else 1 for bit in range(S)}
+        terms = {f"g{t}": sign[k0 + f + t] * scale * weight(k0 + f + t) for t in range(gb)}
+        terms.update({f"o{t}": sign[t] * scale * weight(t) for t in range(k0)})
+        const = scale * sum(weight(bit) for bit in range(S)
+                            if ((m * s >> bit) & 1) ^ (1 if flip(bit) else 0))
         for k, c in (extra or {}).items():
             terms[k] = terms.get(k, 0) + c
         return _addr(terms, const)
@@ -246,9 +261,14 @@ def group_kernel(spec: ButterflySpec, group: StageGroup, groups: int, index: int
         perm = skew_permutation(spec, i, groups)
         row_w = ((lambda q: skew_weight(perm[q], skew_period(spec))) if sk
                  else (lambda q: 1 << q))
-        w = (lambda bit: row_w(S - 1 - bit)) if (i == 0 and bitrev) else row_w
+        mask = skew_mask(spec, i) if sk else 0
+        fl = lambda q: (mask >> q) & 1  # noqa: E731
+        if i == 0 and bitrev:
+            w, flip = (lambda bit: row_w(S - 1 - bit)), (lambda bit: fl(S - 1 - bit))
+        else:
+            w, flip = row_w, fl
         parts = data_parts(spec, i, groups)
-        a = lin(w, m, L * parts, {"bo": data_rows(spec, sk) * L * parts, "bi": 1})
+        a = lin(w, m, L * parts, {"bo": data_rows(spec, sk) * L * parts, "bi": 1}, flip)
         return Addr(a.terms, a.const + part * L * (parts - 1))
 
     b = _Body()

@@ -77,7 +77,8 @@ class FusionChoice:
     limits: tuple[tuple[str, int], ...]
     reason: str
     skew_lines: int = 0  # intermediates in the skewed SPM layout (see lower_butterfly)
-    skew_perm: tuple[tuple[int, ...], ...] = ()  # bit permutation per intermediate (choose_layout)
+    skew_perm: tuple[tuple[int, ...], ...] = ()  # bit permutation per data buffer (choose_layout)
+    skew_flip: tuple[int, ...] = ()  # flipped index bits per data buffer (choose_layout)
     entry_budget: int | None = None  # instruction entries per PE one kernel may fill with copies
 
     @property
@@ -313,7 +314,7 @@ def plan_orchestration(spec: ButterflySpec, arch: ArchSpec, mode: str,
         c, segments, why = _residencies(kms, arch, limit_c)
         reason += "; " + why
         limits.append(("co-resident kernels (spm)", limit_c))
-    perm: tuple = ()
+    perm: tuple = ((), ())
     if skew:
         reason += f"; intermediates in the skewed layout for {skew} SPM lines"
         perm, why = choose_layout(spec, arch, groups, rows, budget, mode)
@@ -321,19 +322,19 @@ def plan_orchestration(spec: ButterflySpec, arch: ArchSpec, mode: str,
             reason += "; " + why
     choice = FusionChoice(mode=mode, stages=S, stages_per_kernel=f, kernels_per_residency=c,
                           tile_rows=rows, limits=tuple(limits), reason=reason, skew_lines=skew,
-                          entry_budget=budget, skew_perm=perm)
+                          entry_budget=budget, skew_perm=perm[0], skew_flip=perm[1])
     return choice, groups, kms, segments, tuple(notes)
 
 
 # --- SPM layout against the schedule ------------------------------------------------------------
 
-LAYOUT_CANDIDATES = 24  # bit permutations tried per plan (random, seeded; plus the identity)
+LAYOUT_CANDIDATES = 16  # random layouts per plan (seeded), then twice as many local moves
 _LAYOUTS: dict = {}
 
 
 def layout_stalls(spec: ButterflySpec, arch: ArchSpec, groups, rows: int, budget,
                   mode: str = "multilayer") -> int:
-    """SPM port-conflict stall cycles of one tile of `rows` batch blocks with `spec`'s layout
+    """SPM port-conflict stall cycles of two tiles of `rows` batch blocks with `spec`'s layout
     (the engine's count on the mapped schedules, zeros for data: conflicts depend on addresses
     and issue cycles only)."""
     import numpy as np
@@ -341,7 +342,8 @@ def layout_stalls(spec: ButterflySpec, arch: ArchSpec, groups, rows: int, budget
     from dataflow.dfg.lower_butterfly import lower_butterfly
     from dataflow.pe_array.simulate import run_array
 
-    one = dataclasses.replace(spec, batch=rows * spec.lanes)
+    # two tiles: streamed buffers alternate between the halves of their double buffer
+    one = dataclasses.replace(spec, batch=2 * rows * spec.lanes)
     x = np.zeros((one.batch, one.n), np.float32)
     factors = None
     if spec.kind != "fft":
@@ -355,18 +357,20 @@ def layout_stalls(spec: ButterflySpec, arch: ArchSpec, groups, rows: int, budget
 
 def choose_layout(spec: ButterflySpec, arch: ArchSpec, groups, rows: int, budget,
                   mode: str = "multilayer", candidates: int | None = None):
-    """Bit permutations of the data buffers' skewed layouts (`ButterflySpec.skew_perm`)
-    with the fewest SPM port-conflict stalls on one tile of the mapped schedules.
+    """Bit permutations and flip masks of the data buffers' skewed layouts
+    (`ButterflySpec.skew_perm`, `skew_flip`)
+    with the fewest SPM port-conflict stalls on two tiles of the mapped schedules.
 
     The modulo scheduler does not know SPM lines; with one write port per line, stores issued
     in the same cycle to one line stall the lock-step array (the engine's rule). Any bit
     permutation keeps the skewed layout one-to-one on the same rows, so the layout is free to
-    follow the schedule: identity plus `candidates` seeded random permutations, then the best
-    per buffer. The input and output layouts are the DMA's (it places every row of a tile,
-    `pack_data`/`unpack_data`), so they are free too. Returns (permutations, a note) — () and "" when there is nothing to choose."""
+    follow the schedule (so is flipping bits: P xor mask, a mirror of the rows): identity plus
+    `candidates` seeded random layouts, then 2 x `candidates` local moves from the best (swap two
+    bits' weights or flip one bit of one buffer; kept when the stalls fall). The input and output layouts are the DMA's (it places every row of a tile,
+    `pack_data`/`unpack_data`), so they are free too. Returns ((permutations, masks), a note); ((), ()) and "" when there is nothing to choose."""
     G = len(groups)
     if G < 2 or not spec.skew_lines:
-        return (), ""
+        return ((), ()), ""
     n_cand = LAYOUT_CANDIDATES if candidates is None else candidates
     key = (_shape_spec(spec), arch, tuple(groups), rows, budget, n_cand)
     if key in _LAYOUTS:
@@ -374,46 +378,58 @@ def choose_layout(spec: ButterflySpec, arch: ArchSpec, groups, rows: int, budget
     import numpy as np
 
     S = spec.stages
-    ident = tuple(tuple(range(S)) for _ in range(G + 1))
+    ident = (tuple(tuple(range(S)) for _ in range(G + 1)), (0,) * (G + 1))
 
-    def cost(perm):
-        return layout_stalls(dataclasses.replace(spec, skew_perm=perm), arch, groups, rows,
-                             budget, mode)
+    def cost(layout):
+        return layout_stalls(dataclasses.replace(spec, skew_perm=layout[0], skew_flip=layout[1]),
+                             arch, groups, rows, budget, mode)
+
+    def draw(rng):
+        return tuple(int(v) for v in rng.permutation(S)), int(rng.integers(0, spec.n))
 
     base = cost(ident)
     best, best_cost = ident, base
     rng = np.random.default_rng(S * 1000 + G)
     tried = 1
-    # random layouts of all buffers, then each buffer alone against the best so far
+    # random layouts of all buffers
     for _ in range(n_cand):
         if best_cost == 0:
             break
-        cand = tuple(tuple(int(v) for v in rng.permutation(S)) for _ in range(G + 1))
+        # permutations first (flips left to the local moves: a smaller space to sample)
+        cand = (tuple(draw(rng)[0] for _ in range(G + 1)), (0,) * (G + 1))
         c = cost(cand)
         tried += 1
         if c < best_cost:
             best, best_cost = cand, c
-    for i in range(G + 1):
-        for _ in range(max(1, n_cand // (G + 1))):
-            if best_cost == 0:
-                break
-            cand = best[:i] + (tuple(int(v) for v in rng.permutation(S)),) + best[i + 1:]
-            c = cost(cand)
-            tried += 1
-            if c < best_cost:
-                best, best_cost = cand, c
+    # then local moves from the best: swap two bits' weights or flip one bit, one buffer
+    for _ in range(2 * n_cand):
+        if best_cost == 0:
+            break
+        i = int(rng.integers(0, G + 1))
+        perm, mask = list(best[0][i]), best[1][i]
+        if rng.random() < 0.5:
+            a, b = rng.choice(S, 2, replace=False)
+            perm[a], perm[b] = perm[b], perm[a]
+        else:
+            mask ^= 1 << int(rng.integers(0, S))
+        cand = (best[0][:i] + (tuple(int(v) for v in perm),) + best[0][i + 1:],
+                best[1][:i] + (mask,) + best[1][i + 1:])
+        c = cost(cand)
+        tried += 1
+        if c < best_cost:
+            best, best_cost = cand, c
     n_cand = tried - 1
-    note = (f"SPM layout: bit permutations of the data buffers chosen against the schedule "
-            f"({base} -> {best_cost} conflict stall cycles per tile of {rows} block(s), "
+    note = (f"SPM layout: bit permutations and flips of the data buffers chosen against the schedule "
+            f"({base} -> {best_cost} conflict stall cycles on two tiles of {rows} block(s), "
             f"{n_cand + 1} layouts tried)")
-    out = (() if best == ident else best), note
+    out = (((), ()) if best == ident else best), note
     _LAYOUTS[key] = out
     return out
 
 
 def _shape_spec(spec: ButterflySpec) -> ButterflySpec:
     """The spec without its batch (the layout choice is per tile)."""
-    return dataclasses.replace(spec, batch=spec.lanes, skew_perm=())
+    return dataclasses.replace(spec, batch=spec.lanes, skew_perm=(), skew_flip=())
 
 
 def _residencies(kms, arch, limit_c):
