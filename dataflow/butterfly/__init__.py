@@ -50,8 +50,8 @@ from dataflow.mapper.orchestrate import ORCHESTRATIONS, FusionChoice
 
 __all__ = [
     "BACKENDS", "ORCHESTRATIONS", "ButterflyError", "ButterflySpec", "FusionChoice",
-    "OrchestratedRun", "StageGroup", "StageSpan", "butterfly_ffn", "butterfly_linear",
-    "block_butterfly_matmul", "butterfly_matmul", "fft", "monarch_matmul", "run_block_butterfly",
-    "run_monarch", "fnet_attention", "reference", "run_butterfly_matmul", "run_fft",
-    "run_fnet_attention", "run_spec", "simulate_orchestrated",
+    "OrchestratedRun", "StageGroup", "StageSpan", "block_butterfly_matmul", "butterfly_ffn",
+    "butterfly_linear", "butterfly_matmul", "fft", "fnet_attention", "monarch_matmul", "reference",
+    "run_block_butterfly", "run_butterfly_matmul", "run_fft", "run_fnet_attention", "run_monarch",
+    "run_spec", "simulate_orchestrated",
 ]

@@ -262,7 +262,7 @@ def group_kernel(spec: ButterflySpec, group: StageGroup, groups: int, index: int
         row_w = ((lambda q: skew_weight(perm[q], skew_period(spec))) if sk
                  else (lambda q: 1 << q))
         mask = skew_mask(spec, i) if sk else 0
-        fl = lambda q: (mask >> q) & 1  # noqa: E731
+        fl = lambda q: (mask >> q) & 1
         if i == 0 and bitrev:
             w, flip = (lambda bit: row_w(S - 1 - bit)), (lambda bit: fl(S - 1 - bit))
         else:

@@ -12,7 +12,10 @@ Three ways to run the log2(n) stages of a butterfly on one array (DESIGN.md, "Ma
   a tile the co-resident kernels run one after another (the hardware arbiter switches blocks;
   our model does not overlap them, a conservative choice). Its data buffers use the skewed SPM
   layout of `lower_butterfly` (with an interleaved SPM of 2^z lines), so a sub-butterfly's
-  points, a power of two apart, do not all fall on one SPM line.
+  points, a power of two apart, do not all fall on one SPM line; the layout's bit permutation
+  and flip mask per buffer are then chosen against the mapped schedule (`choose_layout`: the
+  scheduler does not see SPM lines, so stores issued in one cycle to one single-port line
+  stall the array; the search measures those stalls with the engine on two tiles).
 
 How many stages go in one kernel (f) and how many kernels stay co-resident (c) is chosen from
 the architecture, and the reason is recorded (`FusionChoice.reason`, the mapping's notes):
