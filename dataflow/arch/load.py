@@ -17,8 +17,9 @@ import yaml
 from dataflow.arch.spec import ArchSpec
 
 
-class ArchError(ValueError):
-    """A bad architecture description: `source` is the file, `key_path` the dotted key."""
+class KeyPathError(ValueError):
+    """Bad input read from a file: `source` is the file, `key_path` the dotted key in it. The
+    message starts with both, so one line tells the user where to look."""
 
     def __init__(self, source: str, key_path: str, message: str):
         self.source = source
@@ -26,6 +27,10 @@ class ArchError(ValueError):
         where = f"{source}: " if source else ""
         at = f"{key_path}: " if key_path else ""
         super().__init__(f"{where}{at}{message}")
+
+
+class ArchError(KeyPathError):
+    """A bad architecture description: `source` is the file, `key_path` the dotted key."""
 
 
 def _build(cls: type, data: Any, source: str, path: str) -> Any:

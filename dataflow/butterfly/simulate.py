@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from dataflow.butterfly.reference import ButterflyError
 from dataflow.dfg.lower_butterfly import data_names, data_rows, is_skewed
 from dataflow.mapper.orchestrate import OrchestratedMapping, roofline
+from dataflow.pe_array.common import dma_words
 from dataflow.pe_array.result import KernelResult, SimResult, TileResult
 from dataflow.pe_array.simulate import energy_breakdown, run_array
 from dataflow.pe_array.system import run_system
@@ -42,16 +43,9 @@ def _buffer_bytes(km, kernel, tile_index: int, word_bytes: int,
     `real_rows` = (skewed data buffers, real rows, rows): the DMA moves only the real rows of a
     skewed buffer (the spare rows of the layout never leave the SPM)."""
     skewed, real, rows = real_rows
-    tile = km.tiles[tile_index]
-    last = tile_index == len(km.tiles) - 1
     out = {}
     for b in kernel.buffers:
-        alloc = km.allocation_map[b.name]
-        if alloc.streamed:
-            lo, hi = tile.window_map[b.name]
-            words = max(0, hi - lo)
-        else:
-            words = b.size if (tile_index == 0 and b.role == "input") or (last and b.role == "output") else 0
+        words = dma_words(km, b, tile_index)
         if b.name in skewed:
             words = words * real // rows
         out[b.name] = (words * word_bytes if b.role == "input" else 0,

@@ -11,18 +11,15 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dataflow.arch.load import KeyPathError
+
 GPU_DIR = Path(__file__).resolve().parent.parent.parent / "arch_configs" / "gpus"
 PRECISIONS = ("fp64", "fp64_tensor", "fp32", "tf32_tensor", "fp16", "fp16_tensor",
               "bf16_tensor", "fp8_tensor", "int8_tensor")
 
 
-class GpuSpecError(ValueError):
+class GpuSpecError(KeyPathError):
     """A bad GPU description: `source` is the file, `key_path` the dotted key."""
-
-    def __init__(self, source: str, key_path: str, message: str):
-        self.source, self.key_path = source, key_path
-        at = f"{key_path}: " if key_path else ""
-        super().__init__(f"{source}: {at}{message}")
 
 
 @dataclass(frozen=True)

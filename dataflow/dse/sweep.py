@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from dataflow.arch import ArchError, arch_from_dict, arch_to_dict, load_arch
+from dataflow.arch.load import KeyPathError
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 ARCH_DIR = ROOT / "arch_configs"
@@ -45,15 +46,8 @@ MAX_GRID_POINTS = 2_000_000
 ENGINES = ("fast", "reference")
 
 
-class SweepError(ValueError):
+class SweepError(KeyPathError):
     """A bad sweep file: `source` is the file, `key_path` the place in it."""
-
-    def __init__(self, source: str, key_path: str, message: str):
-        self.source = source
-        self.key_path = key_path
-        where = f"{source}: " if source else ""
-        at = f"{key_path}: " if key_path else ""
-        super().__init__(f"{where}{at}{message}")
 
 
 @dataclass(frozen=True)

@@ -96,6 +96,16 @@ def gather_fetch_words(kernel: Kernel, inputs: dict[str, np.ndarray], arch) -> d
     return out
 
 
+def dma_words(km: KernelMapping, b, index: int) -> int:
+    """Words of buffer `b` the DMA moves for tile `index`: a streamed buffer's window every
+    tile; a resident input before the first tile and a resident output after the last."""
+    if km.allocation_map[b.name].streamed:
+        lo, hi = km.tiles[index].window_map[b.name]
+        return max(0, hi - lo)
+    first, last = index == 0, index == len(km.tiles) - 1
+    return b.size if (first and b.role == "input") or (last and b.role == "output") else 0
+
+
 def tile_result(kernel, index, iterations, compute_cycles, stall, km: KernelMapping, arch, tile: Tile,
                 fetched: dict[str, int] | None = None):
     """DMA traffic of a tile: streamed windows each tile, resident buffers once (inputs read
@@ -106,16 +116,11 @@ def tile_result(kernel, index, iterations, compute_cycles, stall, km: KernelMapp
     wb = arch.word_bytes
     rd = wr = 0
     transfers = []
-    last = index == len(km.tiles) - 1
     for b in kernel.buffers:
-        alloc = km.allocation_map[b.name]
-        if alloc.streamed:
-            lo, hi = tile.window_map[b.name]
-            words = max(0, hi - lo)
-        else:
-            words = b.size if (index == 0 and b.role == "input") or (last and b.role == "output") else 0
-            if words and b.fetch == "gather" and fetched is not None:
-                words = fetched[b.name]
+        words = dma_words(km, b, index)
+        if words and not km.allocation_map[b.name].streamed and b.fetch == "gather" \
+                and fetched is not None:
+            words = fetched[b.name]
         if b.role == "input":
             rd += words * wb
         elif b.role == "output":
