@@ -7,7 +7,7 @@ import scipy.sparse as sp
 
 from dataflow.testing import assert_close
 from dataflow.ust_frontend import Tensor
-from dataflow.ust_frontend import ops as ust_ops
+from dataflow.ust_frontend import backends as ust_backends
 from dataflow.ust_frontend.ops import (
     Elementwise,
     Matmul,
@@ -30,7 +30,7 @@ def _private_default_cache(tmp_path, monkeypatch):
 @pytest.fixture
 def fake_backend(monkeypatch):
     """A 'fake' backend whose executors compute in float64 with plain numpy and log calls."""
-    monkeypatch.setattr(ust_ops, "_EXECUTORS", {f: {} for f in ust_ops.OP_FAMILIES})
+    monkeypatch.setattr(ust_backends, "_EXECUTORS", {f: {} for f in ust_backends.OP_FAMILIES})
     calls = []
 
     def mm(op):
@@ -100,8 +100,8 @@ def test_unknown_backend_lists_the_available_ones(fake_backend):
 
 
 def test_cuda_is_looked_up_in_its_module(monkeypatch):
-    monkeypatch.setattr(ust_ops, "_EXECUTORS", {f: {} for f in ust_ops.OP_FAMILIES})
-    monkeypatch.setitem(ust_ops.BACKEND_MODULES, "cuda", "dataflow._no_such_module_")
+    monkeypatch.setattr(ust_backends, "_EXECUTORS", {f: {} for f in ust_backends.OP_FAMILIES})
+    monkeypatch.setitem(ust_backends.BACKEND_MODULES, "cuda", "dataflow._no_such_module_")
     with pytest.raises(ValueError, match=r"unknown backend 'cuda' for elementwise \(importing "
                                          r"dataflow._no_such_module_ failed.*available: numpy, sim"):
         Elementwise("add", rand((2, 2)), rand((2, 2))).execute("cuda")

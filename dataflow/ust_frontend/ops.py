@@ -19,6 +19,15 @@ from typing import ClassVar
 
 import numpy as np
 
+from dataflow.ust_frontend.backends import (
+    BACKEND_MODULES,
+    BACKENDS,
+    OP_FAMILIES,
+    available_backends,
+    get_executor,
+    register_backend,
+    unregister_backend,
+)
 from dataflow.ust_frontend.named import NamedFormats
 from dataflow.ust_frontend.plan import (
     Plan,
@@ -28,122 +37,18 @@ from dataflow.ust_frontend.plan import (
     run_plan,
     signature,
 )
+from dataflow.ust_frontend.reference import (  # re-exported: the definitions live there
+    SEMIRINGS,
+    _check_shapes,
+    _entries_csr,
+    csr_arrays,
+    is_dense,
+    matmul_reference,
+    resolve_semiring,
+    semiring_matmul,
+    spgemm_reference,
+)
 from dataflow.ust_frontend.tensor import Tensor
-
-BACKENDS = ("numpy", "sim")  # built in: methods of the op classes below
-
-# --- backend dispatch ------------------------------------------------------------------------
-#
-# Further backends (`cuda`, ...) live in their own modules and register one executor per op
-# family with `register_backend`. An executor is `fn(op) -> raw`: it reads the op object and
-# returns the raw result, before the epilog and before wrapping in A's package (both done by
-# the op, the same way for every backend). What it reads and returns, per family:
-#   "matmul":      `op.prologued_operands()` -> (A, B) UST Tensors with the prolog applied
-#                  (B is k x 1 for SpMV/GEMV), `op.semiring` (None = plus-times, else a dict of
-#                  "add"/"mul"/"zero"); returns the dense (m, n) product as a numpy array.
-#   "sddmm":       `op.dense_operands()` -> (A, B) dense numpy arrays with the prolog applied,
-#                  `op.semiring` (as for matmul),
-#                  `op.mask_csr()` -> the mask's CSR (pos, crd, val); returns a 1-D numpy array
-#                  of one value per mask entry, in CSR order: val[p] * (A[i] . B[:, crd[p]]).
-#   "elementwise": `op.kind` ("add": union of stored entries, "multiply": intersection),
-#                  `op.prologued_operands()` -> (A, B) same-shape UST Tensors with the prolog
-#                  applied, `op.semiring` (as for matmul); returns a dense numpy array of A's
-#                  shape, or a scipy.sparse matrix when `op.sparse_result`.
-# An executor that cannot run some case (e.g. a custom semiring) raises NotImplementedError
-# naming it. It may leave timing or a result object on `op.last_result`.
-
-OP_FAMILIES = ("matmul", "sddmm", "elementwise")
-_EXECUTORS: dict[str, dict[str, Callable]] = {f: {} for f in OP_FAMILIES}
-# Imported the first time their backend is asked for and not yet registered, so that
-# `matmul(..., backend="cuda")` works without importing the backend module by hand.
-BACKEND_MODULES: dict[str, str] = {"cuda": "dataflow.cuda"}
-
-
-def _family(op_name: str) -> str:
-    fam = op_name.split(":")[0].lower()
-    if fam not in OP_FAMILIES:
-        raise ValueError(f"unknown op {op_name!r}; backends register for one of {OP_FAMILIES}")
-    return fam
-
-
-def register_backend(op_name: str, backend: str, fn: Callable, *, replace: bool = False) -> None:
-    """Register `fn(op) -> raw` as the executor of op family `op_name` ("matmul", "sddmm",
-    "elementwise") on `backend` (see the contract above). "numpy" and "sim" are built in and
-    cannot be replaced; registering a different function twice needs `replace=True`."""
-    fam = _family(op_name)
-    if not isinstance(backend, str) or not backend:
-        raise ValueError(f"backend must be a non-empty string, got {backend!r}")
-    if backend in BACKENDS:
-        raise ValueError(f"backend {backend!r} is built in and cannot be re-registered")
-    if not callable(fn):
-        raise TypeError(f"executor for {fam}/{backend} must be callable, got {type(fn).__name__}")
-    old = _EXECUTORS[fam].get(backend)
-    if old is not None and old is not fn and not replace:
-        raise ValueError(f"{fam} already has a {backend!r} executor ({old!r}); "
-                         "pass replace=True to swap it")
-    _EXECUTORS[fam][backend] = fn
-
-
-def unregister_backend(op_name: str, backend: str) -> None:
-    """Remove a registered executor (tests, or a backend that found no device)."""
-    _EXECUTORS[_family(op_name)].pop(backend, None)
-
-
-def available_backends(op_name: str | None = None) -> tuple[str, ...]:
-    """Backends that run `op_name` now (built in first), or those of every family."""
-    fams = OP_FAMILIES if op_name is None else (_family(op_name),)
-    extra = sorted({b for f in fams for b in _EXECUTORS[f]})
-    return BACKENDS + tuple(extra)
-
-
-def _autoload(backend: str) -> str | None:
-    """Import the module that registers `backend`; returns why it failed, or None."""
-    module = BACKEND_MODULES.get(backend)
-    if module is None:
-        return None
-    import importlib
-
-    try:
-        importlib.import_module(module)
-    except ImportError as e:
-        return f"importing {module} failed: {e}"
-    return None
-
-
-def get_executor(op_name: str, backend: str) -> Callable:
-    """The registered executor of `op_name` on `backend`; a clear error listing what exists."""
-    fam = _family(op_name)
-    why = None
-    if backend not in _EXECUTORS[fam]:
-        why = _autoload(backend)
-    if backend not in _EXECUTORS[fam]:
-        hint = f" ({why})" if why else ""
-        raise ValueError(f"unknown backend {backend!r} for {fam}{hint}; available: "
-                         f"{', '.join(available_backends(fam))}")
-    return _EXECUTORS[fam][backend]
-
-# name -> (add, mul, zero); zero is the identity of add (what an absent entry contributes)
-SEMIRINGS: dict[str, dict] = {
-    "plus_times": {"add": np.add, "mul": np.multiply, "zero": 0.0},
-    "max_plus": {"add": np.maximum, "mul": np.add, "zero": -np.inf},
-    "min_plus": {"add": np.minimum, "mul": np.add, "zero": np.inf},
-    "max_times": {"add": np.maximum, "mul": np.multiply, "zero": -np.inf},
-}
-
-
-def resolve_semiring(semiring) -> dict | None:
-    """None for plus-times (the default), else a dict with "add", "mul" and "zero"."""
-    if semiring is None:
-        return None
-    if isinstance(semiring, str):
-        if semiring not in SEMIRINGS:
-            raise ValueError(f"unknown semiring {semiring!r}; choose one of {list(SEMIRINGS)}"
-                             " or pass {'add': f, 'mul': g, 'zero': z}")
-        semiring = SEMIRINGS[semiring]
-    if not isinstance(semiring, dict) or not {"add", "mul"} <= set(semiring):
-        raise ValueError("a semiring needs 'add' and 'mul' callables (and 'zero', the "
-                         "identity of add; default 0)")
-    return None if semiring is SEMIRINGS["plus_times"] else semiring
 
 
 def as_tensor(x) -> Tensor:
@@ -154,27 +59,9 @@ def as_tensor(x) -> Tensor:
     return t.to_host()
 
 
-def is_dense(t: Tensor) -> bool:
-    return t.tensor_format.is_dense
-
-
 def _check_backend(backend: str, op_name: str = "matmul") -> None:
     if backend not in BACKENDS:
         get_executor(op_name, backend)
-
-
-def _check_shapes(a: Tensor, b: Tensor) -> None:
-    if len(a.shape) != 2 or len(b.shape) != 2:
-        raise ValueError(f"matmul takes matrices; got shapes {a.shape} and {b.shape}")
-    if a.shape[1] != b.shape[0]:
-        raise ValueError(f"matmul shapes do not agree: {a.shape} @ {b.shape} "
-                         f"({a.shape[1]} != {b.shape[0]})")
-
-
-def csr_arrays(a: Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(pos, crd, val) of `a` in CSR, converting through level iteration when needed."""
-    csr = a if a.tensor_format == NamedFormats.CSR else a.convert(tensor_format=NamedFormats.CSR)
-    return csr.pos(1), csr.crd(1), csr.val
 
 
 def lower_matmul(a: Tensor, b: Tensor, dtype=np.float32, structure=None):
@@ -206,61 +93,6 @@ def spgemm_structure(a: Tensor, b: Tensor):
     _check_shapes(a, b)
     (ap, ac, _), (bp, bc, _) = _entries_csr(a), csr_arrays(b)
     return gustavson_symbolic(a.shape, ap, ac, b.shape, bp, bc)
-
-
-def matmul_reference(a: Tensor, b: Tensor) -> np.ndarray:
-    """The definition: a @ b in float64 from the stored entries, returned as float32."""
-    _check_shapes(a, b)
-    ad = a.to_dense().astype(np.float64)
-    bd = b.to_dense().astype(np.float64)
-    return (ad @ bd).astype(np.float32)
-
-
-def spgemm_reference(a: Tensor, b: Tensor) -> np.ndarray:
-    """Sparse x sparse through scipy (float64 accumulate), densified, as float32."""
-    import scipy.sparse as sp
-
-    _check_shapes(a, b)
-    mats = []
-    for t in (a, b):
-        pos, crd, val = csr_arrays(t)
-        mats.append(sp.csr_matrix((np.asarray(val, np.float64), crd, pos), shape=t.shape))
-    return (mats[0] @ mats[1]).toarray().astype(np.float32)
-
-
-def _entries_csr(t: Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(pos, crd, val) of the entries that take part in a product: all of a dense operand,
-    the stored ones of a sparse operand."""
-    if is_dense(t):
-        m, k = t.shape
-        return (np.arange(0, m * k + 1, k, dtype=np.int64), np.tile(np.arange(k), m),
-                t.to_dense().ravel())
-    return csr_arrays(t)
-
-
-def semiring_matmul(a: Tensor, b: Tensor, semiring: dict) -> np.ndarray:
-    """C[i, j] = add over stored k of mul(A[i, k], B[k, j]); absent entries are `zero`.
-
-    `add`/`mul` are elementwise numpy callables; rows of A with no entries give `zero`.
-    Vectorised over rows: step t combines every row's t-th entry. Returns float64."""
-    _check_shapes(a, b)
-    add, mul, zero = semiring["add"], semiring["mul"], float(semiring.get("zero", 0.0))
-    k, n = b.shape
-    if is_dense(b):
-        bd = b.to_dense().astype(np.float64)
-    else:
-        bd = np.full((k, n), zero)
-        bp, bc, bv = csr_arrays(b)
-        bd[np.repeat(np.arange(k), np.diff(bp)), bc] = bv
-    pos, crd, val = _entries_csr(a)
-    pos, crd, val = np.asarray(pos), np.asarray(crd), np.asarray(val, np.float64)
-    counts = np.diff(pos)
-    out = np.full((a.shape[0], n), zero)
-    for t in range(int(counts.max()) if counts.size else 0):
-        rows = np.flatnonzero(counts > t)
-        p = pos[rows] + t
-        out[rows] = add(out[rows], mul(val[p][:, None], bd[crd[p], :]))
-    return out
 
 
 def _with_values(t: Tensor, fn: Callable | None) -> Tensor:
