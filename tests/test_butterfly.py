@@ -425,3 +425,31 @@ def test_cli_butterfly_workloads(capsys):
         assert any("roofline" in n for n in out["notes"])
     assert main(["simulate", "--arch", arch, "--workload", "fft", "--n", "12"]) == 2
     assert "--n" in capsys.readouterr().err
+
+
+def test_layout_choice_is_kept_on_disk_and_survives_a_corrupt_file(mlx, monkeypatch, tmp_path):
+    """A later process reuses the searched layout from the cache folder; a corrupt file is
+    ignored and rewritten by a new search with the same result."""
+    from dataflow.mapper import orchestrate
+
+    monkeypatch.setenv("DATAFLOW_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(orchestrate, "_LAYOUTS", {})
+    x = np.random.default_rng(3).standard_normal((64, 64)).astype(np.float32)
+    _, first = run_fft(x, mlx, "multilayer")
+    files = list((tmp_path / "layouts").glob("*.json"))
+    assert len(files) == 1
+
+    monkeypatch.setattr(orchestrate, "_LAYOUTS", {})  # a new process: memory empty
+    monkeypatch.setattr(orchestrate, "layout_stalls",
+                        lambda *a, **k: pytest.fail("searched again despite the stored layout"))
+    y, again = run_fft(x, mlx, "multilayer")
+    assert (again.spec.skew_perm, again.spec.skew_flip) == (first.spec.skew_perm, first.spec.skew_flip)
+    assert_close(y, np.fft.fft(x))
+
+    monkeypatch.undo()
+    monkeypatch.setenv("DATAFLOW_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(orchestrate, "_LAYOUTS", {})
+    files[0].write_text("{not json")
+    _, rebuilt = run_fft(x, mlx, "multilayer")
+    assert (rebuilt.spec.skew_perm, rebuilt.spec.skew_flip) == (first.spec.skew_perm, first.spec.skew_flip)
+    assert files[0].read_text().startswith("{\"fingerprint\"")

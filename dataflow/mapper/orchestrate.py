@@ -378,6 +378,10 @@ def choose_layout(spec: ButterflySpec, arch: ArchSpec, groups, rows: int, budget
     key = (_shape_spec(spec), arch, tuple(groups), rows, budget, n_cand)
     if key in _LAYOUTS:
         return _LAYOUTS[key]
+    stored = _layout_disk_get(key)
+    if stored is not None:
+        _LAYOUTS[key] = stored
+        return stored
     import numpy as np
 
     S = spec.stages
@@ -427,7 +431,55 @@ def choose_layout(spec: ButterflySpec, arch: ArchSpec, groups, rows: int, budget
             f"{n_cand + 1} layouts tried)")
     out = (((), ()) if best == ident else best), note
     _LAYOUTS[key] = out
+    _layout_disk_put(key, out)
     return out
+
+
+def _layout_file(key):
+    """The on-disk home of a layout choice: `<plan cache dir>/layouts/<hash of key>.json`
+    (the search costs seconds to minutes; a later process reuses it)."""
+    import hashlib
+
+    from dataflow.ust_frontend.cache import resolve_cache_dir
+
+    digest = hashlib.sha256(repr(key).encode()).hexdigest()[:32]
+    return resolve_cache_dir() / "layouts" / f"{digest}.json"
+
+
+def _layout_disk_get(key):
+    """A stored layout choice, or None; a file that is unreadable, corrupt, written by other
+    mapper code (fingerprint) or for another key is ignored and rewritten after the search."""
+    import json
+
+    from dataflow.ust_frontend.cache import code_fingerprint
+
+    try:
+        data = json.loads(_layout_file(key).read_text())
+        if data["fingerprint"] != code_fingerprint() or data["key"] != repr(key):
+            return None
+        perms = tuple(tuple(int(v) for v in p) for p in data["perms"])
+        return (perms, tuple(int(m) for m in data["masks"])), str(data["note"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _layout_disk_put(key, out) -> None:
+    import json
+    import os
+
+    from dataflow.ust_frontend.cache import code_fingerprint
+
+    (perms, masks), note = out
+    path = _layout_file(key)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps({"fingerprint": code_fingerprint(), "key": repr(key),
+                                   "perms": [list(p) for p in perms], "masks": list(masks),
+                                   "note": note}))
+        os.replace(tmp, path)  # readers see the old file or the whole new one
+    except OSError:
+        pass  # a read-only cache folder costs a repeated search, never a failure
 
 
 def _shape_spec(spec: ButterflySpec) -> ButterflySpec:
