@@ -71,6 +71,10 @@ class SPMSpec:
     write_ports_per_line: int = 1
     access_latency_cycles: int = 1
     address_mapping: str = "interleaved"
+    # stores a line can hold pending beyond its write ports (a decoupled store pipeline, as in
+    # MLX's "decoupled load / store / compute / transfer pipelines", REFERENCES.md); 0: none,
+    # a store that finds no free write port stalls the array
+    write_queue_depth: int = 0
 
     @property
     def capacity_words(self) -> int:

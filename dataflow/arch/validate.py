@@ -72,6 +72,8 @@ def validate_arch(spec: ArchSpec) -> None:
     positive("spm.read_ports_per_line", spm.read_ports_per_line)
     positive("spm.write_ports_per_line", spm.write_ports_per_line)
     positive("spm.access_latency_cycles", spm.access_latency_cycles)
+    if spm.write_queue_depth < 0:
+        fail("spm.write_queue_depth", f"must be >= 0, got {spm.write_queue_depth}")
     if spm.address_mapping not in ADDRESS_MAPPINGS:
         fail("spm.address_mapping", f"must be one of {ADDRESS_MAPPINGS}, got {spm.address_mapping!r}")
     if spm.address_mapping == "xor" and spm.lines & (spm.lines - 1):

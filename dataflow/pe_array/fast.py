@@ -41,7 +41,7 @@ from dataflow.pe_array.common import (
 )
 from dataflow.pe_array.result import ArrayResult
 from dataflow.pe_array.semantics import apply_op
-from dataflow.spm.lines import line_of_row, port_cycles
+from dataflow.spm.lines import StoreQueues, line_of_row, port_cycles
 
 #: How an accumulating op combines (register and SPM read-modify-write) and its register's
 #: starting value; shared with the reference engine.
@@ -169,11 +169,22 @@ def run_kernel_fast(km: KernelMapping, arch: ArchSpec, inputs: dict[str, np.ndar
         wr = np.bincount(np.concatenate(acc_key) if acc_key else np.zeros(0, np.int64), minlength=size)
         rd = rd.reshape(n_cycles, spm.lines)
         wr = wr.reshape(n_cycles, spm.lines)
-        need = port_cycles(rd, wr, spm) - 1
-        stall = int(need.max(axis=1).sum())
+        if spm.write_queue_depth:
+            sq = StoreQueues(spm)
+            stall = 0
+            for t in range(n_cycles):
+                s_t, extra = sq.cycle(rd[t], wr[t])
+                stall += s_t
+                ct.conflicts_line += extra
+            s_t, extra = sq.drain()
+            stall += s_t
+            ct.conflicts_line += extra
+        else:
+            need = port_cycles(rd, wr, spm) - 1
+            stall = int(need.max(axis=1).sum())
+            ct.conflicts_line += need.sum(axis=0)
         ct.reads_line += rd.sum(axis=0)
         ct.writes_line += wr.sum(axis=0)
-        ct.conflicts_line += need.sum(axis=0)
         _apply_writes(writes, bufs)
         tiles.append(_tile_result(kernel, ti, n, n_cycles + stall, stall, km, arch, tile, fetched))
     ct.link_word_hops = link_word_hops

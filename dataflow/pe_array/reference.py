@@ -33,7 +33,7 @@ from dataflow.pe_array.common import (
 from dataflow.pe_array.fast import ACC_IDENTITY, ACC_UFUNC, commit
 from dataflow.pe_array.result import ArrayResult
 from dataflow.pe_array.semantics import apply_op
-from dataflow.spm.lines import line_of_row, port_cycles
+from dataflow.spm.lines import StoreQueues, line_of_row, port_cycles
 
 
 def run_kernel_reference(km: KernelMapping, arch: ArchSpec, inputs: dict[str, np.ndarray], dtype,
@@ -68,6 +68,7 @@ def run_kernel_reference(km: KernelMapping, arch: ArchSpec, inputs: dict[str, np
         values: dict[tuple[int, int], object] = {}
         regs: dict[tuple[int, int], np.ndarray] = {}
         stall = 0
+        sq = StoreQueues(spm) if spm.write_queue_depth else None
         for cyc in range(n_cycles):
             rd = np.zeros(spm.lines, dtype=np.int64)
             wr = np.zeros(spm.lines, dtype=np.int64)
@@ -150,13 +151,21 @@ def run_kernel_reference(km: KernelMapping, arch: ArchSpec, inputs: dict[str, np
                                         np.array(addrs, dtype=np.int64), src[:len(addrs)]))
             for row in read_rows:
                 rd[int(line_of_row(row, spm))] += 1
-            need = port_cycles(rd, wr, spm) - 1
-            stall += int(need.max())
+            if sq is not None:
+                s_t, need = sq.cycle(rd, wr)
+            else:
+                need = port_cycles(rd, wr, spm) - 1
+                s_t = int(need.max())
+            stall += s_t
             ct.reads_line += rd
             ct.writes_line += wr
             ct.conflicts_line += need
             for k, nid, op, bname, addrs, src in sorted(pending, key=lambda e: (e[0], e[1])):
                 commit(op, bufs[bname], addrs, src)
+        if sq is not None:
+            s_t, extra = sq.drain()
+            stall += s_t
+            ct.conflicts_line += extra
         tiles.append(tile_result(kernel, ti, n, n_cycles + stall, stall, km, arch, tile, fetched))
         elapsed += n_cycles + stall
     ct.link_word_hops = link_word_hops
