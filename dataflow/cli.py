@@ -1,4 +1,6 @@
-"""Command line: `dataflow simulate ...`."""
+"""dataflow: simulate workloads on a dataflow accelerator model (`simulate`), draw a saved
+result (`report`), check numpy / sim / cuda against each other (`crosscheck`), compare with a
+GPU (`compare`), and explore design spaces (`sweep`, `pareto`)."""
 
 from __future__ import annotations
 
