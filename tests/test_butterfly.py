@@ -423,6 +423,7 @@ def test_cli_butterfly_workloads(capsys):
         out = json.loads(capsys.readouterr().out)
         assert out["values_match_reference"] is True and out["cycles"] > 0
         assert any("roofline" in n for n in out["notes"])
+        assert sum(out["area_mm2"].values()) > 0
     assert main(["simulate", "--arch", arch, "--workload", "fft", "--n", "12"]) == 2
     assert "--n" in capsys.readouterr().err
 

@@ -120,6 +120,9 @@ def test_odd_expert_count_runs_sequentially(default_arch):
     res = dataflow.simulate("moe", arch=default_arch, experts=3, top_k=1, tokens=16, dim=8,
                             hidden=8, placement="sequential")
     assert res.values_match_reference
+    from dataflow.pe_array.simulate import area_breakdown
+
+    assert dict(res.area_mm2) == area_breakdown(default_arch)  # area like every workload's
 
 
 def test_draw_timeline_has_a_bar_per_kernel(runs):

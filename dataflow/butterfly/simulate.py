@@ -17,7 +17,7 @@ from dataflow.dfg.lower_butterfly import data_names, data_rows, is_skewed
 from dataflow.mapper.orchestrate import OrchestratedMapping, roofline
 from dataflow.pe_array.common import dma_words
 from dataflow.pe_array.result import KernelResult, SimResult, TileResult
-from dataflow.pe_array.simulate import energy_breakdown, run_array
+from dataflow.pe_array.simulate import area_breakdown, energy_breakdown, run_array
 from dataflow.pe_array.system import run_system
 
 # the system model takes per-buffer DMA transfers when TileResult carries them
@@ -160,6 +160,7 @@ def simulate_orchestrated(om: OrchestratedMapping, engine: str = "fast",
         spm_conflicts_per_line=sum(a.spm_conflicts_per_line for a in arrays),
         dram_bytes_read=rd, dram_bytes_written=wr,
         energy_pj=tuple(energy_breakdown(arrays, arch, rd + wr, len(om.segments)).items()),
+        area_mm2=tuple(area_breakdown(arch).items()),
         kernels=kernels, output=outputs[mapping.program.outputs[0][0]], engine=engine,
         notes=notes, mapping_summary=om.summary())
     return OrchestratedRun(result=res, outputs=outputs, spans=tuple(spans), bounds=bounds, spec=spec)

@@ -65,7 +65,7 @@ def evaluate_point(payload: dict[str, Any]) -> dict[str, Any]:
         record.update(status="failed", error=_message(exc), wall_s=time.perf_counter() - t0)
         return record
     energy = r.energy_total_pj
-    area = dict(r.area_mm2) or area_breakdown_mm2(payload["arch"])
+    area = dict(r.area_mm2)
     record.update(
         status="ok", error=None,
         cycles=int(r.cycles), time_s=float(r.time_seconds), energy_pj=float(energy),
