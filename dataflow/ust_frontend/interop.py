@@ -50,16 +50,22 @@ def dense_permutation(fmt: TensorFormat) -> tuple[int, ...] | None:
     return tuple(fmt.dims.index(spec.expr.name) for spec in fmt.levels)
 
 
-def numpy_view(x: np.ndarray, fmt: TensorFormat | None) -> PackageView:
+def _dense_view(xp, x, fmt: TensorFormat | None, package: str) -> PackageView:
+    """A dense array of array module `xp` (numpy or cupy) as UST storage in level order."""
     fmt = fmt or NamedFormats.dense(x.ndim)
     perm = dense_permutation(fmt)
     if perm is None:
         raise ValueError(f"{fmt} is not a dense format; convert after from_package")
-    # A transposed view in level order is contiguous exactly when the layouts agree.
-    in_level_order = np.ascontiguousarray(x.transpose(perm))
+    # A transposed view in level order is contiguous exactly when the layouts agree: then
+    # ascontiguousarray makes no copy.
+    in_level_order = xp.ascontiguousarray(x.transpose(perm))
     storage = Storage((None,) * fmt.num_levels, (None,) * fmt.num_levels,
                       in_level_order.reshape(-1))
-    return PackageView(fmt, tuple(x.shape), storage, "numpy")
+    return PackageView(fmt, tuple(int(n) for n in x.shape), storage, package)
+
+
+def numpy_view(x: np.ndarray, fmt: TensorFormat | None) -> PackageView:
+    return _dense_view(np, x, fmt, "numpy")
 
 
 def numpy_array(fmt: TensorFormat, shape, val: np.ndarray) -> np.ndarray:
@@ -307,15 +313,7 @@ def cupy_view(x, fmt: TensorFormat | None) -> PackageView:
         x = cupy.asarray(x)  # another __cuda_array_interface__ object: cupy wraps, no copy
     shape = tuple(int(n) for n in x.shape)
     if isinstance(x, cupy.ndarray):
-        fmt = fmt or NamedFormats.dense(x.ndim)
-        perm = dense_permutation(fmt)
-        if perm is None:
-            raise ValueError(f"{fmt} is not a dense format; convert after from_package")
-        # contiguous in level order exactly when the layouts agree: then no copy is made
-        in_level_order = cupy.ascontiguousarray(x.transpose(perm))
-        storage = Storage((None,) * fmt.num_levels, (None,) * fmt.num_levels,
-                          in_level_order.reshape(-1))
-        return PackageView(fmt, shape, storage, "cupy.ndarray")
+        return _dense_view(cupy, x, fmt, "cupy.ndarray")
     fmt_name = x.format
     # cupyx keeps flags instead of scanning: canonical = sorted and free of duplicates
     canonical = bool(getattr(x, "has_canonical_format", False))
