@@ -103,8 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.save or args.trace:
             from dataflow.report import save_result, write_trace
             if args.save:
-                from dataflow.arch import load_arch
-                save_result(r, args.save, load_arch(args.arch))
+                save_result(r, args.save)
             if args.trace:
                 write_trace(r.trace, args.trace)
     except user_errors() as exc:

@@ -439,6 +439,7 @@ def test_layout_choice_is_kept_on_disk_and_survives_a_corrupt_file(mlx, monkeypa
     _, first = run_fft(x, mlx, "multilayer")
     files = list((tmp_path / "layouts").glob("*.json"))
     assert len(files) == 1
+    assert first.result.dram_bytes_per_cycle == mlx.dram.bytes_per_cycle  # for rooflines
 
     monkeypatch.setattr(orchestrate, "_LAYOUTS", {})  # a new process: memory empty
     monkeypatch.setattr(orchestrate, "layout_stalls",

@@ -123,6 +123,7 @@ def test_odd_expert_count_runs_sequentially(default_arch):
     from dataflow.pe_array.simulate import area_breakdown
 
     assert dict(res.area_mm2) == area_breakdown(default_arch)  # area like every workload's
+    assert res.dram_bytes_per_cycle == default_arch.dram.bytes_per_cycle  # for rooflines
 
 
 def test_draw_timeline_has_a_bar_per_kernel(runs):

@@ -160,7 +160,7 @@ def simulate_orchestrated(om: OrchestratedMapping, engine: str = "fast",
         spm_conflicts_per_line=sum(a.spm_conflicts_per_line for a in arrays),
         dram_bytes_read=rd, dram_bytes_written=wr,
         energy_pj=tuple(energy_breakdown(arrays, arch, rd + wr, len(om.segments)).items()),
-        area_mm2=tuple(area_breakdown(arch).items()),
+        area_mm2=tuple(area_breakdown(arch).items()), dram_bytes_per_cycle=arch.dram.bytes_per_cycle,
         kernels=kernels, output=outputs[mapping.program.outputs[0][0]], engine=engine,
         notes=notes, mapping_summary=om.summary())
     return OrchestratedRun(result=res, outputs=outputs, spans=tuple(spans), bounds=bounds, spec=spec)

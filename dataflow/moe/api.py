@@ -119,7 +119,8 @@ def _compose_parallel(arch, parts_total: int, front, experts, combine, output, s
         pe_busy_cycles=busy, spm_reads_per_line=rd, spm_writes_per_line=wr,
         spm_conflicts_per_line=cf, dram_bytes_read=sum(p.dram_bytes_read for p in parts),
         dram_bytes_written=sum(p.dram_bytes_written for p in parts),
-        energy_pj=tuple(energy.items()), area_mm2=front.area_mm2, kernels=tuple(kernels),
+        energy_pj=tuple(energy.items()), area_mm2=front.area_mm2,
+        dram_bytes_per_cycle=front.dram_bytes_per_cycle, kernels=tuple(kernels),
         output=output, engine=front.engine,
         mapping_summary="\n".join(summaries),
         notes=((f"experts side by side in {gr}x{gc} regions of "

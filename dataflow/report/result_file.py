@@ -20,10 +20,8 @@ SCHEDULE_COLUMNS = ("kernel", "copy", "node", "op", "pe_row", "pe_col", "time", 
 TRACE_COLUMNS = ("cycle", "pe_row", "pe_col", "op")
 
 
-def result_data(res, arch=None) -> dict:
-    """Plain data of a `SimResult` for the result file (no output values). `arch` fills the
-    roofline's DRAM bandwidth when the result does not carry it (results built by a workload's
-    own simulator)."""
+def result_data(res) -> dict:
+    """Plain data of a `SimResult` for the result file (no output values)."""
     return {
         "format": FORMAT,
         "result": res.to_dict(),
@@ -37,14 +35,13 @@ def result_data(res, arch=None) -> dict:
         "tile_spans": [{"kernel": k, "tile": i, "start": s, "end": e}
                        for k, i, s, e in res.tile_spans],
         "roofline": {"peak_macs_per_cycle": res.peak_macs_per_cycle,
-                     "dram_bytes_per_cycle": res.dram_bytes_per_cycle
-                     or (arch.dram.bytes_per_cycle if arch is not None else 0.0)},
+                     "dram_bytes_per_cycle": res.dram_bytes_per_cycle},
     }
 
 
-def save_result(res, path: str | Path, arch=None) -> Path:
+def save_result(res, path: str | Path) -> Path:
     path = Path(path)
-    path.write_text(json.dumps(result_data(res, arch)))
+    path.write_text(json.dumps(result_data(res)))
     return path
 
 
