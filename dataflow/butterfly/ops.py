@@ -13,13 +13,20 @@ import numpy as np
 
 from dataflow.butterfly import reference as ref
 from dataflow.butterfly.reference import ButterflyError
-from dataflow.butterfly.simulate import OrchestratedRun, merge_results, simulate_orchestrated
+from dataflow.butterfly.simulate import (
+    OrchestratedRun,
+    chain_runs,
+    merge_results,
+    simulate_orchestrated,
+)
 from dataflow.dfg.lower_butterfly import ButterflySpec, lower_butterfly, unpack_data
 from dataflow.mapper.orchestrate import (
     MAX_STAGES_PER_KERNEL,
     ORCHESTRATIONS,
+    SPMCapacityError,
     map_butterfly,
     plan_orchestration,
+    round_trips,
 )
 
 BACKENDS = ("numpy", "sim", "cuda")  # cuda: dataflow.cuda kernels (GPU or simulator)
@@ -44,6 +51,10 @@ def run_spec(spec: ButterflySpec, x2d: np.ndarray, arch, orchestration: str = "m
              workload: str | None = None) -> OrchestratedRun:
     """Plan, lower, map and simulate one butterfly product on a (batch, n) operand."""
     plan = plan_orchestration(spec, arch, orchestration, max_stages_per_kernel)
+    return _run_planned(spec, plan, x2d, arch, engine, factors, bias, workload)
+
+
+def _run_planned(spec, plan, x2d, arch, engine, factors=None, bias=None, workload=None):
     spec = dataclasses.replace(spec, skew_lines=plan[0].skew_lines, skew_perm=plan[0].skew_perm,
                                skew_flip=plan[0].skew_flip)
     prog = lower_butterfly(spec, plan[1], x2d, factors, bias)
@@ -51,7 +62,72 @@ def run_spec(spec: ButterflySpec, x2d: np.ndarray, arch, orchestration: str = "m
     return simulate_orchestrated(om, engine, workload)
 
 
+def run_fft_spec(spec: ButterflySpec, x2d: np.ndarray, arch, orchestration: str = "multilayer",
+                 engine: str = "fast", max_stages_per_kernel: int | None = MAX_STAGES_PER_KERNEL,
+                 workload: str | None = None, split: int | None = None) -> OrchestratedRun:
+    """An FFT spec (`kind="fft"`, bit-reversed input) on the engine, split four-step when one
+    tile of the full length does not fit the SPM (or when `split` = a asks for it).
+
+    Four-step (Bailey's FFT; the FFT form of MLX's hierarchical butterflies, REFERENCES.md
+    "Butterfly sparsity"): N = n1 n2 with n1 = 2^a. The N-point DIT's stages 0 .. a-1 only mix
+    points within blocks of n1 (bit-reversed index space), which are the n1-point FFTs of the
+    columns x[b, q n2 + m] over q; stages a .. S-1 only mix points with equal low a bits. So
+    pass A is an n1-point FFT of the batch * n2 rows (b, m), and pass B the column pass
+    (`ButterflySpec.col_bits` = a) over the batch * n1 rows (b, k1): the remaining stages with
+    their twiddles W^((P mod 2^j) 2^a + k1), no separate twiddle multiply. The DMA turns the
+    corners (strided reads and writes of whole rows); both passes count their DRAM bytes, so
+    the split costs at least one extra DRAM round trip. The split with the fewest round trips
+    (`orchestrate.round_trips`, closed form) is used, the largest n1 among equals."""
+    if split is None:
+        try:
+            plan = plan_orchestration(spec, arch, orchestration, max_stages_per_kernel)
+            return _run_planned(spec, plan, x2d, arch, engine, workload=workload)
+        except SPMCapacityError as exc:
+            whole = exc
+        candidates = range(spec.stages - 1, 0, -1)
+    else:
+        whole, candidates = None, [split]
+    batch, n = x2d.shape
+
+    def passes(a):
+        n1, n2 = 1 << a, n >> a
+        return (dataclasses.replace(spec, n=n1, batch=batch * n2, real_output=False,
+                                    prefix=spec.prefix + "a"),
+                dataclasses.replace(spec, n=n2, batch=batch * n1, real_input=False, col_bits=a,
+                                    prefix=spec.prefix + "b"))
+
+    trips = {}
+    for a in candidates:
+        if (1 << a) % spec.lanes:
+            continue
+        try:
+            trips[a] = sum(round_trips(s, arch, orchestration, max_stages_per_kernel) for s in passes(a))
+        except SPMCapacityError:
+            continue
+    if trips:
+        # fewest DRAM round trips (closed form), then the largest n1 (fewest stages left over)
+        a = min(trips, key=lambda a: (trips[a], -a))
+        n1, n2 = 1 << a, n >> a
+        sa, sb = passes(a)
+        plans = [plan_orchestration(s, arch, orchestration, max_stages_per_kernel) for s in (sa, sb)]
+        xa = x2d.reshape(batch, n1, n2).transpose(0, 2, 1).reshape(batch * n2, n1)
+        ra = _run_planned(sa, plans[0], xa, arch, engine, workload=f"{workload or 'fft'}-rows")
+        xb = _unblock(ra, sa).reshape(batch, n2, n1).transpose(0, 2, 1).reshape(batch * n1, n2)
+        rb = _run_planned(sb, plans[1], xb, arch, engine, workload=f"{workload or 'fft'}-cols")
+        y = _unblock(rb, sb).reshape(batch, n1, n2).transpose(0, 2, 1).reshape(batch, n)
+        note = (f"four-step FFT: N = {n} = {n1} x {n2} (a {n}-point tile does not fit the SPM; "
+                f"split with the fewest DRAM round trips, {trips[a]}); pass A: {n1}-point FFTs of "
+                f"{batch * n2} rows, pass B: the last {sb.stages} stages on {batch * n1} rows, "
+                f"corner turns by the DMA through DRAM")
+        return chain_runs([ra, rb], workload or "fft", {"y": y}, spec=spec, notes=(note,))
+    if whole is not None:
+        raise whole
+    raise SPMCapacityError(f"four-step split a={split} of n={n} does not fit the SPM of {arch.name!r}")
+
+
 def _unblock(run: OrchestratedRun, spec: ButterflySpec) -> np.ndarray:
+    if "y" in run.outputs:  # a chained (four-step) run carries its (batch, n) result
+        return run.outputs["y"]
     spec = run.spec
     groups = len(run.result.kernels)
     return unpack_data(spec, run.outputs, groups, groups)
@@ -74,7 +150,7 @@ def run_fft(x, arch=None, orchestration: str = "multilayer", engine: str = "fast
     ref.log2_exact(x2.shape[1], "the last axis of x")
     spec = ButterflySpec(n=x2.shape[1], batch=x2.shape[0], lanes=arch.pe_array.simd_lanes,
                          kind="fft", bitrev_input=True, real_input=not np.iscomplexobj(x2))
-    run = run_spec(spec, x2, arch, orchestration, engine, **options)
+    run = run_fft_spec(spec, x2, arch, orchestration, engine, **options)
     return _unblock(run, spec).astype(np.complex64).reshape(shape), run
 
 
@@ -182,11 +258,11 @@ def run_fnet_attention(x, arch=None, orchestration: str = "multilayer", engine: 
     lanes = arch.pe_array.simd_lanes
     s1 = ButterflySpec(n=dim, batch=seq, lanes=lanes, kind="fft", bitrev_input=True,
                        real_input=not np.iscomplexobj(x), prefix="h")
-    r1 = run_spec(s1, x, arch, orchestration, engine, workload="fnet-hidden", **options)
+    r1 = run_fft_spec(s1, x, arch, orchestration, engine, workload="fnet-hidden", **options)
     h = _unblock(r1, s1)                                   # (seq, dim) complex
     s2 = ButterflySpec(n=seq, batch=dim, lanes=lanes, kind="fft", bitrev_input=True,
                        real_output=True, prefix="s")
-    r2 = run_spec(s2, np.ascontiguousarray(h.T), arch, orchestration, engine,
+    r2 = run_fft_spec(s2, np.ascontiguousarray(h.T), arch, orchestration, engine,
                   workload="fnet-seq", **options)
     y = _unblock(r2, s2).T.astype(np.float32)              # (seq, dim) real part
     res = merge_results([r1.result, r2.result], "fnet-attention", y,

@@ -199,3 +199,22 @@ def merge_results(parts: list[SimResult], workload: str, output, notes=()) -> Si
         energy_pj=tuple(energy.items()), kernels=tuple(kernels), output=output,
         notes=tuple(n for r in parts for n in r.notes) + tuple(notes),
         mapping_summary="\n".join(r.mapping_summary for r in parts))
+
+
+def chain_runs(runs: list[OrchestratedRun], workload: str, outputs: dict, spec=None,
+               notes=()) -> OrchestratedRun:
+    """Programs run back to back as one run (the passes of a four-step FFT): results merged
+    (`merge_results`), spans shifted onto one time line with residencies renumbered, bounds
+    added (the roofline of a sequence of programs is the sum of theirs)."""
+    import dataclasses
+
+    res = merge_results([r.result for r in runs], workload, runs[-1].result.output, notes)
+    spans, offset, seg = [], 0, 0
+    for r in runs:
+        spans += [dataclasses.replace(s, start=s.start + offset, end=s.end + offset,
+                                      residency=s.residency + seg) for s in r.spans]
+        offset += r.result.cycles
+        seg += 1 + max((s.residency for s in r.spans), default=-1)
+    bounds = {k: sum(r.bounds[k] for r in runs) for k in runs[0].bounds}
+    return OrchestratedRun(result=res, outputs=outputs, spans=tuple(spans), bounds=bounds,
+                           spec=spec if spec is not None else runs[-1].spec)

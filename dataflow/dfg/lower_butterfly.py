@@ -76,6 +76,13 @@ class ButterflySpec:
     again one-to-one on the same rows, with other line residues (-w mod lines).
     The orchestrator picks the permutations and masks against the mapped schedule so that stores issued
     in one cycle land on different SPM lines (`mapper.orchestrate.choose_layout`).
+    `col_bits` = a > 0 (kind `fft` only): this is the *column pass* of a four-step split of an
+    FFT of size N = n 2^a (`butterfly.ops.run_fft_spec`): batch rows are (b, k1), k1 < 2^a the
+    fastest, and local stage j is stage a + j of the N-point DIT, whose twiddle
+    W_(2^(a+j+1))^((P mod 2^j) 2^a + k1) depends on the row's k1 as well as the point P. The
+    outer loop then runs over b (`outer`) and a loop `kh` over the 2^a / lanes blocks of one b,
+    so that k1 = kh lanes + bi is affine; the tables C{a+j} are planar (re, im, -im planes) so a
+    twiddle vector (8 consecutive k1) is one SPM row.
     """
 
     n: int
@@ -91,6 +98,7 @@ class ButterflySpec:
     skew_lines: int = 0
     skew_perm: tuple[tuple[int, ...], ...] = ()
     skew_flip: tuple[int, ...] = ()
+    col_bits: int = 0
 
     @property
     def stages(self) -> int:
@@ -99,6 +107,16 @@ class ButterflySpec:
     @property
     def blocks(self) -> int:
         return -(-self.batch // self.lanes)
+
+    @property
+    def col_blocks(self) -> int:
+        """Batch blocks per outer index: 2^col_bits / lanes for a column pass, else 1."""
+        return (1 << self.col_bits) // self.lanes if self.col_bits else 1
+
+    @property
+    def outer(self) -> int:
+        """Extent of the outer (tiled) loop `bo`."""
+        return self.blocks // self.col_blocks
 
     @property
     def complex_data(self) -> bool:
@@ -121,6 +139,12 @@ class ButterflySpec:
             raise DFGError(f"batch and lanes must be >= 1, got {self.batch}, {self.lanes}")
         if (self.bias or self.relu) and self.kind != "real":
             raise DFGError("bias/relu epilogues are for kind 'real' (butterfly linear / FFN)")
+        if self.col_bits:
+            n1 = 1 << self.col_bits
+            if self.kind != "fft" or self.col_bits < 0 or n1 % self.lanes or self.batch % n1:
+                raise DFGError(f"a column pass (col_bits={self.col_bits}) needs kind 'fft', 2^col_bits "
+                               f"a multiple of lanes ({self.lanes}) and batch ({self.batch}) a "
+                               f"multiple of 2^col_bits")
 
 
 def skew_weight(bit: int, lines: int) -> int:
@@ -236,7 +260,10 @@ def group_kernel(spec: ButterflySpec, group: StageGroup, groups: int, index: int
     # order of (g, o)): every address below is then a weighted sum of index bits, which makes
     # bit reversal and the skewed SPM layout affine
     gb = S - k0 - f
-    loops = [Loop("bo", spec.blocks)]
+    cb = spec.col_bits
+    loops = [Loop("bo", spec.outer)]
+    if cb:
+        loops.append(Loop("kh", spec.col_blocks))
     loops += [Loop(f"g{t}", 2) for t in reversed(range(gb))]
     loops += [Loop(f"o{t}", 2) for t in reversed(range(k0))]
     loops.append(Loop("bi", L))
@@ -268,7 +295,9 @@ def group_kernel(spec: ButterflySpec, group: StageGroup, groups: int, index: int
         else:
             w, flip = row_w, fl
         parts = data_parts(spec, i, groups)
-        a = lin(w, m, L * parts, {"bo": data_rows(spec, sk) * L * parts, "bi": 1}, flip)
+        block = data_rows(spec, sk) * L * parts
+        outer = {"bo": block * spec.col_blocks, "kh": block} if cb else {"bo": block}
+        a = lin(w, m, L * parts, {**outer, "bi": 1}, flip)
         return Addr(a.terms, a.const + part * L * (parts - 1))
 
     b = _Body()
@@ -295,7 +324,14 @@ def group_kernel(spec: ButterflySpec, group: StageGroup, groups: int, index: int
             if m & half:
                 continue
             lo, hi = x[m], x[m + half]
-            if spec.kind == "fft":
+            if spec.kind == "fft" and cb:
+                # column pass: stage cb + k of the big FFT, twiddle index (P_lo mod 2^k) 2^cb + k1
+                # with k1 = kh L + bi, in planar tables (part q at q 2^(cb + k))
+                buf = f"{spec.prefix}C{cb + k}"
+                tw = lin(lambda bit, k=k: (1 << (bit + cb)) if bit < k else 0, m, 1, {"kh": L, "bi": 1})
+                x[m], x[m + half] = _fft_pair(b, lo, hi, k, buf, tw, part_stride=1 << (cb + k))
+                coef_bufs[buf] = 3 * (1 << (cb + k))
+            elif spec.kind == "fft":
                 # twiddle index: P_lo mod 2^k, 3 words (re, im, -im) each
                 buf = f"{spec.prefix}T{k}"
                 tw = lin(lambda bit, k=k: (1 << bit) if bit < k else 0, m, 3)
@@ -344,9 +380,9 @@ def _snap(v: float) -> float:
     return float(r) if abs(v - r) < 1e-12 else float(v)
 
 
-def _fft_pair(b: _Body, lo, hi, k, buf, tw: Addr):
-    """DIT butterfly: t = w * hi; (lo + t, lo - t). w = T{k}[tw] (re, im, -im), or a constant
-    when the twiddle index does not depend on the loops."""
+def _fft_pair(b: _Body, lo, hi, k, buf, tw: Addr, part_stride: int = 1):
+    """DIT butterfly: t = w * hi; (lo + t, lo - t). w = T{k}[tw] (re, im, -im at tw + q
+    part_stride), or a constant when the twiddle index does not depend on the loops."""
     if not tw.terms:
         w = np.exp(-2j * np.pi * (tw.const // 3) / (2 << k))
         wr, wi = _snap(w.real), _snap(w.imag)
@@ -356,7 +392,7 @@ def _fft_pair(b: _Body, lo, hi, k, buf, tw: Addr):
             cr, ci, cn = (b.add(Op.CONST, value=v, name="w") for v in (wr, wi, -wi))
             t = _cmul(b, (cr, ci, cn), hi)
     else:
-        ld = [b.add(Op.LOAD, buffer=buf, addr=Addr(tw.terms, tw.const + q), name=f"w{k}.{q}")
+        ld = [b.add(Op.LOAD, buffer=buf, addr=Addr(tw.terms, tw.const + q * part_stride), name=f"w{k}.{q}")
               for q in range(3)]
         t = _cmul(b, ld, hi)
     up = (b.add(Op.BFLY, (lo[0], t[0]), value=1.0, name="+"), b.add(Op.BFLY, (lo[1], t[1]), value=1.0, name="+"))
@@ -459,7 +495,11 @@ def coefficient_inputs(spec: ButterflySpec, factors=None, bias=None, dtype=np.fl
     out = {}
     p = spec.prefix
     for k in range(spec.stages):
-        if spec.kind == "fft":
+        if spec.kind == "fft" and spec.col_bits:
+            kk = spec.col_bits + k
+            w = np.exp(-2j * np.pi * np.arange(1 << kk) / (2 << kk))
+            out[f"{p}C{kk}"] = np.concatenate([w.real, w.imag, -w.imag]).astype(dtype)
+        elif spec.kind == "fft":
             w = np.exp(-2j * np.pi * np.arange(1 << k) / (2 << k))
             out[f"{p}T{k}"] = np.stack([w.real, w.imag, -w.imag], -1).astype(dtype).ravel()
         elif spec.kind == "real":

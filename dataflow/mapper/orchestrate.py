@@ -67,6 +67,11 @@ RETRY_II_SLACK = 48
 MAX_COPIES = 8
 
 
+class SPMCapacityError(MappingError):
+    """One tile of the full butterfly length does not fit the SPM (an FFT can then be split
+    four-step, `butterfly.ops.run_fft_spec`)."""
+
+
 @dataclass(frozen=True)
 class FusionChoice:
     """f stages per kernel, c kernels per residency, and why (limits: name -> largest value
@@ -179,7 +184,7 @@ def _more_copies(kernel: Kernel, arch: ArchSpec, tile_rows: int, km: KernelMappi
 
 def default_tile_rows(spec: ButterflySpec) -> int:
     """Batch blocks per tile: at least MIN_TILES tiles so DMA overlaps compute (as tiling.py)."""
-    return max(1, -(-spec.blocks // MIN_TILES))
+    return max(1, -(-spec.outer // MIN_TILES))
 
 
 def _edges(kernel: Kernel) -> int:
@@ -187,14 +192,15 @@ def _edges(kernel: Kernel) -> int:
 
 
 def tile_words(spec: ButterflySpec, rows: int, skewed: bool = False) -> int:
-    """SPM words of one data buffer set (re and im) for a tile of `rows` batch blocks."""
-    return rows * data_rows(spec, skewed) * spec.lanes * (2 if spec.complex_data else 1)
+    """SPM words of one data buffer set (re and im) for a tile of `rows` outer indices (batch
+    blocks; 2^col_bits / lanes blocks each for a column pass)."""
+    return rows * spec.col_blocks * data_rows(spec, skewed) * spec.lanes * (2 if spec.complex_data else 1)
 
 
 def coefficient_words(spec: ButterflySpec) -> int:
     """Words of all coefficient tables (an upper bound: constant twiddles are not loaded)."""
     if spec.kind == "fft":
-        return 3 * spec.n
+        return 3 * (spec.n << spec.col_bits)
     return spec.stages * (spec.n // 2) * (4 if spec.kind == "real" else 12)
 
 
@@ -259,11 +265,9 @@ def _instructions(km: KernelMapping) -> Counter:
     return Counter(p.pe for p in km.placements)
 
 
-def plan_orchestration(spec: ButterflySpec, arch: ArchSpec, mode: str,
-                       max_stages_per_kernel: int | None = MAX_STAGES_PER_KERNEL):
-    """Choose f (and c) for `mode`, mapping the candidate kernels.
-
-    Returns (choice, groups, kernel mappings, segments)."""
+def _tile_plan(spec: ButterflySpec, arch: ArchSpec, mode: str, max_stages_per_kernel):
+    """The closed-form part of a plan: (spec with its skew, skew lines, tile rows, SPM limit on
+    co-resident kernels, f, limits, reason). Raises SPMCapacityError when no tile fits."""
     if mode not in ORCHESTRATIONS:
         raise MappingError(f"orchestration must be one of {ORCHESTRATIONS}, got {mode!r}")
     if arch.pe_array.kind != "reconfigurable":
@@ -286,8 +290,8 @@ def plan_orchestration(spec: ButterflySpec, arch: ArchSpec, mode: str,
         rows -= 1
     limit_c = spm_residency_limit(spec, arch, rows)
     if limit_c < 1:
-        raise MappingError(
-            f"butterfly n={spec.n}: one tile ({rows} batch block(s) of {spec.n} x {spec.lanes} "
+        raise SPMCapacityError(
+            f"butterfly n={spec.n}: one tile ({rows * spec.col_blocks} batch block(s) of {spec.n} x {spec.lanes} "
             f"{'complex ' if spec.complex_data else ''}words, double-buffered in and out, plus "
             f"{coefficient_words(spec)} coefficient words) does not fit the SPM of {arch.name!r}: "
             f"spm.lines x spm.capacity_words_per_line = {arch.spm.capacity_words} words")
@@ -295,6 +299,27 @@ def plan_orchestration(spec: ButterflySpec, arch: ArchSpec, mode: str,
         f, limits, reason = 1, [("layer-by-layer", 1)], "layer-by-layer: one stage per kernel"
     else:
         f, limits, reason = choose_stages_per_kernel(spec, arch, max_stages_per_kernel)
+    return spec, skew, rows, limit_c, f, limits, reason
+
+
+def round_trips(spec: ButterflySpec, arch: ArchSpec, mode: str,
+                max_stages_per_kernel: int | None = MAX_STAGES_PER_KERNEL) -> int:
+    """DRAM round trips (residencies) a plan of `spec` will take, from the closed-form limits
+    only (no mapping; instruction entries can split a residency further): one per kernel for
+    `layer` and `fused`, ceil(kernels / SPM limit) for `multilayer`. SPMCapacityError when no
+    tile fits."""
+    _, _, _, limit_c, f, _, _ = _tile_plan(spec, arch, mode, max_stages_per_kernel)
+    kernels = -(-spec.stages // f)
+    return -(-kernels // limit_c) if mode == "multilayer" else kernels
+
+
+def plan_orchestration(spec: ButterflySpec, arch: ArchSpec, mode: str,
+                       max_stages_per_kernel: int | None = MAX_STAGES_PER_KERNEL):
+    """Choose f (and c) for `mode`, mapping the candidate kernels.
+
+    Returns (choice, groups, kernel mappings, segments)."""
+    S = spec.stages
+    spec, skew, rows, limit_c, f, limits, reason = _tile_plan(spec, arch, mode, max_stages_per_kernel)
     notes = []
     while True:
         groups = split_stages(S, f)
@@ -346,7 +371,7 @@ def layout_stalls(spec: ButterflySpec, arch: ArchSpec, groups, rows: int, budget
     from dataflow.pe_array.simulate import run_array
 
     # two tiles: streamed buffers alternate between the halves of their double buffer
-    one = dataclasses.replace(spec, batch=2 * rows * spec.lanes)
+    one = dataclasses.replace(spec, batch=2 * rows * spec.col_blocks * spec.lanes)
     x = np.zeros((one.batch, one.n), np.float32)
     factors = None
     if spec.kind != "fft":
@@ -484,7 +509,7 @@ def _layout_disk_put(key, out) -> None:
 
 def _shape_spec(spec: ButterflySpec) -> ButterflySpec:
     """The spec without its batch (the layout choice is per tile)."""
-    return dataclasses.replace(spec, batch=spec.lanes, skew_perm=(), skew_flip=())
+    return dataclasses.replace(spec, batch=spec.col_blocks * spec.lanes, skew_perm=(), skew_flip=())
 
 
 def _residencies(kms, arch, limit_c):
@@ -579,11 +604,13 @@ __all__ = [
     "ORCHESTRATIONS",
     "FusionChoice",
     "OrchestratedMapping",
+    "SPMCapacityError",
     "choose_stages_per_kernel",
     "issue_slots",
     "map_butterfly",
     "minimal_dram_bytes",
     "plan_orchestration",
     "roofline",
+    "round_trips",
     "spm_residency_limit",
 ]
