@@ -64,17 +64,17 @@ def _summary(r) -> str:
         f"  cycles           {r.cycles:,}  ({r.time_seconds * 1e6:,.3f} us at {r.clock_ghz:g} GHz)",
         f"  compute cycles   {r.compute_cycles:,}",
         "  stall cycles     " + ", ".join(f"{k} {v:,}" for k, v in st.items()),
-        f"  PE utilisation   {100 * r.pe_utilization:.1f}% busy, {100 * r.mac_utilization:.1f}% of peak MACs"
-        f" ({r.macs:,} MACs)",
-        f"  SPM              {r.spm_reads:,} row reads, {r.spm_writes:,} row writes, "
-        f"{r.spm_conflict_cycles:,} conflict cycles",
+        (f"  PE utilisation   {100 * r.pe_utilization:.1f}% busy, {100 * r.mac_utilization:.1f}% of peak MACs"
+         f" ({r.macs:,} MACs)"),
+        (f"  SPM              {r.spm_reads:,} row reads, {r.spm_writes:,} row writes, "
+         f"{r.spm_conflict_cycles:,} conflict cycles"),
         f"  DRAM             {r.dram_bytes_read:,} B read, {r.dram_bytes_written:,} B written",
         f"  energy           {r.energy_total_pj / 1e6:,.3f} uJ ("
         + ", ".join(f"{k} {v / 1e6:.3f}" for k, v in r.energy_pj) + ")",
         *([f"  area             {r.area_total_mm2:,.2f} mm2 ("
            + ", ".join(f"{k} {v:.2f}" for k, v in r.area_mm2) + ")"] if r.area_mm2 else []),
-        f"  values           {'match' if r.values_match_reference else 'DO NOT MATCH'} the numpy "
-        f"reference (max abs error {r.max_abs_error:.3g})",
+        (f"  values           {'match' if r.values_match_reference else 'DO NOT MATCH'} the numpy "
+         f"reference (max abs error {r.max_abs_error:.3g})"),
         f"  wall time        {r.wall_seconds:.3f} s",
     ]
     if len(r.kernels) > 1:

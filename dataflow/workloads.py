@@ -13,8 +13,9 @@ given to a workload that does not take it is an error that names the flag.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 #: Modules that register workloads when imported (each adds its own line).
 WORKLOAD_MODULES: tuple[str, ...] = (
