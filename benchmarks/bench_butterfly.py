@@ -104,7 +104,8 @@ def main(argv=None) -> int:
                 row[mode] = {"cycles": res.cycles, "dram": res.dram_bytes,
                              "spm": res.spm_reads + res.spm_writes, "util": res.pe_utilization,
                              "roofline": bound / res.cycles, "wall": wall,
-                             "reason": runs[1].result.notes[0]}
+                             "reason": runs[1].result.notes[0],
+                             "split": next((n for n in runs[1].result.notes if "four-step" in n), "")}
         except MappingError as exc:  # a size the array cannot hold: say so, keep the others
             print(f"{seq:5d} does not fit {arch.name}: {exc}")
             continue
@@ -125,8 +126,37 @@ def main(argv=None) -> int:
     print("orchestration choice (pass 2):")
     for mode in MODES:
         print(f"  {mode:10s} {rows[-1][mode]['reason']}")
+    for row in rows:
+        if row["multilayer"]["split"]:
+            print(f"  seq {row['seq']}: {row['multilayer']['split']}")
+    print()
+    print("best mode (fewest cycles) per length, fraction of its roofline (target >= 0.8):")
+    best = [(row["seq"], min(MODES, key=lambda m: row[m]["cycles"])) for row in rows]
+    for (seq, mode), row in zip(best, rows):
+        print(f"  seq {seq:5d}: {mode:10s} {row[mode]['roofline']:.3f}")
+    low = [seq for (seq, mode), row in zip(best, rows) if row[mode]["roofline"] < 0.8]
+    print(f"  target >= 0.8 {'met at every length' if not low else f'missed at seq {low}'}")
     _plot(rows, arch, args.dim)
+    _table(rows, arch, args.dim)
     return 0
+
+
+def _table(rows, arch, dim) -> None:
+    """benchmarks/out/bench_butterfly_<arch>.md: the table above, for the README and notes."""
+    OUT.mkdir(parents=True, exist_ok=True)
+    lines = [f"FNet mixing on {arch.name}, hidden {dim} (fraction = roofline bound / cycles)", "",
+             "| seq | mode | cycles | vs layer | vs dense | DRAM MB | PE util | fraction |",
+             "|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        lay = row["layer"]["cycles"]
+        for mode in MODES:
+            r = row[mode]
+            lines.append(f"| {row['seq']} | {mode} | {r['cycles']:,} | {lay / r['cycles']:.2f}x | "
+                         f"{row['dense']['cycles'] / r['cycles']:.1f}x | {r['dram'] / 1e6:.2f} | "
+                         f"{r['util']:.1%} | {r['roofline']:.3f} |")
+    path = OUT / f"bench_butterfly_{arch.name}.md"
+    path.write_text("\n".join(lines) + "\n")
+    print(f"table: {path}")
 
 
 def _print_row(row) -> None:
@@ -140,7 +170,7 @@ def _print_row(row) -> None:
         r = row[mode]
         print(f"{seq:5d} {mode:>10} {r['cycles']:13,d} {lay / r['cycles']:7.2f}x "
               f"{row['dense']['cycles'] / r['cycles']:8.1f}x {r['dram'] / 1e6:9.2f} "
-              f"{r['spm']:11,d} {r['util']:7.1%} {r['roofline']:8.2f} {r['wall']:6.1f}")
+              f"{r['spm']:11,d} {r['util']:7.1%} {r['roofline']:8.3f} {r['wall']:6.1f}")
     print(f"{seq:5d} {'dense':>10} {row['dense']['cycles']:13,d}   (modelled: QK^T + PV, "
           f"{row['dense']['macs']:,} MACs, softmax not counted)")
 
