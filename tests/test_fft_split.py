@@ -70,7 +70,7 @@ def test_split_dram_bytes_are_the_two_passes(mlx):
     most = minimal_dram_bytes(sa, 4) + minimal_dram_bytes(sb, 4)
     assert data < run.result.dram_bytes <= most
     tables = (run.result.dram_bytes - data) // 4
-    assert 3 * (32 + 64 + 128) <= tables <= 3 * (32 + 64 + 128) + 3 * (1 + 2 + 4 + 8 + 16)
+    assert 2 * (32 + 64 + 128) <= tables <= 2 * (32 + 64 + 128) + 2 * (1 + 2 + 4 + 8 + 16)
     whole = run_fft_spec(spec, x, mlx, "multilayer")
     assert whole.result.dram_bytes < run.result.dram_bytes  # the split's price: a round trip
     # the roofline of the chain is the sum of the passes' and never above the cycles
@@ -78,8 +78,8 @@ def test_split_dram_bytes_are_the_two_passes(mlx):
 
 
 def test_column_pass_kernel_twiddles_and_loops():
-    """Stage j of the column pass reads the planar table C(a+j) with one contiguous vector load
-    per part (k1 = kh lanes + bi), at (P mod 2^j) 2^a + k1; its loops are b, kh, the point bits
+    """Stage j of the column pass reads the planar table C(a+j) (re and im planes) with one
+    contiguous vector load per part (k1 = kh lanes + bi), at (P mod 2^j) 2^a + k1; its loops are b, kh, the point bits
     and the lanes."""
     a, n, L = 4, 8, 8
     spec = ButterflySpec(n=n, batch=3 << a, lanes=L, kind="fft", bitrev_input=True, col_bits=a)
@@ -91,7 +91,7 @@ def test_column_pass_kernel_twiddles_and_loops():
         assert [lp.var for lp in k.loops][:2] == ["bo", "kh"]
         assert k.loops[0].extent == 3 and k.loops[1].extent == 2
         tw = [nd for nd in k.nodes if nd.buffer == f"C{a + j}"]
-        assert len(tw) == 3  # re, im, -im: one twiddle per pair (f = 1)
+        assert len(tw) == 2  # re, im: one twiddle per pair (f = 1)
         for q, nd in enumerate(sorted(tw, key=lambda nd: nd.addr.const)):
             assert nd.addr.coef("bi") == 1 and nd.addr.coef("kh") == L
             assert nd.addr.const == q << (a + j)
@@ -99,7 +99,7 @@ def test_column_pass_kernel_twiddles_and_loops():
             for t in range(j):
                 assert nd.addr.coef(f"o{t}") == 1 << (t + a)
         buf = {b.name: b.size for b in k.buffers}
-        assert buf[f"C{a + j}"] == 3 << (a + j)
+        assert buf[f"C{a + j}"] == 2 << (a + j)
 
 
 def test_column_pass_tables_hold_the_big_ffts_twiddles():
@@ -110,9 +110,8 @@ def test_column_pass_tables_hold_the_big_ffts_twiddles():
     for j in range(2):
         K = a + j
         w = np.exp(-2j * np.pi * np.arange(1 << K) / (2 << K))
-        t = tables[f"C{K}"].reshape(3, 1 << K)
+        t = tables[f"C{K}"].reshape(2, 1 << K)
         np.testing.assert_allclose(t[0] + 1j * t[1], w, atol=1e-7)
-        np.testing.assert_allclose(t[2], -w.imag, atol=1e-7)
 
 
 def test_column_pass_spec_is_checked():
@@ -164,3 +163,34 @@ def test_no_split_fits_gives_the_capacity_error():
     tiny = mlx_variant(**{"spm.capacity_words_per_line": 512})  # 4096 words: B's tile is 2n x 4
     with pytest.raises(MappingError, match="does not fit the SPM"):
         run_fft(np.ones((8, 1024), np.float32), tiny, "layer")
+
+
+def test_trivial_twiddles_need_no_multiply():
+    """A radix-8 group from stage 0: w = 1 (stage 0, half of stage 1) and w = -i (the other
+    half of stage 1, one pair of stage 2) go straight to the butterfly unit; only stage 2's
+    w = exp(-i pi/4) and exp(-3i pi/4) multiply: 2 complex multiplies = 2 MUL + 2 MAC each,
+    one of the MACs negating (re = wr xr - wi xi)."""
+    from dataflow.dfg.lower_butterfly import StageGroup
+    from dataflow.dfg.ops import Op
+
+    spec = ButterflySpec(n=8, batch=8, lanes=8, kind="fft", bitrev_input=True)
+    k = group_kernel(spec, StageGroup(0, 3), 1, 0)
+    ops = [nd.op for nd in k.nodes]
+    assert ops.count(Op.MUL) == 4 and ops.count(Op.MAC) == 4
+    assert sum(1 for nd in k.nodes if nd.op is Op.MAC and nd.value < 0) == 2
+    assert ops.count(Op.BFLY) == 3 * 4 * 2 * 2  # stages x pairs x (up, down) x (re, im)
+    assert not any(nd.op is Op.LOAD and nd.buffer.startswith("T") for nd in k.nodes)
+    x = np.random.default_rng(0).standard_normal((8, 8)) + 1j * np.random.default_rng(1).standard_normal((8, 8))
+    run = run_fft_spec(spec, x.astype(np.complex64), mlx_variant(), "fused")
+    assert values_match(run.outputs["Yr"].reshape(8, 8).T + 1j * run.outputs["Yi"].reshape(8, 8).T,
+                        np.fft.fft(x, axis=-1))
+
+
+def test_negating_mac_subtracts_the_product():
+    from dataflow.dfg.ops import Op
+    from dataflow.pe_array.semantics import apply_op
+
+    args = [np.float32(2), np.float32(3), np.float32(10)]
+    assert apply_op(Op.MAC, args, np.float32) == 16
+    assert apply_op(Op.MAC, args, np.float32, 1.0) == 16
+    assert apply_op(Op.MAC, args, np.float32, -1.0) == 4

@@ -25,10 +25,12 @@ or, for buffers that never cross DRAM (multilayer), *skewed*: row(P) = sum_d P >
 sub-butterfly, a power of two apart, sit on different SPM lines instead of all on one.
 
 Stage coefficients (REFERENCES.md "Butterfly sparsity": 2n parameters per factor):
-  * `fft`: t = w x_hi, [x_lo + t, x_lo - t]; stage k's table T{k} holds (Re w, Im w, -Im w)
-    for the 2^k distinct twiddles; constant twiddles become CONST nodes and w = 1 is skipped.
+  * `fft`: t = w x_hi, [x_lo + t, x_lo - t]; stage k's table T{k} holds (Re w, Im w) for the
+    2^k distinct twiddles (Re t = wr xr - wi xi as MUL then a negating MAC, Im t = wr xi + wi xr
+    as MUL then MAC); constant twiddles become CONST nodes, w = 1 is skipped and w = -i
+    (t = (xi, -xr)) goes straight to the butterfly unit, no multiply (the radix-4 trick).
   * `real`: per pair [[a, b], [c, d]] from F{k} (4 words per pair).
-  * `complex`: per pair, each of a, b, c, d as (re, im, -im) from F{k} (12 words per pair).
+  * `complex`: per pair, each of a, b, c, d as (re, im) from F{k} (8 words per pair).
 The upper/lower sums use Op.BFLY (a + s*b on the butterfly unit, FABNet's butterfly engine).
 """
 
@@ -81,7 +83,7 @@ class ButterflySpec:
     fastest, and local stage j is stage a + j of the N-point DIT, whose twiddle
     W_(2^(a+j+1))^((P mod 2^j) 2^a + k1) depends on the row's k1 as well as the point P. The
     outer loop then runs over b (`outer`) and a loop `kh` over the 2^a / lanes blocks of one b,
-    so that k1 = kh lanes + bi is affine; the tables C{a+j} are planar (re, im, -im planes) so a
+    so that k1 = kh lanes + bi is affine; the tables C{a+j} are planar (re and im planes) so a
     twiddle vector (8 consecutive k1) is one SPM row.
     """
 
@@ -330,16 +332,16 @@ def group_kernel(spec: ButterflySpec, group: StageGroup, groups: int, index: int
                 buf = f"{spec.prefix}C{cb + k}"
                 tw = lin(lambda bit, k=k: (1 << (bit + cb)) if bit < k else 0, m, 1, {"kh": L, "bi": 1})
                 x[m], x[m + half] = _fft_pair(b, lo, hi, k, buf, tw, part_stride=1 << (cb + k))
-                coef_bufs[buf] = 3 * (1 << (cb + k))
+                coef_bufs[buf] = 2 * (1 << (cb + k))
             elif spec.kind == "fft":
-                # twiddle index: P_lo mod 2^k, 3 words (re, im, -im) each
+                # twiddle index: P_lo mod 2^k, 2 words (re, im) each
                 buf = f"{spec.prefix}T{k}"
-                tw = lin(lambda bit, k=k: (1 << bit) if bit < k else 0, m, 3)
+                tw = lin(lambda bit, k=k: (1 << bit) if bit < k else 0, m, 2)
                 x[m], x[m + half] = _fft_pair(b, lo, hi, k, buf, tw)
-                coef_bufs[buf] = 3 * (1 << k)
+                coef_bufs[buf] = 2 * (1 << k)
             else:
                 # pair number: P_lo with its bit k removed
-                words = 4 if spec.kind == "real" else 12
+                words = 4 if spec.kind == "real" else 8
                 base = lin(lambda bit, k=k: (1 << (bit - 1)) if bit > k else ((1 << bit) if bit < k else 0), m, words)
                 buf = f"{spec.prefix}F{k}"
                 coef_bufs[buf] = words * (n // 2)
@@ -381,19 +383,26 @@ def _snap(v: float) -> float:
 
 
 def _fft_pair(b: _Body, lo, hi, k, buf, tw: Addr, part_stride: int = 1):
-    """DIT butterfly: t = w * hi; (lo + t, lo - t). w = T{k}[tw] (re, im, -im at tw + q
-    part_stride), or a constant when the twiddle index does not depend on the loops."""
+    """DIT butterfly: t = w * hi; (lo + t, lo - t). w = T{k}[tw] (re at tw, im at tw +
+    part_stride), or a constant when the twiddle index does not depend on the loops: w = 1 needs
+    no multiply, nor does w = -i (t = (hi.im, -hi.re): the butterfly unit adds and subtracts the
+    swapped parts)."""
     if not tw.terms:
-        w = np.exp(-2j * np.pi * (tw.const // 3) / (2 << k))
+        w = np.exp(-2j * np.pi * (tw.const // 2) / (2 << k))
         wr, wi = _snap(w.real), _snap(w.imag)
+        if (wr, wi) == (0.0, -1.0):
+            up = (b.add(Op.BFLY, (lo[0], hi[1]), value=1.0, name="+"),
+                  b.add(Op.BFLY, (lo[1], hi[0]), value=-1.0, name="-"))
+            dn = (b.add(Op.BFLY, (lo[0], hi[1]), value=-1.0, name="-"),
+                  b.add(Op.BFLY, (lo[1], hi[0]), value=1.0, name="+"))
+            return up, dn
         if (wr, wi) == (1.0, 0.0):
             t = hi
         else:
-            cr, ci, cn = (b.add(Op.CONST, value=v, name="w") for v in (wr, wi, -wi))
-            t = _cmul(b, (cr, ci, cn), hi)
+            t = _cmul(b, (b.add(Op.CONST, value=wr, name="w"), b.add(Op.CONST, value=wi, name="w")), hi)
     else:
         ld = [b.add(Op.LOAD, buffer=buf, addr=Addr(tw.terms, tw.const + q * part_stride), name=f"w{k}.{q}")
-              for q in range(3)]
+              for q in range(2)]
         t = _cmul(b, ld, hi)
     up = (b.add(Op.BFLY, (lo[0], t[0]), value=1.0, name="+"), b.add(Op.BFLY, (lo[1], t[1]), value=1.0, name="+"))
     dn = (b.add(Op.BFLY, (lo[0], t[0]), value=-1.0, name="-"), b.add(Op.BFLY, (lo[1], t[1]), value=-1.0, name="-"))
@@ -401,9 +410,10 @@ def _fft_pair(b: _Body, lo, hi, k, buf, tw: Addr, part_stride: int = 1):
 
 
 def _cmul(b: _Body, w, x):
-    """(wr + i wi)(xr + i xi) with MUL + MAC: re = wr xr + (-wi) xi, im = wr xi + wi xr."""
-    wr, wi, nwi = w
-    re = b.add(Op.MAC, (wr, x[0], b.add(Op.MUL, (nwi, x[1]))))
+    """(wr + i wi)(xr + i xi): re = wr xr - wi xi (MUL, then a negating MAC), im = wr xi + wi xr
+    (MUL, MAC)."""
+    wr, wi = w
+    re = b.add(Op.MAC, (wi, x[1], b.add(Op.MUL, (wr, x[0]))), value=-1.0)
     im = b.add(Op.MAC, (wr, x[1], b.add(Op.MUL, (wi, x[0]))))
     return re, im
 
@@ -419,20 +429,23 @@ def _matrix_pair(b: _Body, spec, lo, hi, base: Addr, buf):
         dn = b.add(Op.MAC, (c, lo[0], b.add(Op.MUL, (d, hi[0]))))
         return (up, None), (dn, None)
     def dot(terms):
-        """sum coef * value as MUL then MACs; terms on an absent (zero) value are skipped."""
+        """sum sign * coef * value as MUL then MACs (a negative sign: a negating MAC); terms on
+        an absent (zero) value are skipped; the first term taken is positive."""
         acc = None
-        for c, v in terms:
+        for sign, c, v in terms:
             if v is None:
                 continue
-            acc = b.add(Op.MUL, (c, v)) if acc is None else b.add(Op.MAC, (c, v, acc))
+            if acc is None and sign < 0:
+                raise DFGError("a dot product must start with a positive term")
+            acc = b.add(Op.MUL, (c, v)) if acc is None else b.add(Op.MAC, (c, v, acc), value=float(sign))
         return acc
 
     out = []
     for row in range(2):
-        (ar, ai, an), (br, bi, bn) = [[coef(6 * row + 3 * col + q) for q in range(3)]
-                                      for col in range(2)]
-        re = dot(((ar, lo[0]), (an, lo[1]), (br, hi[0]), (bn, hi[1])))
-        im = dot(((ar, lo[1]), (ai, lo[0]), (br, hi[1]), (bi, hi[0])))
+        (ar, ai), (br, bi) = [[coef(4 * row + 2 * col + q) for q in range(2)] for col in range(2)]
+        # re = ar lo.re - ai lo.im + br hi.re - bi hi.im, im = ar lo.im + ai lo.re + br hi.im + bi hi.re
+        re = dot(((1, ar, lo[0]), (-1, ai, lo[1]), (1, br, hi[0]), (-1, bi, hi[1])))
+        im = dot(((1, ar, lo[1]), (1, ai, lo[0]), (1, br, hi[1]), (1, bi, hi[0])))
         out.append((re, im))
     return out[0], out[1]
 
@@ -498,15 +511,15 @@ def coefficient_inputs(spec: ButterflySpec, factors=None, bias=None, dtype=np.fl
         if spec.kind == "fft" and spec.col_bits:
             kk = spec.col_bits + k
             w = np.exp(-2j * np.pi * np.arange(1 << kk) / (2 << kk))
-            out[f"{p}C{kk}"] = np.concatenate([w.real, w.imag, -w.imag]).astype(dtype)
+            out[f"{p}C{kk}"] = np.concatenate([w.real, w.imag]).astype(dtype)
         elif spec.kind == "fft":
             w = np.exp(-2j * np.pi * np.arange(1 << k) / (2 << k))
-            out[f"{p}T{k}"] = np.stack([w.real, w.imag, -w.imag], -1).astype(dtype).ravel()
+            out[f"{p}T{k}"] = np.stack([w.real, w.imag], -1).astype(dtype).ravel()
         elif spec.kind == "real":
             out[f"{p}F{k}"] = np.asarray(factors[k], dtype=dtype).reshape(-1)
         else:
             f = np.asarray(factors[k], dtype=np.complex128)
-            out[f"{p}F{k}"] = np.stack([f.real, f.imag, -f.imag], -1).astype(dtype).reshape(-1)
+            out[f"{p}F{k}"] = np.stack([f.real, f.imag], -1).astype(dtype).reshape(-1)
     if spec.bias:
         out[f"{p}bias"] = np.asarray(bias, dtype=dtype).reshape(spec.n)
     return out

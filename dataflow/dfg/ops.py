@@ -17,7 +17,7 @@ class Op(str, Enum):
     MUL = "mul"
     ADD = "add"
     SUB = "sub"
-    MAC = "mac"  # a*b + c, evaluated as a rounded mul then a rounded add
+    MAC = "mac"  # a*b + c (c - a*b when the node's value is negative), a rounded mul then a rounded add
     MAX = "max"
     EXP = "exp"
     BFLY = "bfly"  # butterfly 2x2

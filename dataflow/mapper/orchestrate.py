@@ -200,8 +200,8 @@ def tile_words(spec: ButterflySpec, rows: int, skewed: bool = False) -> int:
 def coefficient_words(spec: ButterflySpec) -> int:
     """Words of all coefficient tables (an upper bound: constant twiddles are not loaded)."""
     if spec.kind == "fft":
-        return 3 * (spec.n << spec.col_bits)
-    return spec.stages * (spec.n // 2) * (4 if spec.kind == "real" else 12)
+        return 2 * (spec.n << spec.col_bits)
+    return spec.stages * (spec.n // 2) * (4 if spec.kind == "real" else 8)
 
 
 def spm_residency_limit(spec: ButterflySpec, arch: ArchSpec, rows: int) -> int:

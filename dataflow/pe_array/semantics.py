@@ -1,7 +1,8 @@
 """What each arithmetic opcode computes, in the array's dtype (shared by both engines).
 
 MAC is a rounded multiply followed by a rounded add (no fused rounding), so results do not
-depend on whether a backend has FMA.
+depend on whether a backend has FMA. A MAC whose instruction constant is negative subtracts the
+product (c - a*b, the negate bit of an FMA unit's fnmadd; the negation is exact).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ def apply_op(op: Op, args: list[np.ndarray], dtype, const: float = 0.0) -> np.nd
     if op is Op.SUB:
         return a[0] - a[1]
     if op is Op.MAC:
-        return (a[0] * a[1]) + a[2]
+        return a[2] - (a[0] * a[1]) if const < 0 else (a[0] * a[1]) + a[2]
     if op is Op.MAX:
         return np.maximum(a[0], a[1])
     if op is Op.EXP:
