@@ -57,9 +57,9 @@ def test_split_values_equal_numpy(mlx, n, batch, a, cplx, mode):
 def test_split_dram_bytes_are_the_two_passes(mlx):
     """The split moves the data through DRAM twice: pass A reads the input and writes the
     complex intermediate, pass B reads it and writes the result, each with its tables (closed
-    forms `minimal_dram_bytes`, an upper bound: they count 3 x 2^k words for every table). Pass
-    B's planar tables C5..C7 are always loaded (its twiddles depend on k1); pass A's T0..T4 only
-    where a twiddle is not a constant of the fused kernel."""
+    forms `minimal_dram_bytes`, an upper bound: they count every table word). Pass B's tables
+    C5..C7 are always loaded (its twiddles depend on k1); pass A's T0..T4 only where a twiddle
+    is not a constant of the fused kernel."""
     n, batch, a = 256, 16, 5
     spec = _spec(n, batch, False)
     x = _x(np.random.default_rng(1), batch, n, False)
@@ -70,7 +70,8 @@ def test_split_dram_bytes_are_the_two_passes(mlx):
     most = minimal_dram_bytes(sa, 4) + minimal_dram_bytes(sb, 4)
     assert data < run.result.dram_bytes <= most
     tables = (run.result.dram_bytes - data) // 4
-    assert 2 * (32 + 64 + 128) <= tables <= 2 * (32 + 64 + 128) + 2 * (1 + 2 + 4 + 8 + 16)
+    cols = 2 * ((1 << a) + 8) * (1 + 2 + 4)  # C5..C7: 2^j (re, im) blocks of 2^a + 8 words
+    assert cols <= tables <= cols + 2 * (1 + 2 + 4 + 8 + 16)
     whole = run_fft_spec(spec, x, mlx, "multilayer")
     assert whole.result.dram_bytes < run.result.dram_bytes  # the split's price: a round trip
     # the roofline of the chain is the sum of the passes' and never above the cycles
@@ -78,10 +79,11 @@ def test_split_dram_bytes_are_the_two_passes(mlx):
 
 
 def test_column_pass_kernel_twiddles_and_loops():
-    """Stage j of the column pass reads the planar table C(a+j) (re and im planes) with one
-    contiguous vector load per part (k1 = kh lanes + bi), at (P mod 2^j) 2^a + k1; its loops are b, kh, the point bits
-    and the lanes."""
+    """Stage j of the column pass reads table C(a+j) with one contiguous vector load per part
+    (k1 = kh lanes + bi) from block 2 pos + part of 2^a + L words (pos: the twiddle's place,
+    `twiddle_position`); its loops are b, kh, the point bits and the lanes."""
     a, n, L = 4, 8, 8
+    blk = (1 << a) + L
     spec = ButterflySpec(n=n, batch=3 << a, lanes=L, kind="fft", bitrev_input=True, col_bits=a)
     spec.verify()
     assert (spec.col_blocks, spec.outer) == (2, 3)
@@ -94,24 +96,51 @@ def test_column_pass_kernel_twiddles_and_loops():
         assert len(tw) == 2  # re, im: one twiddle per pair (f = 1)
         for q, nd in enumerate(sorted(tw, key=lambda nd: nd.addr.const)):
             assert nd.addr.coef("bi") == 1 and nd.addr.coef("kh") == L
-            assert nd.addr.const == q << (a + j)
-            # (P mod 2^j) 2^a: the o bits (below the stage) carry weight 2^(bit + a)
+            assert nd.addr.const == q * blk
+            # one stage per kernel: the o bits (below the stage) are the twiddle's place
             for t in range(j):
-                assert nd.addr.coef(f"o{t}") == 1 << (t + a)
+                assert nd.addr.coef(f"o{t}") == 2 * blk << t
         buf = {b.name: b.size for b in k.buffers}
-        assert buf[f"C{a + j}"] == 2 << (a + j)
+        assert buf[f"C{a + j}"] == 2 * blk << j
+
+
+def test_twiddles_of_one_iteration_sit_side_by_side():
+    """In a fused group from stage k0, stage k's 2^(k-k0) twiddles differ only in index bits
+    k0 .. k-1, which `twiddle_position` puts at the bottom: one iteration reads adjacent table
+    entries (one SPM row) instead of entries 2^k0 apart (all on one SPM line), and the table
+    still holds every twiddle once."""
+    from dataflow.dfg.lower_butterfly import StageGroup, twiddle_position
+
+    k0, f, n = 3, 3, 64
+    spec = ButterflySpec(n=n, batch=8, lanes=8, kind="fft", bitrev_input=True)
+    kern = group_kernel(spec, StageGroup(k0, f), 2, 1)
+    for k in range(k0, k0 + f):
+        loads = [nd for nd in kern.nodes if nd.buffer == f"T{k}"]
+        assert len(loads) == 2 << (k - k0)
+        consts = sorted(nd.addr.const for nd in loads)
+        assert consts == list(range(len(loads)))  # (re, im) of 2^(k-k0) neighbours
+        pos = twiddle_position(np.arange(1 << k), k, k0)
+        assert sorted(pos.tolist()) == list(range(1 << k))  # a permutation of the table
 
 
 def test_column_pass_tables_hold_the_big_ffts_twiddles():
-    a = 3
-    spec = ButterflySpec(n=4, batch=8, lanes=8, kind="fft", bitrev_input=True, col_bits=a)
+    """C(a+j) holds W_(2^(a+j+1))^(i 2^a + k1) for every (i < 2^j, k1 < 2^a) at block
+    2 pos(i) + part, word k1 (blocks of 2^a + lanes words; the spare words stay zero)."""
+    from dataflow.dfg.lower_butterfly import twiddle_position
+
+    a, L = 3, 8
+    blk = (1 << a) + L
+    spec = ButterflySpec(n=4, batch=8, lanes=L, kind="fft", bitrev_input=True, col_bits=a)
     prog = lower_butterfly(spec, split_stages(2, 2), np.zeros((8, 4), np.complex64))
     tables = dict(prog.inputs)
     for j in range(2):
         K = a + j
-        w = np.exp(-2j * np.pi * np.arange(1 << K) / (2 << K))
-        t = tables[f"C{K}"].reshape(2, 1 << K)
-        np.testing.assert_allclose(t[0] + 1j * t[1], w, atol=1e-7)
+        t = tables[f"C{K}"].reshape(1 << j, 2, blk)
+        i = np.arange(1 << j)
+        w = np.exp(-2j * np.pi * (i[:, None] * (1 << a) + np.arange(1 << a)) / (2 << K))
+        pos = twiddle_position(i, j, 0)  # the group of both stages starts at stage 0
+        np.testing.assert_allclose(t[pos, 0, : 1 << a] + 1j * t[pos, 1, : 1 << a], w, atol=1e-7)
+        assert not t[:, :, 1 << a:].any()
 
 
 def test_column_pass_spec_is_checked():

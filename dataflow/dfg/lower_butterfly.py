@@ -245,6 +245,21 @@ def _addr(terms: dict[str, int], const: int = 0) -> Addr:
     return Addr(tuple(sorted((v, c) for v, c in terms.items() if c)), int(const))
 
 
+def twiddle_bit(bit: int, k: int, k0: int) -> int:
+    """Position of bit `bit` of stage k's twiddle index in its table, for the kernel whose
+    group starts at stage k0: the bits k0 .. k-1 (set by the sub-butterfly's own points, one
+    twiddle each) go to the bottom and the loop bits 0 .. k0-1 above them, so the 2^(k-k0)
+    twiddles one iteration loads sit side by side (one or two SPM rows), not 2^k0 entries apart
+    on one SPM line (a read-port conflict every iteration)."""
+    return bit - k0 if bit >= k0 else bit + k - k0
+
+
+def twiddle_position(index, k: int, k0: int):
+    """Table slot of twiddle `index` of stage k (bits placed by `twiddle_bit`)."""
+    index = np.asarray(index)
+    return sum(((index >> bit) & 1) << twiddle_bit(bit, k, k0) for bit in range(k)) if k else index * 0
+
+
 def group_kernel(spec: ButterflySpec, group: StageGroup, groups: int, index: int) -> Kernel:
     """The kernel of stage group `index` (of `groups`) of `spec`."""
     spec.verify()
@@ -328,16 +343,19 @@ def group_kernel(spec: ButterflySpec, group: StageGroup, groups: int, index: int
             lo, hi = x[m], x[m + half]
             if spec.kind == "fft" and cb:
                 # column pass: stage cb + k of the big FFT, twiddle index (P_lo mod 2^k) 2^cb + k1
-                # with k1 = kh L + bi, in planar tables (part q at q 2^(cb + k))
+                # with k1 = kh L + bi; table layout `twiddle_position`
                 buf = f"{spec.prefix}C{cb + k}"
-                tw = lin(lambda bit, k=k: (1 << (bit + cb)) if bit < k else 0, m, 1, {"kh": L, "bi": 1})
-                x[m], x[m + half] = _fft_pair(b, lo, hi, k, buf, tw, part_stride=1 << (cb + k))
-                coef_bufs[buf] = 2 * (1 << (cb + k))
+                blk = (1 << cb) + L
+                tw = lin(lambda bit, k=k: 2 * blk << twiddle_bit(bit, k, k0) if bit < k else 0, m, 1,
+                         {"kh": L, "bi": 1})
+                x[m], x[m + half] = _fft_pair(b, lo, hi, k, buf, tw, blk, (m << k0) % (1 << k))
+                coef_bufs[buf] = 2 * blk << k
             elif spec.kind == "fft":
-                # twiddle index: P_lo mod 2^k, 2 words (re, im) each
+                # twiddle index: P_lo mod 2^k, 2 words (re, im) each; table layout
+                # `twiddle_position`
                 buf = f"{spec.prefix}T{k}"
-                tw = lin(lambda bit, k=k: (1 << bit) if bit < k else 0, m, 2)
-                x[m], x[m + half] = _fft_pair(b, lo, hi, k, buf, tw)
+                tw = lin(lambda bit, k=k: 1 << twiddle_bit(bit, k, k0) if bit < k else 0, m, 2)
+                x[m], x[m + half] = _fft_pair(b, lo, hi, k, buf, tw, 1, (m << k0) % (1 << k))
                 coef_bufs[buf] = 2 * (1 << k)
             else:
                 # pair number: P_lo with its bit k removed
@@ -382,13 +400,13 @@ def _snap(v: float) -> float:
     return float(r) if abs(v - r) < 1e-12 else float(v)
 
 
-def _fft_pair(b: _Body, lo, hi, k, buf, tw: Addr, part_stride: int = 1):
+def _fft_pair(b: _Body, lo, hi, k, buf, tw: Addr, part_stride: int, index: int):
     """DIT butterfly: t = w * hi; (lo + t, lo - t). w = T{k}[tw] (re at tw, im at tw +
-    part_stride), or a constant when the twiddle index does not depend on the loops: w = 1 needs
-    no multiply, nor does w = -i (t = (hi.im, -hi.re): the butterfly unit adds and subtracts the
-    swapped parts)."""
+    part_stride), or, when the twiddle index does not depend on the loops, the constant
+    w = W_(2^(k+1))^index: w = 1 needs no multiply, nor does w = -i (t = (hi.im, -hi.re): the
+    butterfly unit adds and subtracts the swapped parts)."""
     if not tw.terms:
-        w = np.exp(-2j * np.pi * (tw.const // 2) / (2 << k))
+        w = np.exp(-2j * np.pi * index / (2 << k))
         wr, wi = _snap(w.real), _snap(w.imag)
         if (wr, wi) == (0.0, -1.0):
             up = (b.add(Op.BFLY, (lo[0], hi[1]), value=1.0, name="+"),
@@ -503,18 +521,33 @@ def unpack_data(spec: ButterflySpec, words: dict, index: int, groups: int) -> np
     return vals[0] + 1j * vals[1] if len(vals) == 2 else vals[0]
 
 
-def coefficient_inputs(spec: ButterflySpec, factors=None, bias=None, dtype=np.float32) -> dict[str, np.ndarray]:
-    """The coefficient buffers every group may read: T{k} (fft) or F{k} (real/complex)."""
+def coefficient_inputs(spec: ButterflySpec, factors=None, bias=None, dtype=np.float32,
+                       groups: tuple[StageGroup, ...] | None = None) -> dict[str, np.ndarray]:
+    """The coefficient buffers every group may read: T{k} / C{k} (fft) or F{k} (real/complex).
+    FFT tables are laid out for the group that reads them (`twiddle_position`; `groups`
+    None: one stage per group)."""
     out = {}
     p = spec.prefix
+    first = {}
+    for g in groups or split_stages(spec.stages, 1):
+        first.update({k: g.first for k in range(g.first, g.first + g.count)})
     for k in range(spec.stages):
+        pos = twiddle_position(np.arange(1 << k), k, first[k])
         if spec.kind == "fft" and spec.col_bits:
-            kk = spec.col_bits + k
-            w = np.exp(-2j * np.pi * np.arange(1 << kk) / (2 << kk))
-            out[f"{p}C{kk}"] = np.concatenate([w.real, w.imag]).astype(dtype)
+            # column pass: block u = 2 pos + part of 2^cb + L words (one spare row, so the
+            # blocks of one iteration's twiddles fall on successive SPM lines), k1 inside
+            cb, kk = spec.col_bits, spec.col_bits + k
+            blk = (1 << cb) + spec.lanes
+            w = np.exp(-2j * np.pi * (np.arange(1 << k)[:, None] * (1 << cb) + np.arange(1 << cb)) / (2 << kk))
+            t = np.zeros((1 << k, 2, blk))
+            t[pos, 0, : 1 << cb] = w.real
+            t[pos, 1, : 1 << cb] = w.imag
+            out[f"{p}C{kk}"] = t.astype(dtype).ravel()
         elif spec.kind == "fft":
             w = np.exp(-2j * np.pi * np.arange(1 << k) / (2 << k))
-            out[f"{p}T{k}"] = np.stack([w.real, w.imag], -1).astype(dtype).ravel()
+            t = np.zeros((1 << k, 2))
+            t[pos] = np.stack([w.real, w.imag], -1)
+            out[f"{p}T{k}"] = t.astype(dtype).ravel()
         elif spec.kind == "real":
             out[f"{p}F{k}"] = np.asarray(factors[k], dtype=dtype).reshape(-1)
         else:
@@ -542,7 +575,7 @@ def lower_butterfly(spec: ButterflySpec, groups: tuple[StageGroup, ...], x: np.n
     kernels = tuple(group_kernel(spec, g, G, i) for i, g in enumerate(groups))
     inputs = pack_data(spec, x, 0, G, dtype)
     needed = {bf.name for k in kernels for bf in k.buffers}
-    inputs.update({k: v for k, v in coefficient_inputs(spec, factors, bias, dtype).items() if k in needed})
+    inputs.update({k: v for k, v in coefficient_inputs(spec, factors, bias, dtype, groups).items() if k in needed})
     last = kernels[-1].buffer_map
     names = dict.fromkeys(data_names(spec, G, G))
     outputs = tuple((nm, (last[nm].size,)) for nm in names if nm in last)
