@@ -346,7 +346,7 @@ def group_kernel(spec: ButterflySpec, group: StageGroup, groups: int, index: int
                 # with k1 = kh L + bi; table layout `twiddle_position`
                 buf = f"{spec.prefix}C{cb + k}"
                 blk = (1 << cb) + L
-                tw = lin(lambda bit, k=k: 2 * blk << twiddle_bit(bit, k, k0) if bit < k else 0, m, 1,
+                tw = lin(lambda bit, k=k, blk=blk: 2 * blk << twiddle_bit(bit, k, k0) if bit < k else 0, m, 1,
                          {"kh": L, "bi": 1})
                 x[m], x[m + half] = _fft_pair(b, lo, hi, k, buf, tw, blk, (m << k0) % (1 << k))
                 coef_bufs[buf] = 2 * blk << k
