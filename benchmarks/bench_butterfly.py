@@ -11,7 +11,7 @@ Dense attention is *modelled* from its mapping, not simulated at every length: t
 mapped once and its steady state (iterations x II / copies, no stalls, softmax left out) gives a
 lower bound on its cycles, so the butterfly speed-up printed is conservative; at the smallest
 length the GEMMs are also simulated and the simulated/modelled ratio is printed.
-Multi-layer runs use the SPM layout `mapper.orchestrate.choose_layout` picks against the
+Multi-layer runs use the SPM layout `mapper.spm_layout.choose_layout` picks against the
 schedule (fewer write-port conflicts); its stalls before/after are in each run's notes.
 Literature for comparison, not fitted (REFERENCES.md): MLX reports 52-84% of roofline and ~90%
 compute utilisation; the multi-layer dataflow butterfly paper 9.29x mean over a Jetson Xavier NX.

@@ -431,18 +431,18 @@ def test_cli_butterfly_workloads(capsys):
 def test_layout_choice_is_kept_on_disk_and_survives_a_corrupt_file(mlx, monkeypatch, tmp_path):
     """A later process reuses the searched layout from the cache folder; a corrupt file is
     ignored and rewritten by a new search with the same result."""
-    from dataflow.mapper import orchestrate
+    from dataflow.mapper import spm_layout
 
     monkeypatch.setenv("DATAFLOW_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(orchestrate, "_LAYOUTS", {})
+    monkeypatch.setattr(spm_layout, "_LAYOUTS", {})
     x = np.random.default_rng(3).standard_normal((64, 64)).astype(np.float32)
     _, first = run_fft(x, mlx, "multilayer")
     files = list((tmp_path / "layouts").glob("*.json"))
     assert len(files) == 1
     assert first.result.dram_bytes_per_cycle == mlx.dram.bytes_per_cycle  # for rooflines
 
-    monkeypatch.setattr(orchestrate, "_LAYOUTS", {})  # a new process: memory empty
-    monkeypatch.setattr(orchestrate, "layout_stalls",
+    monkeypatch.setattr(spm_layout, "_LAYOUTS", {})  # a new process: memory empty
+    monkeypatch.setattr(spm_layout, "layout_stalls",
                         lambda *a, **k: pytest.fail("searched again despite the stored layout"))
     y, again = run_fft(x, mlx, "multilayer")
     assert (again.spec.skew_perm, again.spec.skew_flip) == (first.spec.skew_perm, first.spec.skew_flip)
@@ -450,7 +450,7 @@ def test_layout_choice_is_kept_on_disk_and_survives_a_corrupt_file(mlx, monkeypa
 
     monkeypatch.undo()
     monkeypatch.setenv("DATAFLOW_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(orchestrate, "_LAYOUTS", {})
+    monkeypatch.setattr(spm_layout, "_LAYOUTS", {})
     files[0].write_text("{not json")
     _, rebuilt = run_fft(x, mlx, "multilayer")
     assert (rebuilt.spec.skew_perm, rebuilt.spec.skew_flip) == (first.spec.skew_perm, first.spec.skew_flip)

@@ -77,7 +77,7 @@ class ButterflySpec:
     mask_i (in the affine address a flipped bit b is w_b - w_b bit_b: a negative coefficient),
     again one-to-one on the same rows, with other line residues (-w mod lines).
     The orchestrator picks the permutations and masks against the mapped schedule so that stores issued
-    in one cycle land on different SPM lines (`mapper.orchestrate.choose_layout`).
+    in one cycle land on different SPM lines (`mapper.spm_layout.choose_layout`).
     `col_bits` = a > 0 (kind `fft` only): this is the *column pass* of a four-step split of an
     FFT of size N = n 2^a (`butterfly.ops.run_fft_spec`): batch rows are (b, k1), k1 < 2^a the
     fastest, and local stage j is stage a + j of the N-point DIT, whose twiddle

@@ -13,7 +13,7 @@ Three ways to run the log2(n) stages of a butterfly on one array (DESIGN.md, "Ma
   our model does not overlap them, a conservative choice). Its data buffers use the skewed SPM
   layout of `lower_butterfly` (with an interleaved SPM of 2^z lines), so a sub-butterfly's
   points, a power of two apart, do not all fall on one SPM line; the layout's bit permutation
-  and flip mask per buffer are then chosen against the mapped schedule (`choose_layout`: the
+  and flip mask per buffer are then chosen against the mapped schedule (`spm_layout.choose_layout`: the
   scheduler does not see SPM lines, so stores issued in one cycle to one single-port line
   stall the array; the search measures those stalls with the engine on two tiles).
 
@@ -58,6 +58,7 @@ from dataflow.dfg.lower_butterfly import (
 from dataflow.mapper.legality import check_kernel_mapping
 from dataflow.mapper.map import map_kernel
 from dataflow.mapper.mapping import KernelMapping, Mapping, MappingError
+from dataflow.mapper.spm_layout import choose_layout
 from dataflow.mapper.tiling import MIN_TILES, tile_and_allocate
 
 ORCHESTRATIONS = ("layer", "fused", "multilayer")
@@ -358,164 +359,6 @@ def plan_orchestration(spec: ButterflySpec, arch: ArchSpec, mode: str,
                           tile_rows=rows, limits=tuple(limits), reason=reason, skew_lines=skew,
                           entry_budget=budget, skew_perm=perm[0], skew_flip=perm[1])
     return choice, groups, kms, segments, tuple(notes)
-
-
-# --- SPM layout against the schedule ------------------------------------------------------------
-
-LAYOUT_CANDIDATES = 16  # random layouts per plan (seeded), then twice as many local moves
-_LAYOUTS: dict = {}
-
-
-def layout_stalls(spec: ButterflySpec, arch: ArchSpec, groups, rows: int, budget,
-                  mode: str = "multilayer") -> int:
-    """SPM port-conflict stall cycles of two tiles of `rows` batch blocks with `spec`'s layout
-    (the engine's count on the mapped schedules, zeros for data: conflicts depend on addresses
-    and issue cycles only)."""
-    import numpy as np
-
-    from dataflow.dfg.lower_butterfly import lower_butterfly
-    from dataflow.pe_array.simulate import run_array
-
-    # two tiles: streamed buffers alternate between the halves of their double buffer
-    one = dataclasses.replace(spec, batch=2 * rows * spec.col_blocks * spec.lanes)
-    x = np.zeros((one.batch, one.n), np.float32)
-    factors = None
-    if spec.kind != "fft":
-        factors = [np.zeros((spec.n // 2, 2, 2), np.complex64 if spec.kind == "complex" else np.float32)
-                   for _ in range(spec.stages)]
-    prog = lower_butterfly(one, groups, x, factors, np.zeros(spec.n) if spec.bias else None)
-    kms = [map_stage_kernel(k, arch, rows, budget) for k in prog.kernels]
-    mapping = Mapping(program=prog, arch=arch, kernels=tuple(kms), orchestration=mode)
-    return sum(t.stall_cycles_spm_conflict for a in run_array(mapping, "fast") for t in a.tiles)
-
-
-def choose_layout(spec: ButterflySpec, arch: ArchSpec, groups, rows: int, budget,
-                  mode: str = "multilayer", candidates: int | None = None):
-    """Bit permutations and flip masks of the data buffers' skewed layouts
-    (`ButterflySpec.skew_perm`, `skew_flip`)
-    with the fewest SPM port-conflict stalls on two tiles of the mapped schedules.
-
-    The modulo scheduler does not know SPM lines; with one write port per line, stores issued
-    in the same cycle to one line stall the lock-step array (the engine's rule). Any bit
-    permutation keeps the skewed layout one-to-one on the same rows, so the layout is free to
-    follow the schedule (so is flipping bits: P xor mask, a mirror of the rows): identity plus
-    `candidates` seeded random layouts, then 2 x `candidates` local moves from the best (swap two
-    bits' weights or flip one bit of one buffer; kept when the stalls fall). The input and output layouts are the DMA's (it places every row of a tile,
-    `pack_data`/`unpack_data`), so they are free too. Returns ((permutations, masks), a note); ((), ()) and "" when there is nothing to choose."""
-    G = len(groups)
-    if G < 2 or not spec.skew_lines:
-        return ((), ()), ""
-    n_cand = LAYOUT_CANDIDATES if candidates is None else candidates
-    key = (_shape_spec(spec), arch, tuple(groups), rows, budget, n_cand)
-    if key in _LAYOUTS:
-        return _LAYOUTS[key]
-    stored = _layout_disk_get(key)
-    if stored is not None:
-        _LAYOUTS[key] = stored
-        return stored
-    import numpy as np
-
-    S = spec.stages
-    ident = (tuple(tuple(range(S)) for _ in range(G + 1)), (0,) * (G + 1))
-
-    def cost(layout):
-        return layout_stalls(dataclasses.replace(spec, skew_perm=layout[0], skew_flip=layout[1]),
-                             arch, groups, rows, budget, mode)
-
-    def draw(rng):
-        return tuple(int(v) for v in rng.permutation(S)), int(rng.integers(0, spec.n))
-
-    base = cost(ident)
-    best, best_cost = ident, base
-    rng = np.random.default_rng(S * 1000 + G)
-    tried = 1
-    # random layouts of all buffers
-    for _ in range(n_cand):
-        if best_cost == 0:
-            break
-        # permutations first (flips left to the local moves: a smaller space to sample)
-        cand = (tuple(draw(rng)[0] for _ in range(G + 1)), (0,) * (G + 1))
-        c = cost(cand)
-        tried += 1
-        if c < best_cost:
-            best, best_cost = cand, c
-    # then local moves from the best: swap two bits' weights or flip one bit, one buffer
-    for _ in range(2 * n_cand):
-        if best_cost == 0:
-            break
-        i = int(rng.integers(0, G + 1))
-        perm, mask = list(best[0][i]), best[1][i]
-        if rng.random() < 0.5:
-            a, b = rng.choice(S, 2, replace=False)
-            perm[a], perm[b] = perm[b], perm[a]
-        else:
-            mask ^= 1 << int(rng.integers(0, S))
-        cand = (best[0][:i] + (tuple(int(v) for v in perm),) + best[0][i + 1:],
-                best[1][:i] + (mask,) + best[1][i + 1:])
-        c = cost(cand)
-        tried += 1
-        if c < best_cost:
-            best, best_cost = cand, c
-    n_cand = tried - 1
-    note = (f"SPM layout: bit permutations and flips of the data buffers chosen against the schedule "
-            f"({base} -> {best_cost} conflict stall cycles on two tiles of {rows} block(s), "
-            f"{n_cand + 1} layouts tried)")
-    out = (((), ()) if best == ident else best), note
-    _LAYOUTS[key] = out
-    _layout_disk_put(key, out)
-    return out
-
-
-def _layout_file(key):
-    """The on-disk home of a layout choice: `<plan cache dir>/layouts/<hash of key>.json`
-    (the search costs seconds to minutes; a later process reuses it)."""
-    import hashlib
-
-    from dataflow.ust_frontend.cache import resolve_cache_dir
-
-    digest = hashlib.sha256(repr(key).encode()).hexdigest()[:32]
-    return resolve_cache_dir() / "layouts" / f"{digest}.json"
-
-
-def _layout_disk_get(key):
-    """A stored layout choice, or None; a file that is unreadable, corrupt, written by other
-    mapper code (fingerprint) or for another key is ignored and rewritten after the search."""
-    import json
-
-    from dataflow.ust_frontend.cache import code_fingerprint
-
-    try:
-        data = json.loads(_layout_file(key).read_text())
-        if data["fingerprint"] != code_fingerprint() or data["key"] != repr(key):
-            return None
-        perms = tuple(tuple(int(v) for v in p) for p in data["perms"])
-        return (perms, tuple(int(m) for m in data["masks"])), str(data["note"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
-def _layout_disk_put(key, out) -> None:
-    import json
-    import os
-
-    from dataflow.ust_frontend.cache import code_fingerprint
-
-    (perms, masks), note = out
-    path = _layout_file(key)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps({"fingerprint": code_fingerprint(), "key": repr(key),
-                                   "perms": [list(p) for p in perms], "masks": list(masks),
-                                   "note": note}))
-        os.replace(tmp, path)  # readers see the old file or the whole new one
-    except OSError:
-        pass  # a read-only cache folder costs a repeated search, never a failure
-
-
-def _shape_spec(spec: ButterflySpec) -> ButterflySpec:
-    """The spec without its batch (the layout choice is per tile)."""
-    return dataclasses.replace(spec, batch=spec.col_blocks * spec.lanes, skew_perm=(), skew_flip=())
 
 
 def _residencies(kms, arch, limit_c):
