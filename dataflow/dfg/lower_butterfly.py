@@ -83,8 +83,10 @@ class ButterflySpec:
     fastest, and local stage j is stage a + j of the N-point DIT, whose twiddle
     W_(2^(a+j+1))^((P mod 2^j) 2^a + k1) depends on the row's k1 as well as the point P. The
     outer loop then runs over b (`outer`) and a loop `kh` over the 2^a / lanes blocks of one b,
-    so that k1 = kh lanes + bi is affine; the tables C{a+j} are planar (re and im planes) so a
-    twiddle vector (8 consecutive k1) is one SPM row.
+    so that k1 = kh lanes + bi is affine; the tables C{a+j} hold blocks of `col_block_words`
+    (2^a twiddles for consecutive k1, then a spare row), one block per (twiddle place, part), so
+    a twiddle vector (8 consecutive k1) is one SPM row and successive blocks start on successive
+    SPM lines.
     """
 
     n: int
@@ -114,6 +116,12 @@ class ButterflySpec:
     def col_blocks(self) -> int:
         """Batch blocks per outer index: 2^col_bits / lanes for a column pass, else 1."""
         return (1 << self.col_bits) // self.lanes if self.col_bits else 1
+
+    @property
+    def col_block_words(self) -> int:
+        """Words of one block of a column pass's twiddle table: 2^col_bits values (one per k1)
+        and a spare row of `lanes` words."""
+        return (1 << self.col_bits) + self.lanes
 
     @property
     def outer(self) -> int:
@@ -345,7 +353,7 @@ def group_kernel(spec: ButterflySpec, group: StageGroup, groups: int, index: int
                 # column pass: stage cb + k of the big FFT, twiddle index (P_lo mod 2^k) 2^cb + k1
                 # with k1 = kh L + bi; table layout `twiddle_position`
                 buf = f"{spec.prefix}C{cb + k}"
-                blk = (1 << cb) + L
+                blk = spec.col_block_words
                 tw = lin(lambda bit, k=k, blk=blk: 2 * blk << twiddle_bit(bit, k, k0) if bit < k else 0, m, 1,
                          {"kh": L, "bi": 1})
                 x[m], x[m + half] = _fft_pair(b, lo, hi, k, buf, tw, blk, (m << k0) % (1 << k))
@@ -537,7 +545,7 @@ def coefficient_inputs(spec: ButterflySpec, factors=None, bias=None, dtype=np.fl
             # column pass: block u = 2 pos + part of 2^cb + L words (one spare row, so the
             # blocks of one iteration's twiddles fall on successive SPM lines), k1 inside
             cb, kk = spec.col_bits, spec.col_bits + k
-            blk = (1 << cb) + spec.lanes
+            blk = spec.col_block_words
             w = np.exp(-2j * np.pi * (np.arange(1 << k)[:, None] * (1 << cb) + np.arange(1 << cb)) / (2 << kk))
             t = np.zeros((1 << k, 2, blk))
             t[pos, 0, : 1 << cb] = w.real

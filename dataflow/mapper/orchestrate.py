@@ -205,7 +205,7 @@ def tile_words(spec: ButterflySpec, rows: int, skewed: bool = False) -> int:
 def coefficient_words(spec: ButterflySpec) -> int:
     """Words of all coefficient tables (an upper bound: constant twiddles are not loaded)."""
     if spec.kind == "fft" and spec.col_bits:
-        return 2 * ((1 << spec.col_bits) + spec.lanes) * spec.n  # padded blocks, lower_butterfly
+        return 2 * spec.col_block_words * spec.n  # (place, part) blocks, lower_butterfly
     if spec.kind == "fft":
         return 2 * spec.n
     return spec.stages * (spec.n // 2) * (4 if spec.kind == "real" else 8)
