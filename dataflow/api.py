@@ -9,21 +9,15 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from dataflow.arch import ArchSpec, load_arch
+from dataflow.arch import ArchSpec, load_arch, preset_path, resolve_arch  # noqa: F401 (re-exported)
 from dataflow.testing import max_abs_error, values_match
 from dataflow.workloads import Param, Workload, register
 
-ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_ARCH = ROOT / "arch_configs" / "default.yaml"
+ROOT = Path(__file__).resolve().parent.parent  # the repository in a source checkout (benchmarks)
+#: The default preset's file, inside the package. `resolve_arch` (imported above from
+#: dataflow.arch, kept importable from here) takes preset names and paths.
+DEFAULT_ARCH = preset_path("default")
 MATMUL_WORKLOADS = ("gemm", "spmm")
-
-
-def resolve_arch(arch: ArchSpec | str | Path | None) -> ArchSpec:
-    if arch is None:
-        return load_arch(DEFAULT_ARCH)
-    if isinstance(arch, ArchSpec):
-        return arch
-    return load_arch(arch)
 
 
 def make_operands(workload: str, m: int, k: int, n: int, density: float = 0.1, seed: int = 0):

@@ -8,7 +8,7 @@ import argparse
 import json
 import sys
 
-from dataflow.api import DEFAULT_ARCH
+from dataflow.arch import preset_names
 from dataflow.workloads import all_params, workloads
 
 #: Modules adding subcommands: each has `add_parser(subparsers)` that calls
@@ -33,7 +33,8 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="dataflow", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("simulate", help="simulate one workload on an architecture")
-    s.add_argument("--arch", default=str(DEFAULT_ARCH), help="architecture YAML (default: %(default)s)")
+    s.add_argument("--arch", default="default", help="architecture: a preset "
+                   f"({', '.join(preset_names())}) or a YAML path (default: %(default)s)")
     reg = workloads()
     s.add_argument("--workload", choices=sorted(reg), default="spmm",
                    help="; ".join(f"{w.name}: {w.help}" for w in reg.values()))

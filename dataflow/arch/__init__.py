@@ -1,6 +1,7 @@
-"""`ArchSpec` and its YAML loader, shared by the mapper and the engine."""
+"""`ArchSpec`, its YAML loader and the presets by name, shared by the mapper and the engine."""
 
 from dataflow.arch.load import ArchError, arch_from_dict, arch_to_dict, load_arch
+from dataflow.arch.resolve import preset_names, preset_path, resolve_arch
 from dataflow.arch.spec import (
     ArchSpec,
     AreaTable,
@@ -15,4 +16,5 @@ from dataflow.arch.spec import (
 __all__ = [
     "ArchError", "ArchSpec", "AreaTable", "DRAMSpec", "EnergyTable", "FunctionalUnit",
     "InterconnectSpec", "PEArraySpec", "SPMSpec", "arch_from_dict", "arch_to_dict", "load_arch",
+    "preset_names", "preset_path", "resolve_arch",
 ]

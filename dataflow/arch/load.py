@@ -101,7 +101,8 @@ def arch_from_dict(data: dict, source: str = "<dict>") -> ArchSpec:
 
 
 def load_arch(path: str | Path) -> ArchSpec:
-    """Load `arch_configs/*.yaml` into a validated `ArchSpec`.
+    """Load an architecture YAML file (the presets: `dataflow/arch/presets/*.yaml`) into a
+    validated `ArchSpec`; `resolve_arch` also takes preset names.
 
     Raises `ArchError` naming the file and the key path for unknown keys, wrong types and
     impossible values.

@@ -9,14 +9,14 @@ import sys
 
 def _workload_flags(p: argparse.ArgumentParser) -> None:
     """--workload and every workload parameter flag, as `dataflow simulate` has them."""
-    from dataflow.api import DEFAULT_ARCH
+    from dataflow.arch import preset_names
     from dataflow.cuda.workloads import gpu_workloads
     from dataflow.workloads import all_params
 
     p.add_argument("--workload", required=True, choices=sorted(gpu_workloads()),
                    help="a workload the CUDA path covers")
-    p.add_argument("--arch", default=str(DEFAULT_ARCH), help="dataflow architecture YAML "
-                   "(default: %(default)s)")
+    p.add_argument("--arch", default="default", help="dataflow architecture: a preset "
+                   f"({', '.join(preset_names())}) or a YAML path (default: %(default)s)")
     for prm in all_params().values():
         kw = {"choices": [c for c in prm.choices if c is not None]} if prm.choices else {}
         p.add_argument(prm.flag, dest=prm.name, type=prm.type, default=None, help=prm.help, **kw)
@@ -31,6 +31,8 @@ def _params(args) -> dict:
 
 
 def add_parser(sub) -> None:
+    from dataflow.cuda.gpu_spec import available_gpus
+
     c = sub.add_parser("crosscheck", help="numpy vs sim vs cuda on the same inputs",
                        description="Run one workload's operands through the numpy reference, "
                        "the simulated dataflow array and the CUDA kernels (in the CUDA simulator "
@@ -42,11 +44,12 @@ def add_parser(sub) -> None:
     m = sub.add_parser("compare", help="dataflow simulated vs GPU measured-or-modelled cost",
                        description="Simulated time and energy of a workload on a dataflow "
                        "architecture next to each GPU's: measured with CUDA events when this "
-                       "machine has that GPU, else modelled from arch_configs/gpus/NAME.yaml "
+                       "machine has that GPU, else modelled from the preset gpus/NAME "
                        "(per-kernel roofline); every number says which.")
     _workload_flags(m)
     m.add_argument("--gpu", action="append", default=None, metavar="NAME|FILE.yaml",
-                   help="GPU spec (repeatable; default jetson_xavier_nx)")
+                   help="GPU spec: a preset (" + ", ".join(available_gpus()) + ", also written "
+                   "gpus/NAME) or a YAML path (repeatable; default jetson_xavier_nx)")
     m.add_argument("--model-only", action="store_true",
                    help="model every GPU even when one is present")
     m.add_argument("--plot", default=None, metavar="FILE.png",

@@ -1,4 +1,5 @@
-"""GPU descriptions (`arch_configs/gpus/*.yaml`) -> `GpuSpec`, validated.
+"""GPU descriptions (the presets `gpus/NAME`: `dataflow/arch/presets/gpus/*.yaml`) -> `GpuSpec`,
+validated.
 
 Every error is one `GpuSpecError` naming the file and the key path (`peak_flops.fp32`): unknown
 keys, missing keys, wrong types, impossible values. A number written `1.5e12` is a string to
@@ -12,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dataflow.arch.load import KeyPathError
+from dataflow.arch.resolve import GPU_GROUP, preset_names, preset_path
 
-GPU_DIR = Path(__file__).resolve().parent.parent.parent / "arch_configs" / "gpus"
 PRECISIONS = ("fp64", "fp64_tensor", "fp32", "tf32_tensor", "fp16", "fp16_tensor",
               "bf16_tensor", "fp8_tensor", "int8_tensor")
 
@@ -120,19 +121,22 @@ def gpu_from_dict(data, source: str = "<dict>") -> GpuSpec:
 
 
 def load_gpu(name_or_path: str | Path) -> GpuSpec:
-    """A GPU by name (`jetson_xavier_nx`, `a100`, `h200`: files in arch_configs/gpus/) or by
-    path to a YAML file."""
+    """A GPU by preset name (`jetson_xavier_nx`, `a100`, `h200`, also written `gpus/h200` or
+    `h200.yaml`) or by path to a YAML file (an existing file wins over a preset name)."""
     p = Path(name_or_path)
-    if p.suffix not in (".yaml", ".yml"):
-        p = GPU_DIR / f"{name_or_path}.yaml"
-        if not p.exists():
-            known = ", ".join(available_gpus())
-            raise FileNotFoundError(f"unknown GPU {str(name_or_path)!r}: no {p}; known GPUs: "
-                                    f"{known} (or give a path to a .yaml file)")
+    if not p.is_file():
+        name = str(name_or_path).removeprefix(f"{GPU_GROUP}/").removesuffix(".yaml")
+        if name in available_gpus():
+            p = preset_path(f"{GPU_GROUP}/{name}")
+        elif p.suffix not in (".yaml", ".yml"):
+            raise FileNotFoundError(f"unknown GPU {str(name_or_path)!r}; known GPUs: "
+                                    f"{', '.join(available_gpus())} (or give a path to a .yaml file)")
+        # else a path that is not there: read_yaml says it cannot read it
     from dataflow.arch.load import read_yaml
 
     return gpu_from_dict(read_yaml(p, GpuSpecError, "GPU file"), source=str(p))
 
 
 def available_gpus() -> tuple[str, ...]:
-    return tuple(sorted(f.stem for f in GPU_DIR.glob("*.yaml")))
+    """The GPU presets' names, without the `gpus/` prefix."""
+    return tuple(n.removeprefix(f"{GPU_GROUP}/") for n in preset_names(GPU_GROUP))

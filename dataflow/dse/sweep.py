@@ -4,7 +4,7 @@ A sweep file::
 
     name: tiny                       # optional; defaults to the file's stem
     arch:
-      base: default                  # arch_configs/<name>.yaml, or a path (relative to this file)
+      base: default                  # a preset name (default, mlx_4x4, ...), or a path (relative to this file)
       sweep:                         # ArchSpec key path -> values; the cartesian product is swept
         pe_array.rows: [4, 8]
         spm.lines: {start: 4, stop: 16, scale: log2}      # 4, 8, 16
@@ -37,11 +37,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dataflow.arch import ArchError, arch_from_dict, arch_to_dict, load_arch
+from dataflow.arch import (
+    ArchError,
+    arch_from_dict,
+    arch_to_dict,
+    load_arch,
+    preset_names,
+    resolve_arch,
+)
 from dataflow.arch.load import KeyPathError
 
-ROOT = Path(__file__).resolve().parent.parent.parent
-ARCH_DIR = ROOT / "arch_configs"
 MAX_GRID_POINTS = 2_000_000
 ENGINES = ("fast", "reference")
 
@@ -246,10 +251,8 @@ def _check_keys(data: dict, allowed: set[str], source: str, where: str) -> None:
 
 
 def _resolve_base(base: Any, sweep_path: Path | None, source: str) -> dict:
-    from dataflow.api import DEFAULT_ARCH
-
     if base is None:
-        return arch_to_dict(load_arch(DEFAULT_ARCH))
+        return arch_to_dict(resolve_arch(None))
     if isinstance(base, dict):
         try:
             return arch_to_dict(arch_from_dict(base, source=f"{source}: arch.base"))
@@ -260,15 +263,18 @@ def _resolve_base(base: Any, sweep_path: Path | None, source: str) -> dict:
     candidates = []
     if sweep_path is not None:
         candidates.append(sweep_path.parent / base)
-    candidates += [Path(base), ARCH_DIR / base, ARCH_DIR / f"{base}.yaml"]
-    for c in candidates:
-        if c.is_file():
-            try:
+    candidates.append(Path(base))
+    try:
+        for c in candidates:
+            if c.is_file():
                 return arch_to_dict(load_arch(c))
-            except ArchError as exc:
-                raise SweepError(source, "arch.base", f"the base architecture is bad: {exc}") from None
+        if base.removesuffix(".yaml") in preset_names():
+            return arch_to_dict(resolve_arch(base))
+    except ArchError as exc:
+        raise SweepError(source, "arch.base", f"the base architecture is bad: {exc}") from None
     raise SweepError(source, "arch.base", f"no architecture file {base!r} (looked in "
-                     + ", ".join(str(c) for c in candidates) + ")")
+                     + ", ".join(str(c) for c in candidates) + ") and no preset of that name "
+                     "(presets: " + ", ".join(preset_names()) + ")")
 
 
 def _arch_dimension(key: str, spec: Any, base: dict, source: str, where: str) -> tuple:

@@ -149,7 +149,7 @@ class _StatefulOp:
              cache=None) -> Plan:
         """Lower and map (sim) or record the reference (numpy); returns the `Plan`.
 
-        `arch`: ArchSpec or YAML path (default `arch_configs/default.yaml`). `cache`: a
+        `arch`: ArchSpec, preset name or YAML path (default: the `default` preset). `cache`: a
         `PlanCache`, None for the process default (memory + `$DATAFLOW_CACHE_DIR`), or False
         to always build."""
         from dataflow.ust_frontend.cache import PlanCache, default_cache
@@ -157,7 +157,7 @@ class _StatefulOp:
         _check_backend(backend, self.op)
         spec = None
         if backend == "sim":
-            from dataflow.api import resolve_arch
+            from dataflow.arch import resolve_arch
 
             self._sim_check()
             spec = resolve_arch(arch)
@@ -508,7 +508,7 @@ def matmul(a, b, backend: str = "numpy", arch=None, dataflow: str | None = None,
            return_result: bool = False, *, semiring=None, prolog=None, epilog=None, cache=None):
     """a @ b on `backend`; the product comes back in A's package.
 
-    `arch` (an ArchSpec or a YAML path; default `arch_configs/default.yaml`) is used by the
+    `arch` (an ArchSpec, preset name or YAML path; default the `default` preset) is used by the
     `sim` backend, whose plan comes from the plan cache (`cache`, see `Matmul.plan`). With
     `return_result=True` returns (product, SimResult or None)."""
     _check_backend(backend)
