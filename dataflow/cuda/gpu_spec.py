@@ -130,7 +130,8 @@ def load_gpu(name_or_path: str | Path) -> GpuSpec:
             p = preset_path(f"{GPU_GROUP}/{name}")
         elif p.suffix not in (".yaml", ".yml"):
             raise FileNotFoundError(f"unknown GPU {str(name_or_path)!r}; known GPUs: "
-                                    f"{', '.join(available_gpus())} (or give a path to a .yaml file)")
+                                    f"{', '.join(available_gpus())} (or give a path to a "
+                                    ".yaml file)")
         # else a path that is not there: read_yaml says it cannot read it
     from dataflow.arch.load import read_yaml
 

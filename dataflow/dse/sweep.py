@@ -4,7 +4,7 @@ A sweep file::
 
     name: tiny                       # optional; defaults to the file's stem
     arch:
-      base: default                  # a preset (default, mlx_4x4, ...) or a path (relative to this file)
+      base: default                  # a preset (default, mlx_4x4) or a path relative to this file
       sweep:                         # ArchSpec key path -> values; the cartesian product is swept
         pe_array.rows: [4, 8]
         spm.lines: {start: 4, stop: 16, scale: log2}      # 4, 8, 16
