@@ -13,7 +13,7 @@ lower bound on its cycles, so the butterfly speed-up printed is conservative; at
 length the GEMMs are also simulated and the simulated/modelled ratio is printed.
 Multi-layer runs use the SPM layout `mapper.spm_layout.choose_layout` picks against the
 schedule (fewer write-port conflicts); its stalls before/after are in each run's notes.
-Literature for comparison, not fitted (REFERENCES.md): MLX reports 52-84% of roofline and ~90%
+Literature, not fitted (docs/references.md#mlx): MLX reports 52-84% of roofline and ~90%
 compute utilisation; the multi-layer dataflow butterfly paper 9.29x mean over a Jetson Xavier NX.
 
     python benchmarks/bench_butterfly.py [--arch arch_configs/mlx_4x4.yaml] [--quick] [--seqs 256 512]

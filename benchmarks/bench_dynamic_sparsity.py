@@ -1,6 +1,6 @@
 """PIT's micro-benchmark in miniature, and structured sparse attention against dense.
 
-Part 1 -- dynamic sparsity (REFERENCES.md "PIT": 4096^3 fp32 at sparsity 0.5 / 0.9 / 0.95 /
+Part 1 -- dynamic sparsity (docs/references.md#pit: 4096^3 fp32 at sparsity 0.5 / 0.9 / 0.95 /
 0.99 with 32x1, 1x64 and 32x64 granularity): C = A @ B with M = K = N = --size (default 1024),
 A's zeros laid out element-wise or in 32x1 / 1x64 micro-tiles, each matrix run through the
 three kernels (PIT micro-tiles 32x1 and 1x64, block-sparse 32x64) and dense GEMM (the fastest

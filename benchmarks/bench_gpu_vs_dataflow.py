@@ -1,5 +1,5 @@
 """Dataflow butterfly attention vs a Jetson Xavier NX: the shape of the butterfly paper's
-comparison (arXiv 2411.00734; REFERENCES.md "Butterfly sparsity": up to 14.34x faster, 9.29x on
+comparison (arXiv 2411.00734, docs/references.md#multilayer-dataflow: up to 14.34x faster, 9.29x on
 average, 11.14x more energy-efficient than a Jetson Xavier NX on attention).
 
 Two forms of butterfly attention, at each sequence length:
@@ -33,7 +33,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "out"
 
-#: The paper's reported ratios (REFERENCES.md, "Butterfly sparsity"; arXiv 2411.00734).
+#: The paper's reported ratios (docs/references.md#multilayer-dataflow; arXiv 2411.00734).
 PAPER = {"max_speedup": 14.34, "mean_speedup": 9.29, "energy_efficiency": 11.14}
 
 

@@ -13,7 +13,7 @@ CELLS = [
 
 Some sparsity is known only at run time: ReLU activations, dynamic masks, the experts a router
 picks per token. PIT (SOSP 2023, *Permutation Invariant Transformation*; see
-`../shared/REFERENCES.md`) handles it by covering the nonzeros with small **micro-tiles** —
+[references](../docs/references.md#pit)) handles it by covering the nonzeros with small **micro-tiles** —
 32×1 along the reduction axis k, or 1×64 along a row — **gathering** them into dense compute
 tiles (*SRead*), computing densely, and **writing** results back to their places (*SWrite*).
 Block-sparse kernels (OpenAI's 32×64 blocks) must compute a whole block as soon as it holds

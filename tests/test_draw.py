@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 from dataflow.ust_frontend import NamedFormats, Tensor
 from dataflow.ust_frontend.draw import draw
 
-# The 4x8 example of REFERENCES.md ("Universal Sparse Tensor").
+# The 4x8 example of docs/references.md#universal-sparse-tensor.
 EXAMPLE_ENTRIES = [(0, 0), (0, 1), (1, 1), (1, 3), (2, 2), (3, 3)]
 
 
@@ -64,7 +64,7 @@ def test_draw_shows_storage_arrays():
     tensor = Tensor.from_dense(example_matrix(), NamedFormats.CSR)
     texts = _texts(tensor.draw())
     assert "pos(1)[5]" in texts and "crd(1)[6]" in texts
-    # the CSR arrays of REFERENCES.md appear box by box
+    # the CSR arrays of docs/references.md#universal-sparse-tensor appear box by box
     boxes = [t for t in texts if t.isdigit()]
     for value in ("0", "2", "4", "5", "6", "1", "3"):
         assert value in boxes

@@ -205,7 +205,7 @@ def test_dim2lvl_examples_match_nvmath_docs():
     assert [int(c) for c in f.lvl2dim([0, 1, 1, 0])] == [1, 2]
 
 
-# -- named formats match the examples in REFERENCES.md -------------------------------------
+# -- named formats match the examples in docs/references.md#universal-sparse-tensor ---------
 
 
 @pytest.mark.parametrize("named, source", [

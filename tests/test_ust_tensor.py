@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from dataflow.ust_frontend import FormatError, LayoutError, NamedFormats, Tensor, TensorFormat
 
-# The 4x8 example of REFERENCES.md ("Universal Sparse Tensor").
+# The 4x8 example of docs/references.md#universal-sparse-tensor.
 EXAMPLE_ENTRIES = [(0, 0), (0, 1), (1, 1), (1, 3), (2, 2), (3, 3)]
 
 

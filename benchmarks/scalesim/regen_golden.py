@@ -9,7 +9,7 @@ subprocess into the scalesim venv)::
     /work/scalesim-venv/bin/python benchmarks/scalesim/regen_golden.py
     python benchmarks/scalesim/regen_golden.py      # uses run_scalesim_subprocess
 
-Takes ~15 s on the 2-core dev box (256^3 runs ~1.4 s each here; REFERENCES.md quotes ~7 s).
+Takes ~15 s on the 2-core dev box (256^3 runs ~1.4 s each here; docs/references.md#scale-sim).
 """
 
 from __future__ import annotations

@@ -72,7 +72,7 @@ class SPMSpec:
     access_latency_cycles: int = 1
     address_mapping: str = "interleaved"
     # stores a line can hold pending beyond its write ports (a decoupled store pipeline, as in
-    # MLX's "decoupled load / store / compute / transfer pipelines", REFERENCES.md); 0: none,
+    # MLX's decoupled load / store / compute / transfer pipelines, docs/references.md#mlx); 0: none,
     # a store that finds no free write port stalls the array
     write_queue_depth: int = 0
 
@@ -93,7 +93,7 @@ class DRAMSpec:
 
 @dataclass(frozen=True)
 class EnergyTable:
-    """Energy per action in pJ. Defaults: Horowitz, ISSCC 2014, 45 nm (see REFERENCES.md)."""
+    """Energy per action in pJ. Defaults: Horowitz, ISSCC 2014, 45 nm (docs/references.md)."""
 
     mac_pj: float = 4.6  # FP32 mult 3.7 + FP32 add 0.9
     alu_pj: float = 0.9  # FP32 add

@@ -1,4 +1,4 @@
-"""Attention sparsity patterns as UST mask tensors (DESIGN.md, "structured sparse attention").
+"""Attention sparsity patterns as UST mask tensors (docs/references.md#attention-patterns).
 
 Each pattern is a boolean seq x seq mask (query row i may attend key column j) stored in the UST
 format that describes its structure best, so the format itself says what the pattern is:

@@ -68,8 +68,8 @@ def run_fft_spec(spec: ButterflySpec, x2d: np.ndarray, arch, orchestration: str 
     """An FFT spec (`kind="fft"`, bit-reversed input) on the engine, split four-step when one
     tile of the full length does not fit the SPM (or when `split` = a asks for it).
 
-    Four-step (Bailey's FFT; the FFT form of MLX's hierarchical butterflies, REFERENCES.md
-    "Butterfly sparsity"): N = n1 n2 with n1 = 2^a. The N-point DIT's stages 0 .. a-1 only mix
+    Four-step (Bailey's FFT; the FFT form of MLX's hierarchical butterflies, see
+    docs/references.md#mlx): N = n1 n2 with n1 = 2^a. The N-point DIT's stages 0 .. a-1 only mix
     points within blocks of n1 (bit-reversed index space), which are the n1-point FFTs of the
     columns x[b, q n2 + m] over q; stages a .. S-1 only mix points with equal low a bits. So
     pass A is an n1-point FFT of the batch * n2 rows (b, m), and pass B the column pass

@@ -1,6 +1,6 @@
 """Numpy references of the butterfly family: the living definition every backend is checked against.
 
-Conventions (REFERENCES.md, "Butterfly sparsity"): a butterfly matrix of size n = 2^S is a
+Conventions (docs/references.md#butterfly-sparsity): a butterfly matrix of size n = 2^S is a
 product of S factors; factor k mixes the index pairs (i, i + 2^k) whose bit k of i is 0 with
 one 2x2 block each, 2n parameters per factor. Factor k is stored as an array of shape
 (n/2, 2, 2) indexed by *pair number* p = (i // 2^(k+1)) * 2^k + i % 2^k of the pair's lower

@@ -1,6 +1,6 @@
 """Monarch and block-butterfly products on the `sim` backend.
 
-Both are chains of structured sparse matrices (REFERENCES.md, "Butterfly sparsity": block
+Both are chains of structured sparse matrices (docs/references.md#butterfly-sparsity: block
 butterfly uses b x b blocks; Monarch is two block-diagonal factors with a permutation between),
 so each factor runs as one CSR SpMM program on the array (`dfg.lower.lower_spmm_csr`, the
 GATHER of B's rows through the column indices is the addressing):

@@ -2,7 +2,7 @@
 
 These are the definitions the kernels are tested against. Where another package already owns
 an op's reference (dense and CSR matmul, SDDMM in `dataflow.ust_frontend.ops`) the tests use
-that one too; the functions here are written from the math in REFERENCES.md.
+that one too; the functions here are written from the math of the sources in docs/references.md.
 """
 
 from __future__ import annotations

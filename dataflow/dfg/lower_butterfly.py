@@ -24,7 +24,7 @@ or, for buffers that never cross DRAM (multilayer), *skewed*: row(P) = sum_d P >
 2^z lines (complex: re and im rows interleaved, z for half the lines), so the points of one
 sub-butterfly, a power of two apart, sit on different SPM lines instead of all on one.
 
-Stage coefficients (REFERENCES.md "Butterfly sparsity": 2n parameters per factor):
+Stage coefficients (docs/references.md#butterfly-sparsity: 2n parameters per factor):
   * `fft`: t = w x_hi, [x_lo + t, x_lo - t]; stage k's table T{k} holds (Re w, Im w) for the
     2^k distinct twiddles (Re t = wr xr - wi xi as MUL then a negating MAC, Im t = wr xi + wi xr
     as MUL then MAC); constant twiddles become CONST nodes, w = 1 is skipped and w = -i

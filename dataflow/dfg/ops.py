@@ -1,4 +1,4 @@
-"""The one opcode enum of the dataflow graph (DESIGN.md, "DFG")."""
+"""The one opcode enum of the dataflow graph (docs/architecture.md#dfg)."""
 
 from __future__ import annotations
 

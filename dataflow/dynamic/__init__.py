@@ -1,4 +1,4 @@
-"""PIT-style dynamic sparsity (REFERENCES.md "PIT"): micro-tile gathers (SRead), write-back
+"""PIT-style dynamic sparsity (docs/references.md#pit): micro-tile gathers (SRead), write-back
 (SWrite), the run-time index build, and ReLU activation sparsity in an FFN.
 
 Workloads `dynamic-spmm` and `relu-ffn` register themselves when this package is imported.

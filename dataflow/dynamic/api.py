@@ -2,7 +2,7 @@
 
 `dataflow simulate --workload dynamic-spmm --sparsity S --granularity {32x1,1x64,32x64,dense}`
 runs C = A @ B where A's zeros (a fraction S, laid out element-wise or in micro-tiles of
-`--mask-granularity`) are found at run time (REFERENCES.md "PIT"); `relu-ffn` runs
+`--mask-granularity`) are found at run time (docs/references.md#pit); `relu-ffn` runs
 Y = ReLU(X @ W1 + b) @ W2 with the second linear layer consuming the dynamically sparse
 activations. Every result carries in its `notes` the MACs computed, the MACs wasted on zeros
 (both from the engine's operation counts on the real data) and the index build's cycles.

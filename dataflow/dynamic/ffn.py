@@ -1,6 +1,6 @@
 """ReLU activation sparsity in an FFN: Y = ReLU(X W1 + b) W2, the second layer sparse at run time.
 
-PIT's end-to-end case (REFERENCES.md "PIT": OPT with ReLU activation sparsity up to 99%): the
+PIT's end-to-end case (docs/references.md#pit: OPT with ReLU activation sparsity up to 99%): the
 hidden activations H = ReLU(X W1 + b) are zero wherever a neuron is inactive for a token, which
 is known only once H exists. The program runs, all on the array and chained through the SPM:
 `ffn_up` (dense GEMM X W1), `relu` (add the bias, max with 0), the run-time index build over H

@@ -1,4 +1,4 @@
-"""Kernels of PIT-style dynamic sparsity (REFERENCES.md "PIT"): index build, SRead, SWrite.
+"""Kernels of PIT-style dynamic sparsity (docs/references.md#pit): index build, SRead, SWrite.
 
 C = A @ B where A (m x k) is sparse with a pattern known only at run time. The program:
 
@@ -170,7 +170,7 @@ def row_gather_kernel(nrows: int, q0: int, row0: int, k: int, n: int, bw: int, q
 def pit_scatter_kernel(kblocks: int, row0: int, m: int, k: int, n: int, bw: int, cpos: np.ndarray,
                        crd_offset: int, nnz: int, a_buf: str, a_rows: int, name: str,
                        ld: int | None = None, fetch: str = "gather") -> Kernel:
-    """PIT's 1 x bw kernel (REFERENCES.md "PIT": SRead gathers the micro-tiles of one k-block
+    """PIT's 1 x bw kernel (docs/references.md#pit: SRead gathers the micro-tiles of one k-block
     into a dense tile, SWrite scatter-adds the partial results into C): for each k-block kb and
     each nonzero tile p of that block (rows of a panel starting at `row0`),
     C[row[p], :] += A[row[p], kb*bw : (kb+1)*bw] @ B[kb*bw : (kb+1)*bw, :].

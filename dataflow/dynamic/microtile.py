@@ -1,6 +1,6 @@
 """Micro-tiles of a dynamically sparse operand: granularities, masks, and the run-time index.
 
-PIT (SOSP 2023; REFERENCES.md "PIT") covers the nonzeros of an operand whose sparsity is known
+PIT (SOSP 2023; docs/references.md#pit) covers the nonzeros of an operand whose sparsity is known
 only at run time with small micro-tiles (32 x 1 along the reduction axis k, or 1 x 64 along a
 row) instead of the 32 x 64 blocks of block-sparse kernels (OpenAI block-sparse); the index of
 nonzero micro-tiles is built from the data at run time, and that cost counts. This module is

@@ -1,4 +1,4 @@
-"""The legality verifier every `Mapping` passes (DESIGN.md, "Mapper")."""
+"""The legality verifier every `Mapping` passes (docs/architecture.md#mapper)."""
 
 from __future__ import annotations
 

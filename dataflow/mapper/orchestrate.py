@@ -1,13 +1,13 @@
 """Layer orchestration of butterfly stage kernels: layer-by-layer, stage-fused, multi-layer.
 
-Three ways to run the log2(n) stages of a butterfly on one array (DESIGN.md, "Mapper"):
+Three ways to run the log2(n) stages of a butterfly on one array (docs/architecture.md#planning):
 
 * ``layer``: one kernel per stage, one after another; every kernel reconfigures the array, reads
   its input from DRAM and writes its output back (DRAM traffic ~ stages x data).
 * ``fused``: f stages per kernel (a radix-2^f body: intermediate values stay in registers and on
   links); ceil(stages / f) kernels, each a DRAM round trip.
 * ``multilayer``: c stage kernels *co-resident* (MLX, ISCA 2026: several logical layers held as
-  tagged instruction blocks in each PE, REFERENCES.md): one configuration for the residency, the
+  tagged instruction blocks per PE; docs/references.md#mlx): one configuration per residency, the
   data handed from kernel to kernel through SPM lines, one DRAM round trip per residency. Within
   a tile the co-resident kernels run one after another (the hardware arbiter switches blocks;
   our model does not overlap them, a conservative choice). Its data buffers use the skewed SPM

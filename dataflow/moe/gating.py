@@ -2,7 +2,7 @@
 
 Y[t] = sum over the top_k experts e of token t of gate[t, e] * (X[t] @ W[e]), with the gates
 the softmax of the selected logits (renormalised over the top k, as Mixtral; k = 1 gives
-Switch-Transformer routing, REFERENCES.md "PIT" lists Switch-Transformer MoE among PIT's
+Switch-Transformer routing, docs/references.md#pit lists Switch-Transformer MoE among PIT's
 dynamic-sparsity workloads: which tokens reach which expert is known only at run time).
 """
 

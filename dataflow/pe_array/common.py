@@ -54,7 +54,7 @@ def gather_fetch_words(kernel: Kernel, inputs: dict[str, np.ndarray], arch) -> d
     gathers touch over its whole domain, times the row size. Computed from the index data
     itself (the gathers' index loads read input buffers, never written in the kernel), so both
     engines see the same figure. PIT's SRead fetches only the nonzero micro-tiles from memory
-    (REFERENCES.md "PIT"); a tile narrower than a burst still moves whole bursts (a 32 x 1 tile
+    (docs/references.md#pit); a tile narrower than a burst still moves whole bursts (a 32 x 1 tile
     costs 32 bursts), our stated assumption about the DMA's granularity."""
     from dataflow.dfg.domain import enumerate_domain
 

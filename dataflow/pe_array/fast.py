@@ -9,7 +9,7 @@ are counted per (cycle, line) from the real address streams; a cycle whose busie
 port-cycles stalls the whole (lock-step) array p - 1 cycles. SPM updates apply in (cycle,
 iteration, node) order.
 
-SCATTER_ACC (PIT's SWrite with accumulate, REFERENCES.md "PIT") is an ACC whose address adds a
+SCATTER_ACC (PIT's SWrite with accumulate, docs/references.md#pit) is an ACC whose address adds a
 loaded index: it combines in the register over a run like ACC and read-modify-writes once per
 run. Read-modify-write ordering: every update to one word is applied, in (cycle, iteration,
 node, lane) order, so the value is exact for that order (np.add.at applies repeated indices in

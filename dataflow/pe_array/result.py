@@ -1,4 +1,4 @@
-"""`SimResult`: what the engine returns (DESIGN.md, "The objects that cross stage boundaries")."""
+"""`SimResult`: what the engine returns (docs/architecture.md#objects-that-cross-stages)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Butterfly stages: one stage per launch, or several fused in shared memory.
 
 A butterfly stage with stride h mixes index pairs (i, i + h), i with bit log2(h) clear, through
-its own 2 x 2 factor (REFERENCES.md, "Butterfly sparsity": stage k mixes pairs at distance 2^k
+its own 2 x 2 factor (docs/references.md#butterfly-sparsity: stage k mixes pairs at distance 2^k
 with 2 x 2 blocks; 2n parameters per factor). Pair p of a stage is
 i = (p // h) * 2h + p % h, j = i + h, and
 

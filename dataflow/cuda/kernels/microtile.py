@@ -1,6 +1,6 @@
 """PIT-style micro-tile matmul: C = A @ B where A's nonzero micro-tiles are found at run time.
 
-PIT (SOSP 2023; REFERENCES.md "PIT"): a reduction axis may be permuted freely, so the nonzero
+PIT (SOSP 2023; docs/references.md#pit): a reduction axis may be permuted freely, so the nonzero
 micro-tiles of a dynamically sparse operand are gathered into dense compute tiles (SRead),
 computed densely, and the results written back to their places (SWrite); the index is built
 at run time from the data, and that cost counts. Two schemes, one per micro-tile shape:
