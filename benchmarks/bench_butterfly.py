@@ -4,14 +4,14 @@ three butterfly orchestrations side by side.
 For each sequence length (hidden 512): simulated cycles of FNet mixing Re(FFT_seq(FFT_hidden(x)))
 with layer-by-layer, stage-fused and multi-layer orchestration (values checked against numpy
 every time); their DRAM and SPM traffic; the achieved fraction of each run's roofline bound
-(max(issue slots / PEs, DRAM bytes / bandwidth), `mapper.orchestrate.roofline`); and dense
+(max(issue slots / PEs, DRAM bytes / bandwidth), `plan.orchestrate.roofline`); and dense
 attention's QK^T and PV on the same array.
 
 Dense attention is *modelled* from its mapping, not simulated at every length: the GEMM kernel is
 mapped once and its steady state (iterations x II / copies, no stalls, softmax left out) gives a
 lower bound on its cycles, so the butterfly speed-up printed is conservative; at the smallest
 length the GEMMs are also simulated and the simulated/modelled ratio is printed.
-Multi-layer runs use the SPM layout `mapper.spm_layout.choose_layout` picks against the
+Multi-layer runs use the SPM layout `plan.spm_layout.choose_layout` picks against the
 schedule (fewer write-port conflicts); its stalls before/after are in each run's notes.
 Literature, not fitted (docs/references.md#mlx): MLX reports 52-84% of roofline and ~90%
 compute utilisation; the multi-layer dataflow butterfly paper 9.29x mean over a Jetson Xavier NX.

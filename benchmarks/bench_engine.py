@@ -188,7 +188,7 @@ def corpus(quick: bool):
         captured.append((kernel, arch, a, kw))
         return orig(kernel, arch, *a, **kw)
 
-    import dataflow.mapper.orchestrate as orch_module
+    import dataflow.plan.stage_mapping as orch_module
     map_module.map_kernel = grab
     saved_orch = getattr(orch_module, "map_kernel", None)
     orch_module.map_kernel = grab

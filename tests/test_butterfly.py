@@ -18,13 +18,13 @@ from dataflow.butterfly import reference as ref
 from dataflow.butterfly.ops import run_butterfly_matmul, run_fft, run_fnet_attention
 from dataflow.dfg.lower_butterfly import ButterflySpec, lower_butterfly, split_stages
 from dataflow.mapper import MappingError, map_program
-from dataflow.mapper.orchestrate import (
+from dataflow.pe_array.simulate import run_array
+from dataflow.plan.orchestrate import (
     choose_stages_per_kernel,
     minimal_dram_bytes,
     plan_orchestration,
     spm_residency_limit,
 )
-from dataflow.pe_array.simulate import run_array
 from dataflow.testing import assert_close as _assert_close
 from tests.archs import variant
 from tests.conftest import ARCH_DIR
@@ -217,7 +217,7 @@ def test_engines_agree_on_skewed_multilayer_kernels(mlx):
 
     from dataflow.butterfly.simulate import simulate_orchestrated
     from dataflow.dfg.lower_butterfly import unpack_data
-    from dataflow.mapper.orchestrate import map_butterfly
+    from dataflow.plan.orchestrate import map_butterfly
 
     x = np.random.default_rng(8).standard_normal((8, 16)).astype(np.float32)
     spec = ButterflySpec(n=16, batch=8, lanes=8, kind="fft", bitrev_input=True, real_input=True)
@@ -320,7 +320,7 @@ def test_permuted_and_flipped_layouts_keep_values_in_both_engines(mlx):
 
     from dataflow.butterfly.simulate import simulate_orchestrated
     from dataflow.dfg.lower_butterfly import unpack_data
-    from dataflow.mapper.orchestrate import map_butterfly
+    from dataflow.plan.orchestrate import map_butterfly
 
     x = np.random.default_rng(4).standard_normal((16, 32)).astype(np.float32)
     spec = ButterflySpec(n=32, batch=16, lanes=8, kind="fft", bitrev_input=True, real_input=True)
@@ -346,7 +346,7 @@ def test_multilayer_layout_choice_cuts_stalls_and_nears_the_roofline(mlx):
     import dataclasses
 
     from dataflow.butterfly.simulate import simulate_orchestrated
-    from dataflow.mapper.orchestrate import map_butterfly
+    from dataflow.plan.orchestrate import map_butterfly
 
     x = np.random.default_rng(9).standard_normal((128, 128)).astype(np.float32)
     y, run = run_fft(x, mlx, "multilayer")
@@ -431,17 +431,18 @@ def test_cli_butterfly_workloads(capsys):
 def test_layout_choice_is_kept_on_disk_and_survives_a_corrupt_file(mlx, monkeypatch, tmp_path):
     """A later process reuses the searched layout from the cache folder; a corrupt file is
     ignored and rewritten by a new search with the same result."""
-    from dataflow.mapper import spm_layout
+    from dataflow.cachefiles import BoundedCache
+    from dataflow.plan import spm_layout
 
     monkeypatch.setenv("DATAFLOW_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(spm_layout, "_LAYOUTS", {})
+    monkeypatch.setattr(spm_layout, "_LAYOUTS", BoundedCache(8))
     x = np.random.default_rng(3).standard_normal((64, 64)).astype(np.float32)
     _, first = run_fft(x, mlx, "multilayer")
     files = list((tmp_path / "layouts").glob("*.json"))
     assert len(files) == 1
     assert first.result.dram_bytes_per_cycle == mlx.dram.bytes_per_cycle  # for rooflines
 
-    monkeypatch.setattr(spm_layout, "_LAYOUTS", {})  # a new process: memory empty
+    monkeypatch.setattr(spm_layout, "_LAYOUTS", BoundedCache(8))  # a new process: memory empty
     monkeypatch.setattr(spm_layout, "layout_stalls",
                         lambda *a, **k: pytest.fail("searched again despite the stored layout"))
     y, again = run_fft(x, mlx, "multilayer")
@@ -450,7 +451,7 @@ def test_layout_choice_is_kept_on_disk_and_survives_a_corrupt_file(mlx, monkeypa
 
     monkeypatch.undo()
     monkeypatch.setenv("DATAFLOW_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(spm_layout, "_LAYOUTS", {})
+    monkeypatch.setattr(spm_layout, "_LAYOUTS", BoundedCache(8))
     files[0].write_text("{not json")
     _, rebuilt = run_fft(x, mlx, "multilayer")
     assert (rebuilt.spec.skew_perm, rebuilt.spec.skew_flip) == (first.spec.skew_perm, first.spec.skew_flip)

@@ -12,7 +12,7 @@ from dataflow.butterfly.ops import run_fft, run_fft_spec, run_fnet_attention
 from dataflow.dfg.graph import DFGError
 from dataflow.dfg.lower_butterfly import ButterflySpec, group_kernel, lower_butterfly, split_stages
 from dataflow.mapper import MappingError
-from dataflow.mapper.orchestrate import (
+from dataflow.plan.orchestrate import (
     SPMCapacityError,
     minimal_dram_bytes,
     plan_orchestration,

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from dataflow.dfg.domain import num_iterations
 from dataflow.mapper import map_program
 from dataflow.pe_array.simulate import run_array, simulate_mapping
 from dataflow.testing import assert_close
@@ -118,9 +119,9 @@ def test_conflict_free_tiles_equal_the_closed_form(seed):
         lanes = roomy.pe_array.simd_lanes
         total = 0
         for tile, tr in zip(km.tiles, kr.tiles):
-            n = km.kernel.num_iterations(lanes) if len(km.tiles) == 1 else tr.iterations
+            n = num_iterations(km.kernel, lanes) if len(km.tiles) == 1 else tr.iterations
             waves = math.ceil(n / km.copies)
             expected = (waves - 1) * km.ii + km.schedule_length if n else 0
             assert tr.compute_cycles == expected
             total += tr.iterations
-        assert total == km.kernel.num_iterations(lanes)
+        assert total == num_iterations(km.kernel, lanes)

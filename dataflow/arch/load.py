@@ -14,23 +14,9 @@ from typing import Any
 
 import yaml
 
+from dataflow.arch.errors import ArchError
 from dataflow.arch.spec import ArchSpec
-
-
-class KeyPathError(ValueError):
-    """Bad input read from a file: `source` is the file, `key_path` the dotted key in it. The
-    message starts with both, so one line tells the user where to look."""
-
-    def __init__(self, source: str, key_path: str, message: str):
-        self.source = source
-        self.key_path = key_path
-        where = f"{source}: " if source else ""
-        at = f"{key_path}: " if key_path else ""
-        super().__init__(f"{where}{at}{message}")
-
-
-class ArchError(KeyPathError):
-    """A bad architecture description: `source` is the file, `key_path` the dotted key."""
+from dataflow.arch.validate import validate_arch
 
 
 def _build(cls: type, data: Any, source: str, path: str) -> Any:
@@ -92,8 +78,6 @@ def _convert(tp: Any, value: Any, source: str, path: str) -> Any:
 
 def arch_from_dict(data: dict, source: str = "<dict>") -> ArchSpec:
     """Build and validate an `ArchSpec` from plain data (as read from YAML)."""
-    from dataflow.arch.validate import validate_arch
-
     spec = _build(ArchSpec, data, source, "")
     spec = dataclasses.replace(spec, source=source)
     validate_arch(spec)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from dataflow.arch.errors import ArchError
 from dataflow.arch.spec import ArchSpec
+from dataflow.dfg.ops import Op
 
 PE_KINDS = ("reconfigurable", "systolic")
 TOPOLOGIES = ("mesh", "torus")
@@ -12,9 +14,6 @@ DTYPES = {"float32": 4, "float16": 2, "float64": 8, "int32": 4, "int8": 1}
 
 def validate_arch(spec: ArchSpec) -> None:
     """Raise `ArchError` (file + key path) on the first impossible value."""
-    from dataflow.arch.load import ArchError
-    from dataflow.dfg.ops import Op
-
     def fail(key: str, msg: str) -> None:
         raise ArchError(spec.source, key, msg)
 

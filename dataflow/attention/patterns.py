@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from dataflow.errors import UserError
 from dataflow.ust_frontend.format import TensorFormat
 from dataflow.ust_frontend.named import NamedFormats
 from dataflow.ust_frontend.storage import build
@@ -52,7 +53,7 @@ USES: dict[str, tuple[str, ...]] = {
 }
 
 
-class PatternError(ValueError):
+class PatternError(UserError):
     """A bad attention pattern or pattern parameter (the message names the parameter)."""
 
 

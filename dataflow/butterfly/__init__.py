@@ -18,7 +18,7 @@ Public API (numpy references are the definition; `sim` runs the simulated array)
   `butterfly_linear`, `butterfly_ffn`, `fnet_attention`, `twiddles`, `pair_indices`.
 
 Lowering: `dataflow.dfg.lower_butterfly` (`ButterflySpec`, `StageGroup`, `lower_butterfly`,
-`group_kernel`, `to_blocks`/`from_blocks`); orchestration: `dataflow.mapper.orchestrate`
+`group_kernel`, `to_blocks`/`from_blocks`); orchestration: `dataflow.plan.orchestrate`
 (`plan_orchestration`, `map_butterfly`, `roofline`); simulation: `butterfly.simulate`.
 Orchestrations: `layer` (a DRAM round trip per stage), `fused` (f stages per kernel, values in
 registers), `multilayer` (stage kernels co-resident, data between them in SPM lines).
@@ -46,7 +46,7 @@ from dataflow.butterfly.structured import (
     run_monarch,
 )
 from dataflow.dfg.lower_butterfly import ButterflySpec, StageGroup
-from dataflow.mapper.orchestrate import ORCHESTRATIONS, FusionChoice
+from dataflow.plan.orchestrate import ORCHESTRATIONS, FusionChoice
 
 __all__ = [
     "BACKENDS", "ORCHESTRATIONS", "ButterflyError", "ButterflySpec", "FusionChoice",

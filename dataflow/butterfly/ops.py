@@ -1,7 +1,7 @@
 """Butterfly ops on the `numpy` (reference) and `sim` (the engine) backends.
 
 Every `sim` call lowers (`dfg.lower_butterfly`), plans and maps the orchestration
-(`mapper.orchestrate`) and simulates (`butterfly.simulate`); the values come from the engine.
+(`plan.orchestrate`) and simulates (`butterfly.simulate`); the values come from the engine.
 The `run_*` functions return the `OrchestratedRun` (SimResult, spans, bounds) as well.
 """
 
@@ -20,7 +20,7 @@ from dataflow.butterfly.simulate import (
     simulate_orchestrated,
 )
 from dataflow.dfg.lower_butterfly import ButterflySpec, lower_butterfly, unpack_data
-from dataflow.mapper.orchestrate import (
+from dataflow.plan.orchestrate import (
     MAX_STAGES_PER_KERNEL,
     ORCHESTRATIONS,
     SPMCapacityError,

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from dataflow.errors import UserError
 
-class ButterflyError(ValueError):
+
+class ButterflyError(UserError):
     """Bad butterfly operands (names the parameter)."""
 
 

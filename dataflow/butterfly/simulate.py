@@ -14,11 +14,11 @@ from dataclasses import dataclass
 
 from dataflow.butterfly.reference import ButterflyError
 from dataflow.dfg.lower_butterfly import data_names, data_rows, is_skewed
-from dataflow.mapper.orchestrate import OrchestratedMapping, roofline
 from dataflow.pe_array.common import dma_words
 from dataflow.pe_array.result import KernelResult, SimResult, TileResult
 from dataflow.pe_array.simulate import area_breakdown, energy_breakdown, run_array
 from dataflow.pe_array.system import run_system
+from dataflow.plan.orchestrate import OrchestratedMapping, roofline
 
 # the system model takes per-buffer DMA transfers when TileResult carries them
 _PER_BUFFER = "dram_transfers" in TileResult.__dataclass_fields__

@@ -14,7 +14,7 @@ import numpy as np
 
 from dataflow.butterfly import reference as ref
 from dataflow.butterfly.ops import run_butterfly_matmul, run_fft, run_fnet_attention
-from dataflow.mapper.orchestrate import ORCHESTRATIONS
+from dataflow.plan.orchestrate import ORCHESTRATIONS
 from dataflow.workloads import Param, Workload, register
 
 ORCH = Param("orchestration", str, "multilayer",

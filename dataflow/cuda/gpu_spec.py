@@ -12,8 +12,8 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dataflow.arch.load import KeyPathError
 from dataflow.arch.resolve import GPU_GROUP, preset_names, preset_path
+from dataflow.errors import KeyPathError
 
 PRECISIONS = ("fp64", "fp64_tensor", "fp32", "tf32_tensor", "fp16", "fp16_tensor",
               "bf16_tensor", "fp8_tensor", "int8_tensor")

@@ -67,3 +67,8 @@ def iterate_domain(kernel: Kernel, lanes: int = 1, outer: tuple[int, int] | None
             yield from rec(level + 1, env)
 
     yield from rec(0, {})
+
+
+def num_iterations(kernel: Kernel, lanes: int = 1) -> int:
+    """Iterations of the domain, counting the vector loop in vectors of `lanes` elements."""
+    return len(enumerate_domain(kernel, lanes)[kernel.loops[0].var])

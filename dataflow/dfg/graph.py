@@ -19,9 +19,10 @@ import networkx as nx
 import numpy as np
 
 from dataflow.dfg.ops import ARITY, Op
+from dataflow.errors import UserError
 
 
-class DFGError(ValueError):
+class DFGError(UserError):
     """A malformed kernel or program (names the kernel and the node)."""
 
 
@@ -194,12 +195,6 @@ class Kernel:
         if not nx.is_directed_acyclic_graph(zero):
             raise DFGError(f"{where}: the body has a cycle of distance 0")
 
-    def num_iterations(self, lanes: int = 1) -> int:
-        """Iterations of the domain, counting the vector loop in vectors of `lanes` elements."""
-        from dataflow.dfg.domain import enumerate_domain
-
-        return len(enumerate_domain(self, lanes)[self.loops[0].var])
-
     def __str__(self) -> str:
         loops = " ".join(
             f"for {lp.var} in [0,{lp.extent})" if lp.is_dense
@@ -209,6 +204,20 @@ class Kernel:
         body = "\n".join(f"    {n}" for n in self.nodes)
         vec = f"  (vector over {self.vector_var})" if self.vector_var else ""
         return f"kernel {self.name}: {loops}{vec}\n{body}"
+
+
+def vector_nodes(kernel: Kernel) -> frozenset[int]:
+    """Nodes whose value is a SIMD vector: memory nodes addressed by the vector variable, and
+    nodes computed from a vector by an op that keeps its lanes (`Op.inherits_lanes`; a vsum's
+    value is a scalar). The one rule for the mapper's link flits and the engines' lanes."""
+    vec: set[int] = set()
+    if kernel.vector_var is None:
+        return frozenset()
+    for n in kernel.nodes:
+        addressed = n.addr is not None and n.addr.coef(kernel.vector_var) != 0
+        if addressed or (n.op.inherits_lanes and any(i in vec for i in n.inputs)):
+            vec.add(n.id)
+    return frozenset(vec)
 
 
 @dataclass(frozen=True, eq=False)

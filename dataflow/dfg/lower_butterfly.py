@@ -14,7 +14,7 @@ sub-butterfly, applies the f stages in registers (values pass between PEs over l
 through the SPM), and stores the 2^f results. f = 1 is a plain per-stage kernel; f > 1 is a
 *fused* kernel. The stride-2^k exchange is the address pattern P(m); inside a fused kernel it
 becomes the routes between the PEs holding the pairs (over skip-hop links when the arch has
-them, see `dataflow.mapper.orchestrate`).
+them, see `dataflow.plan.orchestrate`).
 
 Decimation-in-time needs the bit-reversed input: the first group addresses its loads through
 the bit loops, so bitrev(P) is affine (bit-reversed addressing, no separate permutation pass).
@@ -77,7 +77,7 @@ class ButterflySpec:
     mask_i (in the affine address a flipped bit b is w_b - w_b bit_b: a negative coefficient),
     again one-to-one on the same rows, with other line residues (-w mod lines).
     The orchestrator picks the permutations and masks against the mapped schedule so that stores issued
-    in one cycle land on different SPM lines (`mapper.spm_layout.choose_layout`).
+    in one cycle land on different SPM lines (`plan.spm_layout.choose_layout`).
     `col_bits` = a > 0 (kind `fft` only): this is the *column pass* of a four-step split of an
     FFT of size N = n 2^a (`butterfly.ops.run_fft_spec`): batch rows are (b, k1), k1 < 2^a the
     fastest, and local stage j is stage a + j of the N-point DIT, whose twiddle

@@ -54,6 +54,12 @@ class Op(str, Enum):
         return self in (Op.GATHER, Op.SCATTER, Op.SCATTER_ACC)
 
     @property
+    def inherits_lanes(self) -> bool:
+        """Its value is a SIMD vector when any input is one. Loads and gathers take their width
+        from their own address instead; a lane sum (vsum) makes a scalar of a vector."""
+        return self not in (Op.LOAD, Op.GATHER, Op.VSUM)
+
+    @property
     def is_mac(self) -> bool:
         return self is Op.MAC
 

@@ -45,7 +45,7 @@ from dataflow.arch import (
     preset_names,
     resolve_arch,
 )
-from dataflow.arch.load import KeyPathError
+from dataflow.errors import KeyPathError
 
 MAX_GRID_POINTS = 2_000_000
 ENGINES = ("fast", "reference")

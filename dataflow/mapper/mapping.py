@@ -11,9 +11,10 @@ from functools import cached_property
 
 from dataflow.arch.spec import ArchSpec
 from dataflow.dfg.graph import Kernel, Program
+from dataflow.errors import UserError
 
 
-class MappingError(ValueError):
+class MappingError(UserError):
     """A program that cannot be mapped; the message names the resource that ran out."""
 
 

@@ -18,7 +18,7 @@ from itertools import pairwise
 import networkx as nx
 
 from dataflow.arch.spec import ArchSpec
-from dataflow.dfg.graph import Kernel
+from dataflow.dfg.graph import Kernel, vector_nodes
 from dataflow.dfg.ops import Op
 from dataflow.mapper.mapping import MappingError
 
@@ -31,17 +31,6 @@ def is_immediate(kernel: Kernel, node: int) -> bool:
     return kernel.nodes[node].op is Op.CONST
 
 
-def vector_nodes(kernel: Kernel) -> frozenset[int]:
-    """Nodes whose value is a SIMD vector (same rule as the engines'): memory nodes addressed
-    by the vector variable, and anything computed from a vector."""
-    vec: set[int] = set()
-    if kernel.vector_var is None:
-        return frozenset()
-    for n in kernel.nodes:
-        if (n.addr is not None and n.addr.coef(kernel.vector_var)) or (
-                n.op.value not in ("load", "gather") and any(i in vec for i in n.inputs)):
-            vec.add(n.id)
-    return frozenset(vec)
 
 
 def value_flits(kernel: Kernel, arch: ArchSpec) -> dict[int, int]:

@@ -47,25 +47,20 @@ from dataflow.mapper.routing import (
     is_immediate,
     shortest_path,
     value_flits,
-    vector_nodes,
 )
 
 __all__ = ["Link", "anneal", "hop_distance", "is_immediate", "op_latency", "rec_mii", "res_mii",
-           "schedule_kernel", "shortest_path", "value_flits", "vector_nodes"]
+           "schedule_kernel", "shortest_path", "value_flits"]
 
 NEGOTIATION_ITERATIONS = 24
-
-
-def accumulates(op: Op) -> bool:
-    """acc-like ops combine into the PE's register (their SPM read-modify-write is off the
-    recurrence)."""
-    return op.value in ("acc", "accmax", "scatter_acc")
 
 
 def op_latency(arch: ArchSpec, op: Op) -> int:
     """Cycles from issue to result: the FU's latency, plus the SPM access for loads."""
     lat = arch.op_latency(op.value)
-    if op.reads_spm and not accumulates(op):
+    # acc-like ops combine into the PE's register: their SPM read-modify-write is off the
+    # recurrence, so only plain loads and gathers wait for the SPM
+    if op.reads_spm and not op.accumulates:
         lat += arch.spm.access_latency_cycles
     return lat
 

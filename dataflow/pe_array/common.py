@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from dataflow.dfg.domain import enumerate_domain
 from dataflow.dfg.graph import Kernel
+from dataflow.dfg.ops import Op
 from dataflow.mapper.mapping import KernelMapping, Tile
+from dataflow.pe_array.result import ArrayResult, TileResult
 
 
 def spm_base(km: KernelMapping, buffer: str, tile_index: int, tile: Tile) -> tuple[int, int]:
@@ -31,16 +34,6 @@ def buffer_arrays(kernel: Kernel, inputs: dict[str, np.ndarray], dtype) -> dict[
     return out
 
 
-def vector_nodes(kernel: Kernel) -> frozenset[int]:
-    """Nodes whose value is a SIMD vector: memory nodes addressed by the vector variable, and
-    anything computed from a vector except a lane sum (vsum), whose value is a scalar."""
-    vec: set[int] = set()
-    if kernel.vector_var is None:
-        return frozenset()
-    for n in kernel.nodes:
-        if n.addr is not None and n.addr.coef(kernel.vector_var) or n.op.value not in ("load", "gather", "vsum") and any(i in vec for i in n.inputs):
-            vec.add(n.id)
-    return frozenset(vec)
 
 
 def lane_addresses(base, coef_vec: int, lanes: int):
@@ -56,7 +49,6 @@ def gather_fetch_words(kernel: Kernel, inputs: dict[str, np.ndarray], arch) -> d
     engines see the same figure. PIT's SRead fetches only the nonzero micro-tiles from memory
     (docs/references.md#pit); a tile narrower than a burst still moves whole bursts (a 32 x 1 tile
     costs 32 bursts), our stated assumption about the DMA's granularity."""
-    from dataflow.dfg.domain import enumerate_domain
 
     out: dict[str, int] = {}
     wpr = arch.spm.words_per_row
@@ -111,7 +103,6 @@ def tile_result(kernel, index, iterations, compute_cycles, stall, km: KernelMapp
     """DMA traffic of a tile: streamed windows each tile, resident buffers once (inputs read
     before the first tile, outputs written after the last); a `fetch="gather"` input moves
     only `fetched[name]` words (`gather_fetch_words`)."""
-    from dataflow.pe_array.result import TileResult
 
     wb = arch.word_bytes
     rd = wr = 0
@@ -136,7 +127,6 @@ class Counters:
     """The per-kernel tallies both engines keep (they differ only in how they fill them)."""
 
     def __init__(self, arch):
-        from dataflow.dfg.ops import Op
 
         lines = arch.spm.lines
         self.busy = np.zeros((arch.pe_array.rows, arch.pe_array.cols), dtype=np.int64)
@@ -148,7 +138,6 @@ class Counters:
         self.tiles: list = []
 
     def result(self, kernel: Kernel, bufs: dict[str, np.ndarray], trace=None):
-        from dataflow.pe_array.result import ArrayResult
 
         ops = self.op_counts
         outputs = tuple((b.name, bufs[b.name]) for b in kernel.buffers if b.role == "output")

@@ -26,6 +26,7 @@ import numpy as np
 
 from dataflow.arch.spec import ArchSpec
 from dataflow.dfg.domain import enumerate_domain
+from dataflow.dfg.graph import vector_nodes
 from dataflow.dfg.ops import Op
 from dataflow.mapper.mapping import KernelMapping
 from dataflow.pe_array.common import (
@@ -34,7 +35,6 @@ from dataflow.pe_array.common import (
     gather_fetch_words,
     lane_addresses,
     spm_base,
-    vector_nodes,
 )
 from dataflow.pe_array.common import (
     tile_result as _tile_result,

@@ -20,6 +20,7 @@ import numpy as np
 
 from dataflow.arch.spec import ArchSpec
 from dataflow.dfg.domain import iterate_domain
+from dataflow.dfg.graph import vector_nodes
 from dataflow.dfg.ops import Op
 from dataflow.mapper.mapping import KernelMapping
 from dataflow.pe_array.common import (
@@ -28,7 +29,6 @@ from dataflow.pe_array.common import (
     gather_fetch_words,
     spm_base,
     tile_result,
-    vector_nodes,
 )
 from dataflow.pe_array.fast import ACC_IDENTITY, ACC_UFUNC, commit
 from dataflow.pe_array.result import ArrayResult

@@ -6,60 +6,37 @@ Directory: the `directory` argument, else `$DATAFLOW_CACHE_DIR`, else
 written to a temporary name and `os.replace`d, so readers never see half a file.
 
 A file that cannot be used -- truncated, garbage, unpickling error, another format version,
-written by a different version of the mapper (the fingerprint hashes the sources that decide a
-mapping), or holding a plan for another key -- is deleted and the plan rebuilt; the reason is
-kept in `stats.discarded`. Pickle runs code on load: the directory is trusted like
+written by a different version of the code (`dataflow.cachefiles.code_fingerprint` hashes
+every source a cached plan depends on), or holding a plan for another key -- is deleted and the
+plan rebuilt; the reason is kept in `stats.discarded`. Pickle runs code on load: the directory is trusted like
 `~/.cache` itself, so do not point it at files from elsewhere.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import pickle
-import uuid
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
 
+from dataflow.cachefiles import ENV_VAR, atomic_write_bytes, code_fingerprint, resolve_cache_dir
 from dataflow.ust_frontend.plan import Plan
 
+__all__ = ["ENV_VAR", "CacheStats", "PlanCache", "code_fingerprint", "default_cache",
+           "resolve_cache_dir"]
+
 FORMAT_VERSION = 1
-ENV_VAR = "DATAFLOW_CACHE_DIR"
-DEFAULT_DIR = Path("~/.cache/dataflow/plans")
 SUFFIX = ".plan"
-# sources whose changes can change a plan: a file written by other code is stale
-_FINGERPRINT_DIRS = ("dfg", "mapper", "arch")
-_FINGERPRINT_FILES = ("ust_frontend/plan.py",)
 # what a truncated or corrupt pickle stream raises
 _UNPICKLE_ERRORS = (pickle.UnpicklingError, EOFError, AttributeError, ImportError, IndexError,
                     KeyError, TypeError, ValueError, OverflowError, MemoryError)
 
 
-@cache
-def code_fingerprint() -> str:
-    root = Path(__file__).resolve().parent.parent
-    h = hashlib.sha256()
-    files = [p for d in _FINGERPRINT_DIRS for p in sorted((root / d).glob("*.py"))]
-    files += [root / f for f in _FINGERPRINT_FILES]
-    for p in files:
-        h.update(p.name.encode())
-        h.update(p.read_bytes())
-    return h.hexdigest()[:16]
-
-
 def header() -> bytes:
     return f"dataflow-plan {FORMAT_VERSION} {code_fingerprint()}\n".encode()
-
-
-def resolve_cache_dir(directory: str | os.PathLike | None = None) -> Path:
-    if directory is not None:
-        return Path(directory).expanduser()
-    env = os.environ.get(ENV_VAR)
-    return Path(env).expanduser() if env else DEFAULT_DIR.expanduser()
 
 
 @dataclass
@@ -171,20 +148,12 @@ class PlanCache:
 
     def _store(self, plan: Plan) -> None:
         final = self.path_for(plan.key)
-        tmp = final.with_name(f".{final.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            with open(tmp, "wb") as f:
-                f.write(header())
-                pickle.dump(plan, f, protocol=pickle.HIGHEST_PROTOCOL)
-            os.replace(tmp, final)  # atomic: readers see the old file or the whole new one
+            atomic_write_bytes(final, header() + pickle.dumps(plan, protocol=pickle.HIGHEST_PROTOCOL))
         except OSError as exc:
             raise OSError(f"plan cache: cannot write {final} ({exc}); point ${ENV_VAR} or "
                           "PlanCache(directory=...) at a writable folder, or use "
                           "PlanCache(disk=False)") from exc
-        finally:
-            with contextlib.suppress(OSError):  # gone after os.replace, or never made
-                tmp.unlink(missing_ok=True)
         self.stats.disk_writes += 1
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from dataflow.errors import UserError
 
-class FormatError(ValueError):
+
+class FormatError(UserError):
     """A tensor format string (or programmatic format) that breaks a rule of the language.
 
     Attributes:

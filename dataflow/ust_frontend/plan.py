@@ -23,10 +23,11 @@ import numpy as np
 
 from dataflow.arch.spec import ArchSpec
 from dataflow.dfg.graph import Program
+from dataflow.errors import UserError
 from dataflow.mapper.mapping import KernelMapping, Mapping, SystolicMapping
 
 
-class PlanMismatchError(ValueError):
+class PlanMismatchError(UserError):
     """A plan used with operands (or a program) other than the ones it was made for."""
 
 

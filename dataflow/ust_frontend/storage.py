@@ -26,13 +26,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dataflow.errors import UserError
+
 from .format import TensorFormat
 from .levels import ENUMERATING, LevelFormat
 
 _I64 = np.int64
 
 
-class LayoutError(ValueError):
+class LayoutError(UserError):
     """The tensor's nonzero pattern cannot be stored in the requested format."""
 
 

@@ -4,7 +4,7 @@ The skewed layout of `dfg.lower_butterfly` puts a sub-butterfly's points on diff
 which index bit gets which skew weight (and which bits are flipped) is free, and
 `choose_layout` picks the permutation and flip mask per data buffer with the fewest SPM
 port-conflict stalls, measured by the engine on two tiles of the mapped schedules
-(`mapper.orchestrate.plan_orchestration` calls it). The search costs seconds to minutes, so the
+(`plan.orchestrate.plan_orchestration` calls it). The search costs seconds to minutes, so the
 choice is kept in memory and on disk beside the plan cache (fingerprinted; a corrupt file is
 ignored and rewritten).
 """
@@ -12,13 +12,25 @@ ignored and rewritten).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
+
+import numpy as np
 
 from dataflow.arch.spec import ArchSpec
-from dataflow.dfg.lower_butterfly import ButterflySpec
+from dataflow.cachefiles import (
+    BoundedCache,
+    atomic_write_bytes,
+    code_fingerprint,
+    resolve_cache_dir,
+)
+from dataflow.dfg.lower_butterfly import ButterflySpec, lower_butterfly
 from dataflow.mapper.mapping import Mapping
+from dataflow.pe_array.simulate import run_array
 
 LAYOUT_CANDIDATES = 16  # random layouts per plan (seeded), then twice as many local moves
-_LAYOUTS: dict = {}
+LAYOUT_CACHE_ENTRIES = 256  # layout choices kept in memory per process
+_LAYOUTS = BoundedCache(LAYOUT_CACHE_ENTRIES)
 
 
 def layout_stalls(spec: ButterflySpec, arch: ArchSpec, groups, rows: int, budget,
@@ -28,9 +40,8 @@ def layout_stalls(spec: ButterflySpec, arch: ArchSpec, groups, rows: int, budget
     and issue cycles only)."""
     import numpy as np
 
-    from dataflow.dfg.lower_butterfly import lower_butterfly
-    from dataflow.mapper.orchestrate import map_stage_kernel  # orchestrate imports this module
-    from dataflow.pe_array.simulate import run_array
+    from dataflow.plan.orchestrate import map_stage_kernel  # orchestrate imports this module
+
 
     # two tiles: streamed buffers alternate between the halves of their double buffer
     one = dataclasses.replace(spec, batch=2 * rows * spec.col_blocks * spec.lanes)
@@ -64,13 +75,11 @@ def choose_layout(spec: ButterflySpec, arch: ArchSpec, groups, rows: int, budget
     n_cand = LAYOUT_CANDIDATES if candidates is None else candidates
     key = (_shape_spec(spec), arch, tuple(groups), rows, budget, n_cand)
     if key in _LAYOUTS:
-        return _LAYOUTS[key]
+        return _LAYOUTS.get(key)
     stored = _layout_disk_get(key)
     if stored is not None:
-        _LAYOUTS[key] = stored
+        _LAYOUTS.put(key, stored)
         return stored
-    import numpy as np
-
     S = spec.stages
     ident = (tuple(tuple(range(S)) for _ in range(G + 1)), (0,) * (G + 1))
 
@@ -117,7 +126,7 @@ def choose_layout(spec: ButterflySpec, arch: ArchSpec, groups, rows: int, budget
             f"({base} -> {best_cost} conflict stall cycles on two tiles of {rows} block(s), "
             f"{n_cand + 1} layouts tried)")
     out = (((), ()) if best == ident else best), note
-    _LAYOUTS[key] = out
+    _LAYOUTS.put(key, out)
     _layout_disk_put(key, out)
     return out
 
@@ -125,10 +134,6 @@ def choose_layout(spec: ButterflySpec, arch: ArchSpec, groups, rows: int, budget
 def _layout_file(key):
     """The on-disk home of a layout choice: `<plan cache dir>/layouts/<hash of key>.json`
     (the search costs seconds to minutes; a later process reuses it)."""
-    import hashlib
-
-    from dataflow.ust_frontend.cache import resolve_cache_dir
-
     digest = hashlib.sha256(repr(key).encode()).hexdigest()[:32]
     return resolve_cache_dir() / "layouts" / f"{digest}.json"
 
@@ -136,10 +141,6 @@ def _layout_file(key):
 def _layout_disk_get(key):
     """A stored layout choice, or None; a file that is unreadable, corrupt, written by other
     mapper code (fingerprint) or for another key is ignored and rewritten after the search."""
-    import json
-
-    from dataflow.ust_frontend.cache import code_fingerprint
-
     try:
         data = json.loads(_layout_file(key).read_text())
         if data["fingerprint"] != code_fingerprint() or data["key"] != repr(key):
@@ -151,20 +152,11 @@ def _layout_disk_get(key):
 
 
 def _layout_disk_put(key, out) -> None:
-    import json
-    import os
-
-    from dataflow.ust_frontend.cache import code_fingerprint
-
     (perms, masks), note = out
-    path = _layout_file(key)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps({"fingerprint": code_fingerprint(), "key": repr(key),
-                                   "perms": [list(p) for p in perms], "masks": list(masks),
-                                   "note": note}))
-        os.replace(tmp, path)  # readers see the old file or the whole new one
+        atomic_write_bytes(_layout_file(key), json.dumps(
+            {"fingerprint": code_fingerprint(), "key": repr(key), "perms": [list(p) for p in perms],
+             "masks": list(masks), "note": note}).encode())
     except OSError:
         pass  # a read-only cache folder costs a repeated search, never a failure
 

@@ -55,21 +55,14 @@ from dataflow.dfg.lower_butterfly import (
     skew_period,
     split_stages,
 )
-from dataflow.mapper.legality import check_kernel_mapping
-from dataflow.mapper.map import map_kernel
-from dataflow.mapper.mapping import KernelMapping, Mapping, MappingError
-from dataflow.mapper.spm_layout import choose_layout
-from dataflow.mapper.tiling import MIN_TILES, tile_and_allocate
+from dataflow.mapper.legality import check_mapping
+from dataflow.mapper.mapping import Mapping, MappingError
+from dataflow.mapper.tiling import MIN_TILES
+from dataflow.plan.spm_layout import choose_layout
+from dataflow.plan.stage_mapping import MAPPER_EFFORT, instructions_per_pe, map_stage_kernel
 
 ORCHESTRATIONS = ("layer", "fused", "multilayer")
 MAX_STAGES_PER_KERNEL = None  # no explicit cap: the limits below decide
-MAPPER_EFFORT = 4096  # largest nodes x PEs we modulo-schedule (minutes beyond, on 2 cores)
-RETRY_II_SLACK = 48
-MAX_COPIES = 8
-# extra copies are mapped while copies x nodes x PEs <= COPIES_EFFORT: 5 copies of a 54-node
-# radix-4 body on 64 PEs (17 280) map in a tenth of a second and reach 1 iteration per cycle
-# where 4 copies miss the register file at II 4 (FNet hidden 512, default array)
-COPIES_EFFORT = 8 * MAPPER_EFFORT
 
 
 class SPMCapacityError(MappingError):
@@ -121,68 +114,6 @@ class OrchestratedMapping:
                 f"{self.choice.stages_per_kernel} stages, {len(self.segments)} residenc"
                 f"{'y' if len(self.segments) == 1 else 'ies'}")
         return "\n".join([head, self.mapping.summary(), *self.notes])
-
-
-# --- mapping with reuse of identical bodies ----------------------------------------------------
-
-_SHAPES: dict = {}
-
-
-def _shape_key(kernel: Kernel, arch: ArchSpec):
-    from dataflow.pe_array.common import vector_nodes
-
-    vec = vector_nodes(kernel)
-    return (arch, tuple((n.op, n.inputs, n.id in vec) for n in kernel.nodes))
-
-
-def map_stage_kernel(kernel: Kernel, arch: ArchSpec, tile_rows: int,
-                     entry_budget: int | None = None) -> KernelMapping:
-    """`map_kernel` with the schedule of an identical body reused (tiles recomputed, checked).
-    Extra copies are added only while every PE holds at most `entry_budget` instructions (the
-    share of the instruction entries a co-resident kernel may take)."""
-    budget = arch.pe_array.instruction_entries if entry_budget is None else entry_budget
-    key = (_shape_key(kernel, arch), budget)
-    hit = _SHAPES.get(key)
-    if hit is None:
-        try:
-            km = map_kernel(kernel, arch, max_tile_rows=tile_rows)
-        except MappingError:
-            # the list scheduler sometimes needs II well above MII for these wide bodies
-            km = map_kernel(kernel, arch, max_tile_rows=tile_rows, max_ii_slack=RETRY_II_SLACK)
-        km = _more_copies(kernel, arch, tile_rows, km, budget)
-        _SHAPES[key] = km
-        return km
-    tiles, allocs = tile_and_allocate(kernel, arch, tile_rows)
-    km = dataclasses.replace(hit, kernel=kernel, tiles=tiles, allocations=allocs,
-                             notes=hit.notes + (f"schedule reused from {hit.kernel.name!r}",))
-    check_kernel_mapping(km, arch)
-    return km
-
-
-def _more_copies(kernel: Kernel, arch: ArchSpec, tile_rows: int, km: KernelMapping,
-                 budget: int) -> KernelMapping:
-    """`map_kernel` tries at most PEs // nodes copies; a wide body whose one copy cannot reach
-    II = ResMII often runs several copies at the same II. Try more copies (within the
-    instruction entries and the mapper-effort budget) and keep the best copies / II."""
-    nodes, pes = len(kernel.nodes), arch.pe_array.num_pes
-    best = km
-    u = km.copies + 1
-    while (u * nodes <= pes * arch.pe_array.instruction_entries and u * nodes * pes <= COPIES_EFFORT
-           and u <= MAX_COPIES):
-        # the throughput u / ResMII(u) is an upper bound; skip what cannot beat the best
-        if u / max(1, -(-u * nodes // pes)) > best.copies / best.ii:
-            try:
-                cand = map_kernel(kernel, arch, copies=u, max_tile_rows=tile_rows)
-                if (cand.copies / cand.ii > best.copies / best.ii
-                        and max(_instructions(cand).values()) <= budget):
-                    best = cand
-            except MappingError:
-                pass
-        u += 1
-    if best is not km:
-        best = dataclasses.replace(best, notes=best.notes + (
-            f"{best.copies} copies at II {best.ii} (map_kernel's own choice: {km.copies} at II {km.ii})",))
-    return best
 
 
 # --- the choice ---------------------------------------------------------------------------------
@@ -268,8 +199,6 @@ def _map_groups(spec, arch, groups, rows, budget):
     return kernels, [map_stage_kernel(k, arch, rows, budget) for k in kernels]
 
 
-def _instructions(km: KernelMapping) -> Counter:
-    return Counter(p.pe for p in km.placements)
 
 
 def _tile_plan(spec: ButterflySpec, arch: ArchSpec, mode: str, max_stages_per_kernel):
@@ -367,7 +296,7 @@ def _residencies(kms, arch, limit_c):
     segments, cur, used = [], [], Counter()
     why_split = set()
     for i, km in enumerate(kms):
-        ins = _instructions(km)
+        ins = instructions_per_pe(km)
         over = any(used[pe] + n > entries for pe, n in ins.items())
         if cur and (over or len(cur) >= limit_c):
             why_split.add("instruction entries" if over else "SPM capacity")
@@ -377,7 +306,7 @@ def _residencies(kms, arch, limit_c):
         used += ins
     segments.append(tuple(cur))
     c = max(len(s) for s in segments)
-    peak = max(max(sum((_instructions(kms[i]) for i in s), Counter()).values()) for s in segments)
+    peak = max(max(sum((instructions_per_pe(kms[i]) for i in s), Counter()).values()) for s in segments)
     if len(segments) == 1:
         why = (f"all {len(kms)} kernels co-resident (at most {peak} of {entries} instruction "
                f"entries on a PE; SPM holds up to {limit_c} kernels' tiles)")
@@ -398,8 +327,6 @@ def map_butterfly(program, spec: ButterflySpec, arch: ArchSpec, plan) -> Orchest
     # the plan mapped kernels built without data; the program's kernels have the same bodies
     kms = [map_stage_kernel(k, arch, choice.tile_rows, choice.entry_budget) for k in program.kernels]
     mapping = Mapping(program=program, arch=arch, kernels=tuple(kms), orchestration=mode)
-    from dataflow.mapper.legality import check_mapping
-
     check_mapping(mapping)
     _check_residencies(mapping, segments)
     return OrchestratedMapping(mapping=mapping, spec=spec, choice=choice, segments=segments,
@@ -410,7 +337,7 @@ def _check_residencies(mapping: Mapping, segments) -> None:
     """Co-resident kernels: instructions within entries on every PE, equal tiles."""
     entries = mapping.arch.pe_array.instruction_entries
     for seg in segments:
-        used = sum((_instructions(mapping.kernels[i]) for i in seg), Counter())
+        used = sum((instructions_per_pe(mapping.kernels[i]) for i in seg), Counter())
         if used and max(used.values()) > entries:
             pe, n = used.most_common(1)[0]
             raise MappingError(f"co-resident kernels {seg}: PE {pe} holds {n} instructions, more "
