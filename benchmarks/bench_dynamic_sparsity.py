@@ -47,7 +47,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from dataflow.api import resolve_arch
+from dataflow.arch import resolve_arch
 from dataflow.dynamic import make_dynamic_operands, simulate_dynamic_matmul
 
 KERNELS = ("32x1", "1x64", "32x64")
@@ -85,7 +85,7 @@ def dense_variants(a, b, arch):
     mapper's choice of copies (`dataflow.simulate("gemm")`'s program), A padded as the sparse
     kernels store it, and padded with 8 copies. The baseline is the fastest, so no speedup
     comes from a poorly mapped dense kernel."""
-    from dataflow.api import finish
+    from dataflow.workloads import finish
     from dataflow.dfg.lower import lower_gemm
     from dataflow.dynamic.lower import lower_dense_reference
     from dataflow.mapper.legality import check_mapping

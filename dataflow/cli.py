@@ -5,10 +5,16 @@ GPU (`compare`), and explore design spaces (`sweep`, `pareto`)."""
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 
-from dataflow.arch import preset_names
+from dataflow.api import simulate
+from dataflow.arch import ArchError, preset_names
+from dataflow.dfg import DFGError
+from dataflow.mapper import MappingError
+from dataflow.report import save_result, write_trace
+from dataflow.ust_frontend import FormatError
 from dataflow.workloads import all_params, workloads
 
 #: Modules adding subcommands: each has `add_parser(subparsers)` that calls
@@ -22,10 +28,6 @@ COMMAND_MODULES: tuple[str, ...] = (
 
 #: Errors every subcommand turns into one line on stderr and exit code 2.
 def user_errors() -> tuple[type[Exception], ...]:
-    from dataflow.arch import ArchError
-    from dataflow.dfg import DFGError
-    from dataflow.mapper import MappingError
-    from dataflow.ust_frontend import FormatError
     return (ArchError, MappingError, DFGError, FormatError, ValueError, FileNotFoundError)
 
 
@@ -51,7 +53,6 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--trace", metavar="FILE",
                    help="write the per-cycle trace (cycle, PE, op) as .csv or .jsonl "
                         "(needs --engine reference)")
-    import importlib
     for mod in COMMAND_MODULES:
         importlib.import_module(mod).add_parser(sub)
     return p
@@ -89,7 +90,6 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command != "simulate":
         return args.func(args)
-    from dataflow.api import simulate
 
     params = {name: getattr(args, name) for name in all_params()
               if getattr(args, name, None) is not None}
@@ -102,7 +102,6 @@ def main(argv: list[str] | None = None) -> int:
         r = simulate(args.workload, arch=args.arch, seed=args.seed, engine=args.engine,
                      trace=bool(args.trace), **params)
         if args.save or args.trace:
-            from dataflow.report import save_result, write_trace
             if args.save:
                 save_result(r, args.save)
             if args.trace:

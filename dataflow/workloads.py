@@ -12,16 +12,21 @@ given to a workload that does not take it is an error that names the flag.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from dataflow.errors import UserError
+from dataflow.testing import max_abs_error, values_match
+
 #: Modules that register workloads when imported (each adds its own line).
 WORKLOAD_MODULES: tuple[str, ...] = (
-    "dataflow.api",
+    "dataflow.matmul_workloads",
     "dataflow.attention.api",
-    "dataflow.dynamic",
+    "dataflow.dynamic.workloads",
     "dataflow.moe",
     "dataflow.butterfly.workloads",
 )
@@ -53,13 +58,13 @@ class Workload:
         unknown = sorted(set(given) - set(known))
         if unknown:
             flags = ", ".join("--" + u.replace("_", "-") for u in unknown)
-            raise ValueError(f"workload {self.name!r} does not take {flags}; it takes "
+            raise UserError(f"workload {self.name!r} does not take {flags}; it takes "
                              + (", ".join(p.flag for p in self.params) or "no parameters"))
         out = {}
         for p in self.params:
             v = given.get(p.name, p.default)
             if p.choices is not None and v not in p.choices:
-                raise ValueError(f"{p.flag} must be one of {p.choices}, got {v!r}")
+                raise UserError(f"{p.flag} must be one of {p.choices}, got {v!r}")
             out[p.name] = v
         return out
 
@@ -90,7 +95,7 @@ def workloads() -> dict[str, Workload]:
 def get(name: str) -> Workload:
     reg = workloads()
     if name not in reg:
-        raise ValueError(f"unknown workload {name!r}; choose one of {sorted(reg)}")
+        raise UserError(f"unknown workload {name!r}; choose one of {sorted(reg)}")
     return reg[name]
 
 
@@ -101,3 +106,12 @@ def all_params() -> dict[str, Param]:
         for p in w.params:
             out.setdefault(p.name, p)
     return out
+
+
+def finish(res, reference, t0: float, mapping=None):
+    """Fill a `SimResult`'s value check and wall time (the helper every workload's run uses)."""
+    return dataclasses.replace(
+        res, values_match_reference=values_match(res.output, reference),
+        max_abs_error=max_abs_error(res.output, reference),
+        wall_seconds=time.perf_counter() - t0,
+        mapping_summary=mapping.summary() if mapping is not None else res.mapping_summary)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import math
+import dataclasses
 import time
 
 import numpy as np
 
 from dataflow.attention.lower import KERNEL_PHASE
+from dataflow.attention.op import SparseAttention
 from dataflow.attention.patterns import (
     DEFAULTS,
     PATTERNS,
@@ -16,9 +17,14 @@ from dataflow.attention.patterns import (
     mask_coords,
     resolve,
 )
+from dataflow.attention.reference import attention_reference
+from dataflow.errors import UserError
+from dataflow.pe_array.simulate import simulate_mapping
+from dataflow.ust_frontend.backends import get_executor
 from dataflow.ust_frontend.named import NamedFormats
+from dataflow.ust_frontend.ops import as_tensor, csr_arrays
 from dataflow.ust_frontend.tensor import Tensor
-from dataflow.workloads import Param, Workload, register
+from dataflow.workloads import Param, Workload, finish, register
 
 BACKENDS = ("numpy", "sim", "cuda")  # cuda: dataflow.cuda kernels (GPU or simulator)
 
@@ -31,7 +37,6 @@ def mask_csr(pattern, seq: int, **pattern_params) -> tuple[np.ndarray, np.ndarra
     A named pattern's CSR comes straight from its coordinates, which is what converting its
     UST mask (`pattern_mask`) to CSR gives (tests hold the two equal) without walking a
     seq x seq dense mask level by level."""
-    from dataflow.ust_frontend.ops import as_tensor, csr_arrays
 
     if isinstance(pattern, (str, AttentionPattern)):
         p = pattern if isinstance(pattern, AttentionPattern) else resolve(pattern, seq,
@@ -75,29 +80,6 @@ def make_inputs(pattern: str, seq: int, dim: int, seed: int = 0, **pattern_param
     q, k, v = (rng.standard_normal((seq, dim), dtype=np.float32) for _ in range(3))
     pos, crd, _ = mask_csr(p, seq)
     return {"q": q, "k": k, "v": v, "pos": pos, "crd": crd, "pattern": p}
-
-
-def attention_reference(q, k, v, pos: np.ndarray, crd: np.ndarray,
-                        rows_per_block: int = 256) -> np.ndarray:
-    """Dense masked attention in numpy (float64): softmax(mask(Q K^T / sqrt(d))) V, with masked
-    scores at -inf; a row with no attended key gives zeros. Returns float32 (m x dv).
-
-    Computed `rows_per_block` query rows at a time, so memory stays O(rows_per_block * n)."""
-    q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
-    m, n = q.shape[0], k.shape[0]
-    out = np.zeros((m, v.shape[1]), dtype=np.float32)
-    scale = 1.0 / math.sqrt(q.shape[1])
-    for lo in range(0, m, rows_per_block):
-        hi = min(m, lo + rows_per_block)
-        dense = np.zeros((hi - lo, n), dtype=bool)
-        dense[np.repeat(np.arange(hi - lo), np.diff(pos[lo:hi + 1])), crd[pos[lo]:pos[hi]]] = True
-        s = np.where(dense, q[lo:hi] @ k.T * scale, -np.inf)
-        s[~dense.any(axis=1)] = 0.0
-        e = np.where(dense, np.exp(s - s.max(axis=1, keepdims=True)), 0.0)
-        den = e.sum(axis=1, keepdims=True)
-        p = np.divide(e, den, out=np.zeros_like(e), where=den > 0)
-        out[lo:hi] = p @ v
-    return out
 
 
 def compute_bound_cycles(nnz: int, dim: int, dim_v: int, arch) -> int:
@@ -178,12 +160,10 @@ def sparse_attention(q, k, v, pattern="dense", backend: str = "numpy", arch=None
         if return_result:
             raise ValueError("return_result needs backend='sim'")
         return attention_reference(q, k, v, pos, crd)
-    if backend == "cuda":
+    if backend != "sim":
         if return_result:
-            raise ValueError("return_result needs backend='sim'")
-        from dataflow.cuda.frontend import attention_executor
-
-        return attention_executor(q, k, v, pos, crd, pattern, pattern_params)
+            raise UserError("return_result needs backend='sim'")
+        return get_executor("attention", backend)(q, k, v, pos, crd, pattern, pattern_params)
     res = _simulate(q, k, v, pos, crd, arch, engine, workload="attention", cache=cache,
                     lowering=lowering)
     return (res.output, res) if return_result else res.output
@@ -192,12 +172,6 @@ def sparse_attention(q, k, v, pattern="dense", backend: str = "numpy", arch=None
 def _simulate(q, k, v, pos, crd, arch, engine, workload, trace=False, t0=None, cache=None,
               lowering="csr"):
     """Plan (through the plan cache unless `cache` is False), run the engine, check values."""
-    import dataclasses
-
-    from dataflow.api import finish
-    from dataflow.attention.op import SparseAttention
-    from dataflow.pe_array.simulate import simulate_mapping
-
     t0 = time.perf_counter() if t0 is None else t0
     op = SparseAttention(q, k, v, pos, crd, lowering=lowering)
     plan = op.plan(arch=arch, cache=cache)

@@ -12,8 +12,10 @@ from pathlib import Path
 
 import numpy as np
 
+from dataflow.arch import resolve_arch
 from dataflow.attention.lower import lower_attention
 from dataflow.attention.lower_dia import band_offsets, lower_attention_dia
+from dataflow.attention.reference import attention_reference
 from dataflow.ust_frontend.named import NamedFormats
 from dataflow.ust_frontend.ops import _StatefulOp, as_tensor
 from dataflow.ust_frontend.tensor import Tensor
@@ -76,8 +78,6 @@ class SparseAttention(_StatefulOp):
 
     def plan(self, arch=None, backend: str = "sim", *, dataflow=None, cache=None):
         if backend == "sim":
-            from dataflow.api import resolve_arch
-
             arch = resolve_arch(arch)
             self._lanes = arch.pe_array.simd_lanes  # the SDDMM's reduction width
         return super().plan(arch, backend, dataflow=dataflow, cache=cache)
@@ -87,8 +87,6 @@ class SparseAttention(_StatefulOp):
         return low(self.q, self.k, self.v, self.pos, self.crd, lanes=self._lanes or 1)
 
     def _reference(self) -> np.ndarray:
-        from dataflow.attention.api import attention_reference
-
         return attention_reference(self.q, self.k, self.v, self.pos, self.crd)
 
     def _finish(self, raw) -> np.ndarray:

@@ -11,6 +11,7 @@ import dataclasses
 
 import numpy as np
 
+from dataflow.arch import resolve_arch
 from dataflow.butterfly import reference as ref
 from dataflow.butterfly.reference import ButterflyError
 from dataflow.butterfly.simulate import (
@@ -28,14 +29,11 @@ from dataflow.plan.orchestrate import (
     plan_orchestration,
     round_trips,
 )
+from dataflow.ust_frontend.backends import get_executor
 
 BACKENDS = ("numpy", "sim", "cuda")  # cuda: dataflow.cuda kernels (GPU or simulator)
-
-
-def _arch(arch):
-    from dataflow.api import resolve_arch
-
-    return resolve_arch(arch)
+#: run here; any other backend is looked up in the frontend's backend registry
+BUILTIN_BACKENDS = ("numpy", "sim")
 
 
 def _check(backend: str, orchestration: str) -> None:
@@ -145,7 +143,7 @@ def _flatten(x) -> tuple[np.ndarray, tuple]:
 def run_fft(x, arch=None, orchestration: str = "multilayer", engine: str = "fast",
             **options) -> tuple[np.ndarray, OrchestratedRun]:
     """`fft` on the engine: (complex64 result shaped like x, the run)."""
-    arch = _arch(arch)
+    arch = resolve_arch(arch)
     x2, shape = _flatten(x)
     ref.log2_exact(x2.shape[1], "the last axis of x")
     spec = ButterflySpec(n=x2.shape[1], batch=x2.shape[0], lanes=arch.pe_array.simd_lanes,
@@ -162,10 +160,8 @@ def fft(x, backend: str = "numpy", arch=None, orchestration: str = "multilayer",
     _check(backend, orchestration)
     if backend == "numpy":
         return ref.fft_reference(x)
-    if backend == "cuda":
-        from dataflow.cuda import ops as cu
-
-        return cu.fft(x)
+    if backend not in BUILTIN_BACKENDS:
+        return get_executor("fft", backend)(x)
     return run_fft(x, arch, orchestration, engine)[0]
 
 
@@ -185,7 +181,7 @@ def run_butterfly_matmul(x, factors, arch=None, orchestration: str = "multilayer
                          engine: str = "fast", bias=None, relu: bool = False,
                          **options) -> tuple[np.ndarray, OrchestratedRun]:
     """`butterfly_matmul` on the engine: (result shaped like x, the run)."""
-    arch = _arch(arch)
+    arch = resolve_arch(arch)
     x2, shape = _flatten(x)
     factors = ref.check_factors(factors, x2.shape[1])
     spec = _matrix_spec(x2, factors, arch, bias, relu)
@@ -201,10 +197,9 @@ def butterfly_matmul(x, factors, backend: str = "numpy", arch=None,
     _check(backend, orchestration)
     if backend == "numpy":
         return ref.butterfly_apply(x, factors)
-    if backend == "cuda":
-        from dataflow.cuda import ops as cu
-
-        return cu.butterfly(x, ref.check_factors(factors, np.asarray(x).shape[-1]))
+    if backend not in BUILTIN_BACKENDS:
+        return get_executor("butterfly", backend)(
+            x, ref.check_factors(factors, np.asarray(x).shape[-1]))
     return run_butterfly_matmul(x, factors, arch, orchestration, engine)[0]
 
 
@@ -214,10 +209,9 @@ def butterfly_linear(x, factors, bias=None, backend: str = "numpy", arch=None,
     _check(backend, orchestration)
     if backend == "numpy":
         return ref.butterfly_linear(x, factors, bias)
-    if backend == "cuda":
-        from dataflow.cuda import ops as cu
-
-        return cu.butterfly_linear(x, ref.check_factors(factors, np.asarray(x).shape[-1]), bias)
+    if backend not in BUILTIN_BACKENDS:
+        return get_executor("butterfly_linear", backend)(
+            x, ref.check_factors(factors, np.asarray(x).shape[-1]), bias)
     return run_butterfly_matmul(x, factors, arch, orchestration, engine, bias=bias)[0]
 
 
@@ -228,12 +222,10 @@ def butterfly_ffn(x, factors1, factors2, bias1=None, bias2=None, backend: str = 
     _check(backend, orchestration)
     if backend == "numpy":
         return ref.butterfly_ffn(x, factors1, factors2, bias1, bias2)
-    if backend == "cuda":
-        from dataflow.cuda import ops as cu
-
+    if backend not in BUILTIN_BACKENDS:
         n = np.asarray(x).shape[-1]
-        return cu.butterfly_ffn(x, ref.check_factors(factors1, n), ref.check_factors(factors2, n),
-                                bias1, bias2)
+        return get_executor("butterfly_ffn", backend)(
+            x, ref.check_factors(factors1, n), ref.check_factors(factors2, n), bias1, bias2)
     h, _ = run_butterfly_matmul(x, factors1, arch, orchestration, engine, bias=bias1, relu=True)
     return run_butterfly_matmul(h, factors2, arch, orchestration, engine, bias=bias2)[0]
 
@@ -248,7 +240,7 @@ def run_fnet_attention(x, arch=None, orchestration: str = "multilayer", engine: 
     the DMA (a corner turn: a 2-D FFT of seq x dim complex words does not fit the SPM in
     general); both programs count that traffic. Returns (float32 (seq, dim), the merged
     SimResult, (pass-1 run, pass-2 run))."""
-    arch = _arch(arch)
+    arch = resolve_arch(arch)
     x = np.asarray(x)
     if x.ndim != 2:
         raise ButterflyError(f"fnet attention takes x of shape (seq, dim), got {x.shape}")
@@ -277,8 +269,6 @@ def fnet_attention(x, backend: str = "numpy", arch=None, orchestration: str = "m
     _check(backend, orchestration)
     if backend == "numpy":
         return ref.fnet_attention(x)
-    if backend == "cuda":
-        from dataflow.cuda import ops as cu
-
-        return cu.fnet_attention(x)
+    if backend not in BUILTIN_BACKENDS:
+        return get_executor("fnet_attention", backend)(x)
     return run_fnet_attention(x, arch, orchestration, engine)[0]

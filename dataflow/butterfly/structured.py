@@ -25,8 +25,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from dataflow.arch import resolve_arch
 from dataflow.butterfly import reference as ref
 from dataflow.butterfly.reference import ButterflyError
+from dataflow.butterfly.simulate import merge_results
+from dataflow.dfg.lower import lower_spmm_csr
+from dataflow.mapper import map_program
+from dataflow.pe_array.simulate import simulate_mapping
 
 BACKENDS = ("numpy", "sim")
 
@@ -80,13 +85,8 @@ def block_butterfly_factors_csr(factors, block: int, n: int):
 def run_csr_chain(x, mats, arch=None, engine: str = "fast", workload: str = "structured"):
     """y = A_(F-1) ... A_0 x along the last axis of a real x (batch, n), one SpMM program per
     factor on the engine: A_i (n x n CSR) @ Y^T (n x batch). Returns (y float32, SimResult)."""
-    from dataflow.butterfly.ops import _arch
-    from dataflow.butterfly.simulate import merge_results
-    from dataflow.dfg.lower import lower_spmm_csr
-    from dataflow.mapper import map_program
-    from dataflow.pe_array.simulate import simulate_mapping
 
-    arch = _arch(arch)
+    arch = resolve_arch(arch)
     x = np.asarray(x)
     if np.iscomplexobj(x) or any(np.iscomplexobj(v) for _, _, v in mats):
         raise ButterflyError("the sim backend of monarch/block-butterfly takes real x and "

@@ -15,7 +15,7 @@ import numpy as np
 from dataflow.butterfly import reference as ref
 from dataflow.butterfly.ops import run_butterfly_matmul, run_fft, run_fnet_attention
 from dataflow.plan.orchestrate import ORCHESTRATIONS
-from dataflow.workloads import Param, Workload, register
+from dataflow.workloads import Param, Workload, finish, register
 
 ORCH = Param("orchestration", str, "multilayer",
              "butterfly stages: layer (DRAM round trip per stage), fused (several stages per "
@@ -30,7 +30,6 @@ def _ri(z) -> np.ndarray:
 
 
 def _finish(res, y, expected, t0):
-    from dataflow.api import finish
 
     done = finish(dataclasses.replace(res, output=_ri(y)), _ri(expected), t0)
     return dataclasses.replace(done, output=y)

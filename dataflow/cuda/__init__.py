@@ -11,6 +11,7 @@
 Importing this package does not import numba.cuda: the first launch decides GPU or simulator.
 """
 
+from dataflow.cuda import ops, runner
 from dataflow.cuda.device import GpuUnavailableError, execution_mode, have_gpu, on_simulator
 from dataflow.cuda.frontend import register as _register_frontend
 
@@ -22,11 +23,9 @@ _OPS = ("gemm", "spmm", "sddmm", "butterfly", "butterfly_linear", "butterfly_ffn
 
 def __getattr__(name):
     if name in _OPS:
-        from dataflow.cuda import ops
 
         return getattr(ops, name)
     if name in ("measure", "Runner", "OpTiming"):
-        from dataflow.cuda import runner
 
         return getattr(runner, name)
     raise AttributeError(f"module 'dataflow.cuda' has no attribute {name!r}")

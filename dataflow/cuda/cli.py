@@ -6,12 +6,17 @@ import argparse
 import json
 import sys
 
+from dataflow.arch import preset_names
+from dataflow.cli import user_errors
+from dataflow.cuda.compare import compare, crosscheck, plot_comparison
+from dataflow.cuda.device import GpuUnavailableError
+from dataflow.cuda.gpu_spec import available_gpus
+from dataflow.cuda.workloads import gpu_workloads
+from dataflow.workloads import all_params
+
 
 def _workload_flags(p: argparse.ArgumentParser) -> None:
     """--workload and every workload parameter flag, as `dataflow simulate` has them."""
-    from dataflow.arch import preset_names
-    from dataflow.cuda.workloads import gpu_workloads
-    from dataflow.workloads import all_params
 
     p.add_argument("--workload", required=True, choices=sorted(gpu_workloads()),
                    help="a workload the CUDA path covers")
@@ -25,13 +30,11 @@ def _workload_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _params(args) -> dict:
-    from dataflow.workloads import all_params
 
     return {n: getattr(args, n) for n in all_params() if getattr(args, n, None) is not None}
 
 
 def add_parser(sub) -> None:
-    from dataflow.cuda.gpu_spec import available_gpus
 
     c = sub.add_parser("crosscheck", help="numpy vs sim vs cuda on the same inputs",
                        description="Run one workload's operands through the numpy reference, "
@@ -59,14 +62,11 @@ def add_parser(sub) -> None:
 
 
 def _errors():
-    from dataflow.cli import user_errors
-    from dataflow.cuda.device import GpuUnavailableError
 
     return (*user_errors(), GpuUnavailableError, NotImplementedError)
 
 
 def crosscheck_command(args) -> int:
-    from dataflow.cuda.compare import crosscheck
 
     try:
         r = crosscheck(args.workload, args.arch, seed=args.seed, **_params(args))
@@ -78,7 +78,6 @@ def crosscheck_command(args) -> int:
 
 
 def compare_command(args) -> int:
-    from dataflow.cuda.compare import compare, plot_comparison
 
     try:
         r = compare(args.workload, args.arch, args.gpu or ["jetson_xavier_nx"], seed=args.seed,

@@ -13,10 +13,17 @@ from its spec (`dataflow.cuda.roofline`); each number carries its label.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
-from dataflow.cuda.roofline import GpuCost
+from dataflow.arch import resolve_arch
+from dataflow.cuda import workloads as gw
+from dataflow.cuda.device import device_name, execution_mode, have_gpu
+from dataflow.cuda.gpu_spec import load_gpu
+from dataflow.cuda.roofline import GpuCost, measured_cost, model_cost
+from dataflow.cuda.runner import dry_run, measure
+from dataflow.testing import max_abs_error, values_match
 
 
 def _values(x) -> np.ndarray:
@@ -70,10 +77,6 @@ class Crosscheck:
 
 def crosscheck(workload: str, arch=None, *, seed: int = 0, **params) -> Crosscheck:
     """numpy, sim and cuda on the same operands; the largest error of each pair."""
-    from dataflow.api import resolve_arch
-    from dataflow.cuda import workloads as gw
-    from dataflow.cuda.device import device_name, execution_mode
-    from dataflow.testing import max_abs_error, values_match
 
     w = gw.get(workload)
     params = gw.resolve_params(workload, params)
@@ -146,13 +149,9 @@ def gpu_cost(w, ops: dict, spec, *, measure_if_present: bool = True, repeats: in
              precision: str = "fp32") -> tuple[GpuCost, str | None]:
     """(cost, note): measured when this machine has `spec`'s GPU, else modelled from the
     launches the kernels would make (a dry run: nothing executes)."""
-    from dataflow.cuda.device import have_gpu
-    from dataflow.cuda.roofline import measured_cost, model_cost
-    from dataflow.cuda.runner import dry_run, measure
 
     note = None
     if measure_if_present and have_gpu():
-        from dataflow.cuda.device import device_name
 
         dev = device_name()
         if spec.matches_device(dev):
@@ -165,9 +164,6 @@ def gpu_cost(w, ops: dict, spec, *, measure_if_present: bool = True, repeats: in
 def compare(workload: str, arch=None, gpus=("jetson_xavier_nx",), *, seed: int = 0,
             measure_if_present: bool = True, precision: str = "fp32", **params) -> Comparison:
     """Simulate `workload` on `arch` and cost it on each GPU of `gpus` (names or YAML paths)."""
-    from dataflow.api import resolve_arch
-    from dataflow.cuda import workloads as gw
-    from dataflow.cuda.gpu_spec import load_gpu
 
     w = gw.get(workload)
     params = gw.resolve_params(workload, params)
@@ -197,7 +193,6 @@ def compare(workload: str, arch=None, gpus=("jetson_xavier_nx",), *, seed: int =
 
 def plot_comparison(cmp: Comparison, path) -> str:
     """Bar charts of time and energy, each bar labelled simulated / measured / modelled."""
-    from pathlib import Path
 
     import matplotlib
 

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from dataflow.attention.patterns import AttentionPattern, resolve
+from dataflow.cuda import ops
+from dataflow.ust_frontend.backends import register_backend
+from dataflow.ust_frontend.ops import csr_arrays, is_dense
+
 
 def matmul_executor(op) -> np.ndarray:
-    from dataflow.cuda import ops
-    from dataflow.ust_frontend.ops import csr_arrays, is_dense
-
     if op.semiring is not None:
         raise NotImplementedError("matmul on cuda: only the plus-times semiring has a kernel; "
                                   "use backend='numpy' for custom semirings")
@@ -26,8 +28,6 @@ def matmul_executor(op) -> np.ndarray:
 
 
 def sddmm_executor(op) -> np.ndarray:
-    from dataflow.cuda import ops
-
     if getattr(op, "semiring", None) is not None:
         raise NotImplementedError("sddmm on cuda: only the plus-times semiring has a kernel; "
                                   "use backend='numpy' for custom semirings")
@@ -41,9 +41,6 @@ def attention_executor(q, k, v, pos, crd, pattern, pattern_params: dict | None =
     """`dataflow.sparse_attention(..., backend="cuda")`: window and dilated patterns run the
     fused kernel in its affine mode (keys computed, no index arrays), any other pattern or
     mask over its CSR (pos, crd)."""
-    from dataflow.attention.patterns import AttentionPattern, resolve
-    from dataflow.cuda import ops
-
     p = pattern
     if isinstance(p, str):
         p = resolve(p, q.shape[0], **{k_: v_ for k_, v_ in (pattern_params or {}).items()
@@ -56,7 +53,11 @@ def attention_executor(q, k, v, pos, crd, pattern, pattern_params: dict | None =
 
 
 def register() -> None:
-    from dataflow.ust_frontend.ops import register_backend
-
     register_backend("matmul", "cuda", matmul_executor)
     register_backend("sddmm", "cuda", sddmm_executor)
+    register_backend("attention", "cuda", attention_executor)
+    register_backend("fft", "cuda", ops.fft)
+    register_backend("butterfly", "cuda", ops.butterfly)
+    register_backend("butterfly_linear", "cuda", ops.butterfly_linear)
+    register_backend("butterfly_ffn", "cuda", ops.butterfly_ffn)
+    register_backend("fnet_attention", "cuda", ops.fnet_attention)

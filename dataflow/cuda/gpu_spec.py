@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dataflow.arch.load import read_yaml
 from dataflow.arch.resolve import GPU_GROUP, preset_names, preset_path
 from dataflow.errors import KeyPathError
 
@@ -133,7 +134,6 @@ def load_gpu(name_or_path: str | Path) -> GpuSpec:
                                     f"{', '.join(available_gpus())} (or give a path to a "
                                     ".yaml file)")
         # else a path that is not there: read_yaml says it cannot read it
-    from dataflow.arch.load import read_yaml
 
     return gpu_from_dict(read_yaml(p, GpuSpecError, "GPU file"), source=str(p))
 

@@ -15,7 +15,9 @@ from types import SimpleNamespace
 import numpy as np
 
 from dataflow.cuda.device import cuda_module
+from dataflow.cuda.reference import fft_factors, microtile_flags
 from dataflow.cuda.runner import Runner
+from dataflow.moe.gating import gate_logits, route
 
 F32, C64, I32 = np.dtype(np.float32), np.dtype(np.complex64), np.dtype(np.int32)
 
@@ -273,7 +275,6 @@ def fft(x, *, fused: bool = True, tile: int | None = None,
 
 
 def _fft_device(dx, fused, tile, runner):
-    from dataflow.cuda.reference import fft_factors
 
     bfly = _kernels().butterfly
     cuda = cuda_module()
@@ -449,7 +450,6 @@ def _microtile_device(da, db, gm, gk, runner, host_a=None):
     if runner.execute:
         kept = int(count.copy_to_host().sum())
     else:
-        from dataflow.cuda.reference import microtile_flags
 
         kept = int(microtile_flags(host_a, (gm, gk)).sum())
     gathered = kept * gm * gk  # A elements in the gathered tiles (edge padding included)
@@ -555,7 +555,6 @@ def moe(x, wg, bias, w, top_k: int, *, runner: Runner | None = None) -> tuple[np
     if runner.execute:
         per_expert = np.diff(offsets.copy_to_host())
     else:  # a dry run routes nothing: count from the numpy definition of the routing
-        from dataflow.moe.gating import gate_logits, route
 
         per_expert = route(gate_logits(x, wg, bias), top_k).tokens_per_expert
     yd = cuda.device_array((rows, h), F32)

@@ -16,6 +16,8 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from dataflow.cuda.device import cuda_module
+
 F32_2D = "float32[:, ::1]"
 C64_2D = "complex64[:, ::1]"
 I32_1D = "int32[::1]"
@@ -39,7 +41,6 @@ class KernelSpec:
 def kernels() -> tuple[KernelSpec, ...]:
     """All kernels of `dataflow.cuda`, each at every signature the launchers use."""
     if "numba.cuda" not in sys.modules:  # let the device module pick GPU or simulator first
-        from dataflow.cuda.device import cuda_module
 
         cuda_module()
     from dataflow.cuda.kernels import attention, butterfly, dense, microtile, moe, sparse

@@ -15,6 +15,26 @@ from typing import Any
 
 import numpy as np
 
+from dataflow.attention import attention_reference, sparse_attention
+from dataflow.attention.api import make_inputs
+from dataflow.butterfly import reference as bref
+from dataflow.butterfly import run_butterfly_matmul, run_fft, run_fnet_attention
+from dataflow.cuda import ops as cu
+from dataflow.cuda.frontend import attention_executor
+from dataflow.dynamic import (
+    make_dynamic_operands,
+    make_ffn_operands,
+    simulate_dynamic_matmul,
+    simulate_relu_ffn,
+)
+from dataflow.dynamic.ffn import ffn_reference
+from dataflow.matmul_workloads import make_operands
+from dataflow.moe.api import simulate_moe
+from dataflow.moe.gating import check_moe_params, make_moe_operands, moe_reference
+from dataflow.ust_frontend.ops import as_tensor, matmul, matmul_reference
+from dataflow.workloads import get as get_workload
+from dataflow.workloads import workloads
+
 
 @dataclass(frozen=True)
 class GpuWorkload:
@@ -30,7 +50,6 @@ class GpuWorkload:
 
 def _matmul_inputs(kind: str):
     def inputs(*, seed: int = 0, m: int, k: int, n: int, density: float, dataflow=None) -> dict:
-        from dataflow.api import make_operands
 
         a, b = make_operands(kind, m, k, n, density, seed)
         return {"a": a, "b": b, "dataflow": dataflow}
@@ -38,26 +57,22 @@ def _matmul_inputs(kind: str):
 
 
 def _matmul_numpy(ops: dict):
-    from dataflow.ust_frontend.ops import as_tensor, matmul_reference
 
     return matmul_reference(as_tensor(ops["a"]), as_tensor(ops["b"]))
 
 
 def _matmul_sim(ops: dict, arch):
-    from dataflow.ust_frontend.ops import matmul
 
     return matmul(ops["a"], ops["b"], backend="sim", arch=arch, dataflow=ops["dataflow"],
                   return_result=True)
 
 
 def _gemm_cuda(ops: dict, runner=None):
-    from dataflow.cuda import ops as cu
 
     return cu.gemm(ops["a"], ops["b"], runner=runner)
 
 
 def _spmm_cuda(ops: dict, runner=None):
-    from dataflow.cuda import ops as cu
 
     a = ops["a"]
     return cu.spmm(a.indptr, a.indices, a.data, a.shape, ops["b"], runner=runner)
@@ -74,7 +89,6 @@ def _matmul_describe(ops: dict) -> str:
 
 def _attention_inputs(*, seed: int = 0, pattern: str, seq: int, dim: int, lowering: str = "csr",
                       **pattern_params):
-    from dataflow.attention.api import make_inputs
 
     # the `attention` workload's own operand builder: the same q, k, v and pattern
     ops = make_inputs(pattern, seq, dim, seed, **pattern_params)
@@ -82,20 +96,17 @@ def _attention_inputs(*, seed: int = 0, pattern: str, seq: int, dim: int, loweri
 
 
 def _attention_numpy(ops: dict):
-    from dataflow.attention import attention_reference
 
     return attention_reference(ops["q"], ops["k"], ops["v"], ops["pos"], ops["crd"])
 
 
 def _attention_sim(ops: dict, arch):
-    from dataflow.attention import sparse_attention
 
     return sparse_attention(ops["q"], ops["k"], ops["v"], pattern=ops["pattern"], backend="sim",
                             arch=arch, return_result=True, lowering=ops["lowering"])
 
 
 def _attention_cuda(ops: dict, runner=None):
-    from dataflow.cuda.frontend import attention_executor
 
     # window / dilated patterns: the fused kernel's affine mode, as backend="cuda" runs them
     return attention_executor(ops["q"], ops["k"], ops["v"], ops["pos"], ops["crd"],
@@ -112,7 +123,6 @@ def _attention_describe(ops: dict) -> str:
 
 def _dynamic_inputs(*, seed: int = 0, m: int, k: int, n: int, sparsity: float, granularity: str,
                     mask_granularity=None) -> dict:
-    from dataflow.dynamic import make_dynamic_operands
 
     # the operands the `dynamic-spmm` workload builds (dataflow.dynamic.api._run_dynamic_spmm)
     mg = mask_granularity or (granularity if granularity != "dense" else "element")
@@ -125,14 +135,12 @@ def _dynamic_numpy(ops: dict):
 
 
 def _dynamic_sim(ops: dict, arch):
-    from dataflow.dynamic import simulate_dynamic_matmul
 
     res, _ = simulate_dynamic_matmul(ops["a"], ops["b"], ops["granularity"], arch)
     return res.output, res
 
 
 def _dynamic_cuda(ops: dict, runner=None):
-    from dataflow.cuda import ops as cu
 
     if ops["granularity"] == "dense":
         return cu.gemm(ops["a"], ops["b"], runner=runner)
@@ -152,7 +160,6 @@ def _dynamic_describe(ops: dict) -> str:
 
 def _butterfly_inputs(*, seed: int = 0, n: int, batch: int, orchestration: str,
                       complex: int = 0) -> dict:
-    from dataflow.butterfly import reference as bref
 
     bref.log2_exact(n, "--n")
     rng = np.random.default_rng(seed)
@@ -162,7 +169,6 @@ def _butterfly_inputs(*, seed: int = 0, n: int, batch: int, orchestration: str,
 
 
 def _fft_inputs(*, seed: int = 0, n: int, batch: int, orchestration: str) -> dict:
-    from dataflow.butterfly import reference as bref
 
     bref.log2_exact(n, "--n")
     x = np.random.default_rng(seed).standard_normal((batch, n)).astype(np.float32)
@@ -181,20 +187,17 @@ def _ri(z):
 
 
 def _bfly_numpy(ops):
-    from dataflow.butterfly import reference as bref
 
     return _ri(bref.butterfly_apply(ops["x"], ops["factors"]))
 
 
 def _bfly_sim(ops, arch):
-    from dataflow.butterfly import run_butterfly_matmul
 
     y, run = run_butterfly_matmul(ops["x"], ops["factors"], arch, ops["orchestration"])
     return _ri(y), run.result
 
 
 def _bfly_cuda(ops, runner=None):
-    from dataflow.cuda import ops as cu
 
     return _ri(cu.butterfly(ops["x"], ops["factors"], runner=runner))
 
@@ -204,33 +207,28 @@ def _fft_numpy(ops):
 
 
 def _fft_sim(ops, arch):
-    from dataflow.butterfly import run_fft
 
     y, run = run_fft(ops["x"], arch, ops["orchestration"])
     return _ri(y), run.result
 
 
 def _fft_cuda(ops, runner=None):
-    from dataflow.cuda import ops as cu
 
     return _ri(cu.fft(ops["x"], runner=runner))
 
 
 def _fnet_numpy(ops):
-    from dataflow.butterfly import reference as bref
 
     return bref.fnet_attention(ops["x"])
 
 
 def _fnet_sim(ops, arch):
-    from dataflow.butterfly import run_fnet_attention
 
     y, res, _ = run_fnet_attention(ops["x"], arch, ops["orchestration"])
     return y, res
 
 
 def _fnet_cuda(ops, runner=None):
-    from dataflow.cuda import ops as cu
 
     return cu.fnet_attention(ops["x"], runner=runner)
 
@@ -244,20 +242,17 @@ def _bfly_describe(ops) -> str:
 
 def _ffn_inputs(*, seed: int = 0, tokens: int, dim: int, hidden: int, sparsity: float,
                 granularity: str) -> dict:
-    from dataflow.dynamic import make_ffn_operands
 
     x, w1, b, w2 = make_ffn_operands(tokens, dim, hidden, sparsity, seed)
     return {"x": x, "w1": w1, "b": b, "w2": w2, "granularity": granularity}
 
 
 def _ffn_numpy(ops: dict):
-    from dataflow.dynamic.ffn import ffn_reference
 
     return ffn_reference(ops["x"], ops["w1"], ops["b"], ops["w2"])
 
 
 def _ffn_sim(ops: dict, arch):
-    from dataflow.dynamic import simulate_relu_ffn
 
     res, _ = simulate_relu_ffn(ops["x"], ops["w1"], ops["b"], ops["w2"], ops["granularity"],
                                arch)
@@ -265,7 +260,6 @@ def _ffn_sim(ops: dict, arch):
 
 
 def _ffn_cuda(ops: dict, runner=None):
-    from dataflow.cuda import ops as cu
 
     return cu.relu_ffn(ops["x"], ops["w1"], ops["b"], ops["w2"], ops["granularity"],
                        runner=runner)
@@ -282,7 +276,6 @@ def _ffn_describe(ops: dict) -> str:
 
 def _moe_inputs(*, seed: int = 0, experts: int, top_k: int, tokens: int, dim: int, hidden: int,
                 skew: float, placement: str) -> dict:
-    from dataflow.moe.gating import check_moe_params, make_moe_operands
 
     # the operands the `moe` workload builds (dataflow.moe.api._run_moe)
     check_moe_params(experts, top_k, tokens, dim, hidden)
@@ -291,13 +284,11 @@ def _moe_inputs(*, seed: int = 0, experts: int, top_k: int, tokens: int, dim: in
 
 
 def _moe_numpy(ops: dict):
-    from dataflow.moe.gating import moe_reference
 
     return moe_reference(ops["x"], ops["wg"], ops["bias"], ops["w"], ops["top_k"])
 
 
 def _moe_sim(ops: dict, arch):
-    from dataflow.moe.api import simulate_moe
 
     res, _ = simulate_moe(ops["x"], ops["wg"], ops["bias"], ops["w"], ops["top_k"], arch,
                           placement=ops["placement"])
@@ -305,7 +296,6 @@ def _moe_sim(ops: dict, arch):
 
 
 def _moe_cuda(ops: dict, runner=None):
-    from dataflow.cuda import ops as cu
 
     return cu.moe(ops["x"], ops["wg"], ops["bias"], ops["w"], ops["top_k"], runner=runner)[0]
 
@@ -343,7 +333,6 @@ def register(w: GpuWorkload) -> None:
 
 def gpu_workloads() -> dict[str, GpuWorkload]:
     """The covered workloads that this checkout's dataflow registry has."""
-    from dataflow.workloads import workloads
 
     have = workloads()
     return {k: w for k, w in _TABLE.items() if k in have}
@@ -359,6 +348,5 @@ def get(name: str) -> GpuWorkload:
 
 def resolve_params(name: str, given: dict) -> dict:
     """The dataflow workload's parameters with its defaults (an unknown flag is an error)."""
-    from dataflow.workloads import get as get_workload
 
     return get_workload(name).resolve(given)

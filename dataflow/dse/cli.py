@@ -5,6 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 
+from dataflow.cli import user_errors
+from dataflow.dse import pareto
+from dataflow.dse.points import grid_points
+from dataflow.dse.runners import make_runner, run_sweep
+from dataflow.dse.search import run_search
+from dataflow.dse.store import ResultsStore
+from dataflow.dse.sweep import load_sweep
+
 
 def add_parser(sub) -> None:
     s = sub.add_parser(
@@ -49,16 +57,11 @@ def add_parser(sub) -> None:
 
 
 def _errors():
-    from dataflow.cli import user_errors
 
     return user_errors()
 
 
 def sweep_command(args: argparse.Namespace) -> int:
-    from dataflow.dse.points import grid_points
-    from dataflow.dse.runners import make_runner, run_sweep
-    from dataflow.dse.store import ResultsStore
-    from dataflow.dse.sweep import load_sweep
 
     try:
         sweep = load_sweep(args.sweep_file)
@@ -78,7 +81,6 @@ def sweep_command(args: argparse.Namespace) -> int:
         try:
             with ResultsStore(args.out) as store:
                 if args.search:
-                    from dataflow.dse.search import run_search
 
                     summary = run_search(sweep, store, runner, args.trials,
                                          progress=not args.no_progress)
@@ -102,7 +104,6 @@ def sweep_command(args: argparse.Namespace) -> int:
 
 def _failures(db: str, run_id: str, limit: int = 5) -> list[tuple[str, int]]:
     """The commonest error messages of a run's failed points."""
-    from dataflow.dse.store import ResultsStore
 
     with ResultsStore(db) as store:
         return store.conn.execute(
@@ -111,7 +112,6 @@ def _failures(db: str, run_id: str, limit: int = 5) -> list[tuple[str, int]]:
 
 
 def pareto_command(args: argparse.Namespace) -> int:
-    from dataflow.dse import pareto
 
     try:
         x = pareto.metric_name(args.x or "cycles")

@@ -13,6 +13,11 @@ import time
 import traceback
 from typing import Any
 
+from dataflow.api import simulate
+from dataflow.arch import arch_from_dict
+from dataflow.cli import user_errors
+from dataflow.pe_array.simulate import area_breakdown
+
 #: Metrics stored per point, with units. All are minimised on Pareto fronts except MAXIMISED.
 METRICS: dict[str, str] = {
     "cycles": "array clock cycles",
@@ -43,16 +48,12 @@ def area_breakdown_mm2(arch: dict) -> dict[str, float]:
     """Area per component (mm²) of an architecture given as `arch_to_dict` plain data: the one
     area model of the project, `pe_array.simulate.area_breakdown` (the same numbers a
     `SimResult.area_mm2` carries)."""
-    from dataflow.arch import arch_from_dict
-    from dataflow.pe_array.simulate import area_breakdown
 
     return area_breakdown(arch_from_dict(arch, source="<area>"))
 
 
 def evaluate_point(payload: dict[str, Any]) -> dict[str, Any]:
     """Simulate `Point.payload()`; return the record the results store keeps (plain data)."""
-    from dataflow.api import simulate
-    from dataflow.arch import arch_from_dict
 
     t0, cpu0 = time.perf_counter(), time.process_time()
     record: dict[str, Any] = {"point_id": payload["point_id"],
@@ -81,7 +82,6 @@ def evaluate_point(payload: dict[str, Any]) -> dict[str, Any]:
 
 
 def _message(exc: Exception) -> str:
-    from dataflow.cli import user_errors
 
     text = f"{type(exc).__name__}: {exc}"
     if not isinstance(exc, user_errors()):  # a bug, not a bad point: say where it happened

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from dataflow.arch import ArchError, arch_from_dict, arch_to_dict
-from dataflow.dse.sweep import Sweep, SweepError, _tail
+from dataflow.dse.sweep import MAX_GRID_POINTS, Sweep, SweepError, _tail, get_path
+from dataflow.workloads import get
 
 
 def canonical_json(data: Any) -> str:
@@ -74,7 +75,6 @@ def _group(workload: str, params) -> str:
 
 def instance_group(sweep: Sweep, workload: str, instance: dict) -> str:
     """`Point.group()` of every point of this workload instance, without building one."""
-    from dataflow.workloads import get
 
     w = get(workload)
     opts = {k for k, _ in sweep.mapping_options} & {p.name for p in w.params}
@@ -85,7 +85,6 @@ def make_point(sweep: Sweep, overrides: dict[str, Any], workload: str, instance:
                engine: str, seed: int, options: dict[str, Any], arch: dict | None = None) -> Point:
     """Build one point; raises `ArchError` when the architecture is impossible. `arch`, when
     given, is `checked_arch(sweep, overrides)` already computed."""
-    from dataflow.workloads import get
 
     arch = checked_arch(sweep, overrides) if arch is None else arch
     w = get(workload)
@@ -132,7 +131,6 @@ def _culprit(sweep: Sweep, overrides: dict[str, Any], exc: ArchError) -> str | N
         if exc.key_path.split("[")[0] == k.split("[")[0]:
             return k
     base = sweep.arch_for({})
-    from dataflow.dse.sweep import get_path
 
     for k in overrides:
         try:
@@ -149,7 +147,6 @@ def grid_points(sweep: Sweep) -> Grid:
     An impossible architecture combination is a `SweepError` naming the sweep file and the
     swept key, unless the sweep sets `arch.skip_impossible`.
     """
-    from dataflow.dse.sweep import MAX_GRID_POINTS
 
     if sweep.grid_size > MAX_GRID_POINTS:
         raise SweepError(sweep.source, "arch.sweep", f"{sweep.grid_size} points is more than "

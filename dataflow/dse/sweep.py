@@ -45,7 +45,10 @@ from dataflow.arch import (
     preset_names,
     resolve_arch,
 )
+from dataflow.arch.load import read_yaml
+from dataflow.dse.evaluate import METRICS, metric_name
 from dataflow.errors import KeyPathError
+from dataflow.workloads import get
 
 MAX_GRID_POINTS = 2_000_000
 ENGINES = ("fast", "reference")
@@ -307,14 +310,12 @@ def _tail(exc: ArchError) -> str:
 
 def load_sweep(path: str | Path) -> Sweep:
     """Read and validate a sweep file; raises `SweepError` naming the file and key path."""
-    from dataflow.arch.load import read_yaml
 
     path = Path(path)
     return sweep_from_dict(read_yaml(path, SweepError, "sweep file"), source=str(path), path=path)
 
 
 def sweep_from_dict(data: Any, source: str = "<dict>", path: Path | None = None) -> Sweep:
-    from dataflow.workloads import get
 
     if not isinstance(data, dict):
         raise SweepError(source, "", f"expected a mapping at the top, got {type(data).__name__}")
@@ -429,7 +430,6 @@ def sweep_from_dict(data: Any, source: str = "<dict>", path: Path | None = None)
 
     search = _mapping(data.get("search"), source, "search")
     _check_keys(search, {"objectives", "population", "seed"}, source, "search")
-    from dataflow.dse.evaluate import METRICS, metric_name
 
     objectives = search.get("objectives", list(SearchOptions.objectives))
     if not isinstance(objectives, list) or len(objectives) < 2:

@@ -4,16 +4,11 @@
 Workloads `dynamic-spmm` and `relu-ffn` register themselves when this package is imported.
 """
 
-from dataflow.dynamic.api import (
-    DynamicStats,
-    make_dynamic_operands,
-    register_workloads,
-    simulate_dynamic_matmul,
-)
+from dataflow.dynamic import workloads as _workloads  # noqa: F401 (registers the workloads)
+from dataflow.dynamic.api import make_dynamic_operands, simulate_dynamic_matmul
 from dataflow.dynamic.ffn import make_ffn_operands, simulate_relu_ffn
 from dataflow.dynamic.microtile import GRANULARITIES, build_index, random_mask
-
-register_workloads()
+from dataflow.dynamic.stats import DynamicStats
 
 __all__ = ["GRANULARITIES", "DynamicStats", "build_index", "make_dynamic_operands",
            "make_ffn_operands", "random_mask", "simulate_dynamic_matmul", "simulate_relu_ffn"]

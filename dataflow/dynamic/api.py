@@ -12,48 +12,21 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from dataclasses import dataclass
 
 import numpy as np
 
+from dataflow.arch import resolve_arch
+from dataflow.dynamic.lower import lower_dense_reference, lower_dynamic_spmm
 from dataflow.dynamic.microtile import (
-    GRANULARITIES,
     MASK_GRANULARITIES,
     check_sparsity,
     parse_granularity,
     random_mask,
 )
-
-CHOICES = (*GRANULARITIES, "dense")
-
-
-@dataclass(frozen=True)
-class DynamicStats:
-    """Where a dynamic sparse matmul's cycles and MACs went (cycles at the array clock)."""
-
-    granularity: str
-    sparsity: float  # measured fraction of zeros in A
-    tile_density: float  # fraction of micro-tiles holding a nonzero (1.0 for dense)
-    computed_macs: int  # MACs the matmul kernels issued (lanes counted), from the engine
-    useful_macs: int  # MACs on A's nonzeros: nnz(A) * n
-    index_cycles: int  # cycles of the run-time index build (scan + compaction kernels)
-    compute_cycles: int  # cycles of everything else (gathers, matmul, write-back)
-    cycles: int
-
-    @property
-    def wasted_macs(self) -> int:
-        return self.computed_macs - self.useful_macs
-
-    @property
-    def wasted_fraction(self) -> float:
-        return self.wasted_macs / self.computed_macs if self.computed_macs else 0.0
-
-    def notes(self) -> tuple[str, ...]:
-        return ((f"granularity {self.granularity}: sparsity {self.sparsity:.4f}, "
-                 f"{100 * self.tile_density:.2f}% of micro-tiles nonzero"),
-                (f"MACs computed {self.computed_macs:,}, useful {self.useful_macs:,}, "
-                 f"wasted on zeros {self.wasted_macs:,} ({100 * self.wasted_fraction:.1f}%)"),
-                f"index build {self.index_cycles:,} cycles, compute {self.compute_cycles:,} cycles")
+from dataflow.dynamic.stats import CHOICES, DynamicStats
+from dataflow.mapper import map_program
+from dataflow.pe_array.simulate import simulate_mapping
+from dataflow.workloads import finish
 
 
 def make_dynamic_operands(m: int, k: int, n: int, sparsity: float, mask_granularity: str,
@@ -90,10 +63,6 @@ def simulate_dynamic_matmul(a: np.ndarray, b: np.ndarray, granularity: str, arch
     numpy (A @ B in float64). `scheme` picks the 1 x 64 lowering: "pit" (scatter-add per
     k-block, PIT's) or "packed"; `fetch` how gathered operands leave DRAM, "gather" (only the
     rows the index selects) or "whole" (`dataflow.dynamic.lower.compute_kernels`)."""
-    from dataflow.api import finish, resolve_arch
-    from dataflow.dynamic.lower import lower_dense_reference, lower_dynamic_spmm
-    from dataflow.mapper import map_program
-    from dataflow.pe_array.simulate import simulate_mapping
 
     if granularity not in CHOICES:
         raise ValueError(f"--granularity must be one of {CHOICES}, got {granularity!r}")
@@ -115,7 +84,7 @@ def simulate_dynamic_matmul(a: np.ndarray, b: np.ndarray, granularity: str, arch
     return dataclasses.replace(res, notes=res.notes + stats.notes()), stats
 
 
-def _run_dynamic_spmm(spec, *, engine="fast", seed=0, trace=False, m=256, k=256, n=64,
+def run_dynamic_spmm(spec, *, engine="fast", seed=0, trace=False, m=256, k=256, n=64,
                       sparsity=0.9, granularity="32x1", mask_granularity=None):
     if granularity not in CHOICES:
         raise ValueError(f"--granularity must be one of {CHOICES}, got {granularity!r}")
@@ -123,27 +92,6 @@ def _run_dynamic_spmm(spec, *, engine="fast", seed=0, trace=False, m=256, k=256,
     a, b = make_dynamic_operands(m, k, n, sparsity, mg, seed)
     res, _ = simulate_dynamic_matmul(a, b, granularity, spec, engine=engine, trace=trace)
     return res
-
-
-def register_workloads() -> None:
-    from dataflow.api import _MATMUL_PARAMS
-    from dataflow.dynamic.ffn import FFN_PARAMS, run_relu_ffn
-    from dataflow.workloads import Param, Workload, register
-
-    mnk = tuple(p for p in _MATMUL_PARAMS if p.name in ("m", "k", "n"))
-    register(Workload(
-        "dynamic-spmm", _run_dynamic_spmm,
-        (*mnk,
-         Param("sparsity", float, 0.9, "fraction of zeros, in [0, 1) (dynamic-spmm: of A; "
-               "relu-ffn: of the hidden neurons that are dead)"),
-         Param("granularity", str, "32x1", "micro-tile the kernel gathers (32x1, 1x64: PIT; "
-               "32x64: block-sparse; dense: GEMM baseline)", choices=CHOICES),
-         Param("mask_granularity", str, None, "how A's zeros are laid out (element, or whole "
-               "micro-tiles; default: the --granularity, as in PIT's micro-benchmark)",
-               choices=(None, *MASK_GRANULARITIES))),
-        "C = A @ B, A's sparsity found at run time (PIT micro-tiles vs block-sparse)"))
-    register(Workload("relu-ffn", run_relu_ffn, FFN_PARAMS,
-                      "Y = ReLU(X W1 + b) W2, the second layer on dynamically sparse activations"))
 
 
 __all__ = ["DynamicStats", "make_dynamic_operands", "parse_granularity", "simulate_dynamic_matmul"]

@@ -19,6 +19,7 @@ import time
 
 import numpy as np
 
+from dataflow.arch import resolve_arch
 from dataflow.dfg.graph import Addr, Buffer, Kernel, Loop, Node, Program
 from dataflow.dfg.lower import gemm_kernel, run_passes
 from dataflow.dfg.ops import Op
@@ -28,9 +29,13 @@ from dataflow.dynamic.lower import (
     index_kernels,
     padded_gemm_kernel,
     renamed,
+    zero_output_kernel,
 )
-from dataflow.dynamic.microtile import build_index, check_sparsity, parse_granularity
-from dataflow.workloads import Param
+from dataflow.dynamic.microtile import build_index, check_shape, check_sparsity, parse_granularity
+from dataflow.dynamic.stats import CHOICES, DynamicStats
+from dataflow.mapper import map_program
+from dataflow.pe_array.simulate import simulate_mapping
+from dataflow.workloads import Param, finish
 
 DEAD_BIAS = -100.0
 
@@ -95,7 +100,6 @@ def lower_relu_ffn(x, w1, b, w2, granularity: str, dtype=np.float32):
         kernels.append(padded_gemm_kernel(t, h, d, ld, "Hact", "W2", "Y", "ffn_down"))
     else:
         tile = parse_granularity(granularity)
-        from dataflow.dynamic.microtile import check_shape
 
         check_shape(t, h, tile, granularity)
         index = build_index(hact, tile)
@@ -105,7 +109,6 @@ def lower_relu_ffn(x, w1, b, w2, granularity: str, dtype=np.float32):
         kernels += list(ik) + [renamed(k, names) for k in ck]
         inputs += iin + cin
         if not ck:
-            from dataflow.dynamic.lower import zero_output_kernel
             kernels.append(renamed(zero_output_kernel(t, d), names))
     prog = Program(
         name=f"relu_ffn_{granularity}_{t}x{d}x{h}", kernels=tuple(kernels),
@@ -119,10 +122,6 @@ def lower_relu_ffn(x, w1, b, w2, granularity: str, dtype=np.float32):
 def simulate_relu_ffn(x, w1, b, w2, granularity: str = "32x1", arch=None, *, engine="fast",
                       trace=False):
     """Simulate the FFN; returns (SimResult, DynamicStats of its second layer)."""
-    from dataflow.api import finish, resolve_arch
-    from dataflow.dynamic.api import CHOICES, DynamicStats
-    from dataflow.mapper import map_program
-    from dataflow.pe_array.simulate import simulate_mapping
 
     if granularity not in CHOICES:
         raise ValueError(f"--granularity must be one of {CHOICES}, got {granularity!r}")

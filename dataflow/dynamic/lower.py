@@ -48,7 +48,13 @@ import numpy as np
 from dataflow.dfg.graph import Addr, Buffer, DFGError, Kernel, Loop, Node, Program
 from dataflow.dfg.lower import gemm_kernel, run_passes
 from dataflow.dfg.ops import Op
-from dataflow.dynamic.microtile import MicroTileIndex, build_index, computed_macs
+from dataflow.dynamic.microtile import (
+    MicroTileIndex,
+    build_index,
+    check_shape,
+    computed_macs,
+    parse_granularity,
+)
 
 PARTS = 8  # partial sums per wide tile in the scan (one SIMD vector of contiguous words)
 
@@ -375,7 +381,6 @@ def lower_dynamic_spmm(a: np.ndarray, b: np.ndarray, granularity: str, panel_row
     row would start on the same SPM line (interleaved mapping), serialising their reads on
     that line's ports; one SPM row of padding staggers the rows over the lines. The dense
     baseline (`lower_dense_reference`) stores A the same way."""
-    from dataflow.dynamic.microtile import check_shape, parse_granularity
 
     tile = parse_granularity(granularity)
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:

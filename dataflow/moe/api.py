@@ -22,6 +22,8 @@ import time
 
 import numpy as np
 
+from dataflow.arch import resolve_arch
+from dataflow.mapper import map_program
 from dataflow.moe.gating import (
     check_moe_params,
     gate_logits,
@@ -29,6 +31,10 @@ from dataflow.moe.gating import (
     moe_reference,
     route,
 )
+from dataflow.moe.lower import combine_program, expert_program, front_program, sequential_program
+from dataflow.pe_array.result import SimResult
+from dataflow.pe_array.simulate import simulate_mapping
+from dataflow.workloads import Param, Workload, finish, register
 
 PLACEMENTS = ("parallel", "sequential")
 
@@ -63,8 +69,6 @@ def region_arch(arch, parts: int):
 
 
 def _run(prog, arch, engine, name):
-    from dataflow.mapper import map_program
-    from dataflow.pe_array.simulate import simulate_mapping
 
     mapping = map_program(prog, arch)
     return simulate_mapping(mapping, engine=engine, workload=name), mapping
@@ -77,7 +81,6 @@ def _shift(kernels, offset: int):
 
 def _compose_parallel(arch, parts_total: int, front, experts, combine, output, summaries):
     """One SimResult for front -> experts side by side -> combine (see the module docstring)."""
-    from dataflow.pe_array.result import SimResult
 
     gr, gc = region_grid(arch, parts_total)
     t_front = front.cycles
@@ -134,13 +137,6 @@ def simulate_moe(x, wg, bias, w, top_k: int, arch=None, *, engine: str = "fast",
 
     `x` tokens x dim, `wg` dim x experts, `bias` (experts,), `w` experts x dim x hidden. Values
     are checked against `moe_reference` (numpy, float64)."""
-    from dataflow.api import finish, resolve_arch
-    from dataflow.moe.lower import (
-        combine_program,
-        expert_program,
-        front_program,
-        sequential_program,
-    )
 
     if placement not in PLACEMENTS:
         raise ValueError(f"--placement must be one of {PLACEMENTS}, got {placement!r}")
@@ -191,7 +187,6 @@ def _run_moe(spec, *, engine="fast", seed=0, trace=False, experts=8, top_k=2, to
 
 
 def register_workloads() -> None:
-    from dataflow.workloads import Param, Workload, register
 
     register(Workload("moe", _run_moe, (
         Param("experts", int, 8, "experts (moe)"),

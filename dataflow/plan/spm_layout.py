@@ -27,6 +27,7 @@ from dataflow.cachefiles import (
 from dataflow.dfg.lower_butterfly import ButterflySpec, lower_butterfly
 from dataflow.mapper.mapping import Mapping
 from dataflow.pe_array.simulate import run_array
+from dataflow.plan.stage_mapping import map_stage_kernel
 
 LAYOUT_CANDIDATES = 16  # random layouts per plan (seeded), then twice as many local moves
 LAYOUT_CACHE_ENTRIES = 256  # layout choices kept in memory per process
@@ -38,10 +39,6 @@ def layout_stalls(spec: ButterflySpec, arch: ArchSpec, groups, rows: int, budget
     """SPM port-conflict stall cycles of two tiles of `rows` batch blocks with `spec`'s layout
     (the engine's count on the mapped schedules, zeros for data: conflicts depend on addresses
     and issue cycles only)."""
-    import numpy as np
-
-    from dataflow.plan.orchestrate import map_stage_kernel  # orchestrate imports this module
-
 
     # two tiles: streamed buffers alternate between the halves of their double buffer
     one = dataclasses.replace(spec, batch=2 * rows * spec.col_blocks * spec.lanes)

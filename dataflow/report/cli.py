@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import sys
 
+from dataflow.cli import user_errors
+from dataflow.report import load_result, write_report
+
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
@@ -16,8 +19,6 @@ def add_parser(subparsers) -> None:
 
 
 def handle(args) -> int:
-    from dataflow.cli import user_errors
-    from dataflow.report import load_result, write_report
 
     try:
         data = load_result(args.result)

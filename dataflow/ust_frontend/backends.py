@@ -3,7 +3,10 @@ classes in `ops.py`); further backends (`cuda`, ...) register one executor per o
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
+
+from dataflow.errors import UserError
 
 BACKENDS = ("numpy", "sim")  # built in: methods of the op classes below
 
@@ -24,10 +27,20 @@ BACKENDS = ("numpy", "sim")  # built in: methods of the op classes below
 #                  `op.prologued_operands()` -> (A, B) same-shape UST Tensors with the prolog
 #                  applied, `op.semiring` (as for matmul); returns a dense numpy array of A's
 #                  shape, or a scipy.sparse matrix when `op.sparse_result`.
+# The workload packages above the frontend dispatch their own ops the same way, so that they
+# never import a backend module (which sits above them); their executors take the op's
+# arguments, numpy in and out:
+#   "attention":   fn(q, k, v, pos, crd, pattern, pattern_params) -> (q rows, v cols) output
+#                  of softmax attention restricted to the CSR mask (pos, crd).
+#   "fft":         fn(x) -> the complex FFT along the last axis.
+#   "butterfly":   fn(x, factors) -> x times the butterfly product of the checked factors.
+#   "butterfly_linear": fn(x, factors, bias); "butterfly_ffn": fn(x, f1, f2, b1, b2);
+#   "fnet_attention": fn(x) -> FNet's real part of the 2-D FFT.
 # An executor that cannot run some case (e.g. a custom semiring) raises NotImplementedError
 # naming it. It may leave timing or a result object on `op.last_result`.
 
-OP_FAMILIES = ("matmul", "sddmm", "elementwise")
+OP_FAMILIES = ("matmul", "sddmm", "elementwise", "attention", "fft", "butterfly",
+               "butterfly_linear", "butterfly_ffn", "fnet_attention")
 _EXECUTORS: dict[str, dict[str, Callable]] = {f: {} for f in OP_FAMILIES}
 # Imported the first time their backend is asked for and not yet registered, so that
 # `matmul(..., backend="cuda")` works without importing the backend module by hand.
@@ -37,7 +50,7 @@ BACKEND_MODULES: dict[str, str] = {"cuda": "dataflow.cuda"}
 def _family(op_name: str) -> str:
     fam = op_name.split(":")[0].lower()
     if fam not in OP_FAMILIES:
-        raise ValueError(f"unknown op {op_name!r}; backends register for one of {OP_FAMILIES}")
+        raise UserError(f"unknown op {op_name!r}; backends register for one of {OP_FAMILIES}")
     return fam
 
 
@@ -47,14 +60,14 @@ def register_backend(op_name: str, backend: str, fn: Callable, *, replace: bool 
     cannot be replaced; registering a different function twice needs `replace=True`."""
     fam = _family(op_name)
     if not isinstance(backend, str) or not backend:
-        raise ValueError(f"backend must be a non-empty string, got {backend!r}")
+        raise UserError(f"backend must be a non-empty string, got {backend!r}")
     if backend in BACKENDS:
-        raise ValueError(f"backend {backend!r} is built in and cannot be re-registered")
+        raise UserError(f"backend {backend!r} is built in and cannot be re-registered")
     if not callable(fn):
         raise TypeError(f"executor for {fam}/{backend} must be callable, got {type(fn).__name__}")
     old = _EXECUTORS[fam].get(backend)
     if old is not None and old is not fn and not replace:
-        raise ValueError(f"{fam} already has a {backend!r} executor ({old!r}); "
+        raise UserError(f"{fam} already has a {backend!r} executor ({old!r}); "
                          "pass replace=True to swap it")
     _EXECUTORS[fam][backend] = fn
 
@@ -76,8 +89,6 @@ def _autoload(backend: str) -> str | None:
     module = BACKEND_MODULES.get(backend)
     if module is None:
         return None
-    import importlib
-
     try:
         importlib.import_module(module)
     except ImportError as e:
@@ -93,6 +104,6 @@ def get_executor(op_name: str, backend: str) -> Callable:
         why = _autoload(backend)
     if backend not in _EXECUTORS[fam]:
         hint = f" ({why})" if why else ""
-        raise ValueError(f"unknown backend {backend!r} for {fam}{hint}; available: "
+        raise UserError(f"unknown backend {backend!r} for {fam}{hint}; available: "
                          f"{', '.join(available_backends(fam))}")
     return _EXECUTORS[fam][backend]

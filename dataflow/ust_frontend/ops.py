@@ -18,7 +18,13 @@ from collections.abc import Callable
 from typing import ClassVar
 
 import numpy as np
+import scipy.sparse as sp
 
+from dataflow.arch import resolve_arch
+from dataflow.dfg.lower import lower_gemm, lower_spmm_csr
+from dataflow.dfg.lower_elementwise import EwOperand, coiterate, lower_elementwise
+from dataflow.dfg.lower_sddmm import lower_sddmm_csr
+from dataflow.dfg.lower_spgemm import gustavson_symbolic, lower_spgemm_csr
 from dataflow.ust_frontend.backends import (
     BACKEND_MODULES,
     BACKENDS,
@@ -28,6 +34,8 @@ from dataflow.ust_frontend.backends import (
     register_backend,
     unregister_backend,
 )
+from dataflow.ust_frontend.cache import PlanCache, default_cache
+from dataflow.ust_frontend.interop import is_cupy, to_device_like
 from dataflow.ust_frontend.named import NamedFormats
 from dataflow.ust_frontend.plan import (
     Plan,
@@ -69,11 +77,9 @@ def lower_matmul(a: Tensor, b: Tensor, dtype=np.float32, structure=None):
     when B is sparse (A read as CSR; a dense A as CSR with every entry). The GEMM/SpMM output
     `C` is the dense product; the SpGEMM output `C_val` holds C's values along the structure
     `spgemm_structure(a, b)` (pass it as `structure` to skip the symbolic phase)."""
-    from dataflow.dfg.lower import lower_gemm, lower_spmm_csr
 
     _check_shapes(a, b)
     if not is_dense(b):
-        from dataflow.dfg.lower_spgemm import lower_spgemm_csr
 
         (ap, ac, av), (bp, bc, bv) = _entries_csr(a), csr_arrays(b)
         return lower_spgemm_csr(a.shape, ap, ac, av, b.shape, bp, bc, bv, dtype,
@@ -88,7 +94,6 @@ def lower_matmul(a: Tensor, b: Tensor, dtype=np.float32, structure=None):
 def spgemm_structure(a: Tensor, b: Tensor):
     """Gustavson's symbolic phase for a @ b with B sparse (`SpgemmStructure`: C's CSR
     structure and each entry's partial products); reads no values."""
-    from dataflow.dfg.lower_spgemm import gustavson_symbolic
 
     _check_shapes(a, b)
     (ap, ac, _), (bp, bc, _) = _entries_csr(a), csr_arrays(b)
@@ -114,7 +119,6 @@ def _wrap_like(result: np.ndarray, like):
         return torch.from_numpy(result)
     if isinstance(like, Tensor):
         return Tensor.from_package(result)
-    from dataflow.ust_frontend.interop import to_device_like
 
     return to_device_like(result, like)  # back to the GPU for cupy operands
 
@@ -152,12 +156,10 @@ class _StatefulOp:
         `arch`: ArchSpec, preset name or YAML path (default: the `default` preset). `cache`: a
         `PlanCache`, None for the process default (memory + `$DATAFLOW_CACHE_DIR`), or False
         to always build."""
-        from dataflow.ust_frontend.cache import PlanCache, default_cache
 
         _check_backend(backend, self.op)
         spec = None
         if backend == "sim":
-            from dataflow.arch import resolve_arch
 
             self._sim_check()
             spec = resolve_arch(arch)
@@ -337,7 +339,6 @@ class Sddmm(_StatefulOp):
         return _with_values(self.a, fa).to_dense(), _with_values(self.b, fb).to_dense()
 
     def _lower(self):
-        from dataflow.dfg.lower_sddmm import lower_sddmm_csr
 
         pos, crd, val = self._csr
         return lower_sddmm_csr(*self._dense_ab(), pos, crd, val)
@@ -418,7 +419,6 @@ class Elementwise(_StatefulOp):
         return _with_values(self.a, fa), _with_values(self.b, fb)
 
     def _view2d(self):
-        from dataflow.dfg.lower_elementwise import EwOperand
 
         shape = self.a.shape
         rows, cols = (int(np.prod(shape[:-1], dtype=np.int64)), shape[-1]) if shape else (1, 1)
@@ -430,7 +430,6 @@ class Elementwise(_StatefulOp):
             if len(shape) == 2:
                 pos, crd, val = csr_arrays(t)
             else:  # other ranks: rows are the leading dimensions, raveled
-                import scipy.sparse as sp
 
                 coords, val = t.entries()
                 r = (np.ravel_multi_index(coords[:-1], shape[:-1]) if len(shape) > 1
@@ -443,7 +442,6 @@ class Elementwise(_StatefulOp):
         return (rows, cols), ops
 
     def _lower(self):
-        from dataflow.dfg.lower_elementwise import coiterate, lower_elementwise
 
         shape, (a, b) = self._view2d()
         if self._coiteration is None and not (a.is_dense and b.is_dense):
@@ -459,7 +457,6 @@ class Elementwise(_StatefulOp):
             out = fn(*(_dense_filled(t, zero) for t in (a, b)))
             return np.asarray(out).astype(np.result_type(a.dtype, b.dtype))
         if self.sparse_result:
-            import scipy.sparse as sp
 
             mats = []
             for t in (a, b):
@@ -474,7 +471,6 @@ class Elementwise(_StatefulOp):
         out = np.asarray(res.output)
         if not self.sparse_result:
             return out.reshape(self.a.shape)
-        import scipy.sparse as sp
 
         co = self._coiteration
         m = sp.csr_matrix((out, co.crd, co.pos), shape=self.a.shape)
@@ -482,7 +478,6 @@ class Elementwise(_StatefulOp):
         return m
 
     def _finish(self, raw):
-        import scipy.sparse as sp
 
         if sp.issparse(raw):
             raw = sp.csr_matrix(raw)
@@ -491,7 +486,6 @@ class Elementwise(_StatefulOp):
                 raw.data = np.asarray(self.epilog(raw.data)).astype(raw.dtype)
             if sp.issparse(self._a_package):
                 return raw
-            from dataflow.ust_frontend.interop import is_cupy, to_device_like
 
             if is_cupy(self._a_package):
                 return to_device_like(raw, self._a_package)  # cupyx operands: a cupyx result

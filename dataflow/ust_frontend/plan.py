@@ -21,10 +21,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dataflow.arch.load import arch_to_dict
 from dataflow.arch.spec import ArchSpec
 from dataflow.dfg.graph import Program
 from dataflow.errors import UserError
+from dataflow.mapper import map_program
 from dataflow.mapper.mapping import KernelMapping, Mapping, SystolicMapping
+from dataflow.pe_array.simulate import simulate_mapping
 
 
 class PlanMismatchError(UserError):
@@ -113,7 +116,6 @@ def arch_hash(arch: ArchSpec | None) -> str:
     """sha256 of the arch's YAML dict (stable across processes, unlike `hash(arch)`)."""
     if arch is None:
         return "-"
-    from dataflow.arch.load import arch_to_dict
 
     d = arch_to_dict(arch)
     d.pop("source", None)  # where it was loaded from does not change the hardware
@@ -140,7 +142,6 @@ def build_plan(key: str, op: str, backend: str, operands: tuple[OperandSignature
                     dataflow=dataflow, kernel_mappings=(), program_name="",
                     summary=f"{op} on the numpy reference: nothing to map", notes=notes,
                     plan_seconds=time.perf_counter() - t0)
-    from dataflow.mapper import map_program
 
     program = lower()
     mapping = map_program(program, arch, dataflow=dataflow)
@@ -151,6 +152,5 @@ def build_plan(key: str, op: str, backend: str, operands: tuple[OperandSignature
 
 def run_plan(plan: Plan, program: Program):
     """Simulate `program` (lowered from the current values) on the planned mapping."""
-    from dataflow.pe_array.simulate import simulate_mapping
 
     return simulate_mapping(plan.bind(program), workload=plan.op)

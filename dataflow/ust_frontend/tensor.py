@@ -6,6 +6,10 @@ import os
 from collections.abc import Sequence
 
 import numpy as np
+import scipy.sparse as sp
+
+from dataflow.ust_frontend.draw import draw
+from dataflow.ust_frontend.files import read_tensor_file
 
 from . import interop
 from .format import TensorFormat, as_format
@@ -93,7 +97,6 @@ class Tensor:
     @classmethod
     def from_file(cls, path: str | os.PathLike) -> Tensor:
         """Load a Matrix Market (.mtx) or FROSTT (.tns) file as a COO tensor."""
-        from .files import read_tensor_file
 
         return read_tensor_file(cls, path)
 
@@ -281,7 +284,6 @@ class Tensor:
 
         See ``dataflow.ust_frontend.draw.draw`` for the keyword arguments.
         """
-        from .draw import draw
 
         return draw(self.to_host(), ax=ax, **kwargs)
 
@@ -325,7 +327,6 @@ def _scatter(shape: tuple[int, ...], coords, values: np.ndarray) -> np.ndarray:
 def _is_scipy_sparse(x) -> bool:
     if type(x).__module__.split(".")[0] != "scipy":
         return False
-    import scipy.sparse as sp
 
     return sp.issparse(x)
 

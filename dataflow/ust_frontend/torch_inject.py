@@ -26,6 +26,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from dataflow.arch import resolve_arch
+from dataflow.ust_frontend.named import NamedFormats
+from dataflow.ust_frontend.ops import Matmul, get_executor
 from dataflow.ust_frontend.tensor import Tensor
 
 SPARSE_THRESHOLD = 0.25  # a weight with at least this fraction of zeros is stored as CSR
@@ -105,7 +108,6 @@ class EngineConfig:
 
 
 def _weight_tensor(w: np.ndarray, weight_format: str | None) -> Tensor:
-    from dataflow.ust_frontend.named import NamedFormats
 
     w = np.ascontiguousarray(w, dtype=np.float32)
     if weight_format is None:
@@ -158,7 +160,6 @@ def _modules():
         @property
         def weight_ust(self) -> Tensor:
             """The UST weight, a view of the buffers."""
-            from dataflow.ust_frontend.named import NamedFormats
 
             val = self.weight_values.detach().cpu().numpy()
             shape = (self.out_features, self.in_features)
@@ -197,7 +198,6 @@ def _modules():
                                           missing_keys, unexpected_keys, error_msgs)
 
         def forward(self, x):
-            from dataflow.ust_frontend.ops import Matmul
 
             lead = x.shape[:-1]
             xt = np.ascontiguousarray(
@@ -343,7 +343,6 @@ def inject(model, backend: str = "sim", arch=None, prune=None, *, dataflow: str 
     Returns the report whose counters fill in as the model runs."""
     from torch import nn
 
-    from dataflow.ust_frontend.ops import get_executor
 
     if backend not in ("numpy", "sim"):
         get_executor("matmul", backend)  # a registered backend, or an error listing them
@@ -354,7 +353,6 @@ def inject(model, backend: str = "sim", arch=None, prune=None, *, dataflow: str 
         prune_model(model, float(prune))
     spec = None
     if backend == "sim":
-        from dataflow.api import resolve_arch
 
         spec = resolve_arch(arch)
     config = EngineConfig(backend, spec, dataflow, cache)

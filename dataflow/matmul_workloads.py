@@ -1,0 +1,62 @@
+"""The dense and sparse matmul workloads (`--workload gemm`, `--workload spmm`): seeded random
+operands, lowered through the UST frontend, mapped and simulated."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import scipy.sparse as sp
+
+from dataflow.arch import ArchSpec
+from dataflow.errors import UserError
+from dataflow.mapper import map_program
+from dataflow.pe_array.simulate import simulate_mapping
+from dataflow.ust_frontend.ops import as_tensor, lower_matmul, matmul_reference
+from dataflow.workloads import Param, Workload, finish, register
+
+MATMUL_WORKLOADS = ("gemm", "spmm")
+
+
+def make_operands(workload: str, m: int, k: int, n: int, density: float = 0.1, seed: int = 0):
+    """Seeded random operands: dense A (gemm) or CSR A at `density` (spmm), dense B; fp32."""
+    if workload not in MATMUL_WORKLOADS:
+        raise UserError(f"unknown workload {workload!r}; choose one of {MATMUL_WORKLOADS}")
+    for name, v in (("m", m), ("k", k), ("n", n)):
+        if v <= 0:
+            raise UserError(f"--{name} must be a positive integer, got {v}")
+    rng = np.random.default_rng(seed)
+    b = rng.standard_normal((k, n), dtype=np.float32)
+    if workload == "gemm":
+        return rng.standard_normal((m, k), dtype=np.float32), b
+    if not 0.0 < density <= 1.0:
+        raise UserError(f"--density must be in (0, 1], got {density}")
+    a = sp.random(m, k, density=density, format="csr", dtype=np.float32, random_state=rng,
+                  data_rvs=lambda size: rng.standard_normal(size).astype(np.float32))
+    a.sort_indices()
+    return a, b
+
+
+def _run_matmul(workload: str):
+    def run(spec: ArchSpec, *, engine: str = "fast", seed: int = 0, trace: bool = False,
+            m: int = 256, k: int = 256, n: int = 64, density: float = 0.05,
+            dataflow: str | None = None):
+        t0 = time.perf_counter()
+        a, b = make_operands(workload, m, k, n, density, seed)
+        ta, tb = as_tensor(a), as_tensor(b)
+        mapping = map_program(lower_matmul(ta, tb), spec, dataflow=dataflow)
+        res = simulate_mapping(mapping, engine=engine, trace=trace, workload=workload)
+        return finish(res, matmul_reference(ta, tb), t0, mapping)
+    return run
+
+
+MATMUL_PARAMS = (
+    Param("m", int, 256, "rows of A and C"),
+    Param("k", int, 256, "columns of A, rows of B"),
+    Param("n", int, 64, "columns of B and C (butterfly/fft: transform length)"),
+    Param("density", float, 0.05, "density of sparse A (spmm)"),
+    Param("dataflow", str, None, "systolic dataflow (systolic architectures only; default os)",
+          choices=(None, "os", "ws", "is")),
+)
+register(Workload("gemm", _run_matmul("gemm"), MATMUL_PARAMS, "dense C = A @ B"))
+register(Workload("spmm", _run_matmul("spmm"), MATMUL_PARAMS, "CSR A @ dense B"))
