@@ -4,12 +4,9 @@ and a path, draws with matplotlib's Agg backend and returns the path."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import numpy as np
 
 OP_COLOURS = {"load": "#4c72b0", "gather": "#64b5cd", "store": "#dd8452", "scatter": "#ffb482",
@@ -18,9 +15,22 @@ OP_COLOURS = {"load": "#4c72b0", "gather": "#64b5cd", "store": "#dd8452", "scatt
               "div": "#da8bc3", "bfly": "#ccb974", "route": "#8c8c8c", "const": "#bbbbbb"}
 
 
+@functools.cache
+def _pyplot():
+    """matplotlib.pyplot on the Agg backend. Imported on the first picture, not with the
+    package: it costs most of a second, and `dataflow simulate` draws nothing."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def gantt(data: dict, path, kernel: str | None = None, iterations: int = 3) -> Path:
     """Ops of one kernel on their PEs over time: `iterations` consecutive waves (wave w starts
     w x II later), one row per PE used, bars labelled copy.node."""
+    plt = _pyplot()
     rows = data["schedule"]
     if not rows:
         raise ValueError("the result holds no schedule (a systolic mapping, a workload whose "
@@ -51,6 +61,7 @@ def gantt(data: dict, path, kernel: str | None = None, iterations: int = 3) -> P
 
 
 def pe_heatmap(data: dict, path) -> Path:
+    plt = _pyplot()
     busy = np.asarray(data["arrays"].get("pe_busy_cycles", []), dtype=float)
     if busy.size == 0:
         raise ValueError("the result holds no per-PE busy cycles (save it with --save)")
@@ -67,6 +78,7 @@ def pe_heatmap(data: dict, path) -> Path:
 
 
 def spm_heatmap(data: dict, path) -> Path:
+    plt = _pyplot()
     arr, res = data["arrays"], data["result"]
     reads = arr.get("spm_reads_per_line", res.get("spm_reads_per_line"))
     writes = arr.get("spm_writes_per_line", res.get("spm_writes_per_line"))
@@ -91,6 +103,7 @@ def spm_heatmap(data: dict, path) -> Path:
 
 def roofline(data: dict, path) -> Path:
     """MACs per cycle against MACs per DRAM byte, under the compute and bandwidth roofs."""
+    plt = _pyplot()
     res = data["result"]
     roof = data.get("roofline") or {}
     peak = roof.get("peak_macs_per_cycle")
@@ -114,6 +127,7 @@ def roofline(data: dict, path) -> Path:
 
 
 def _save(fig, path) -> Path:
+    plt = _pyplot()
     path = Path(path)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
