@@ -8,14 +8,16 @@ import argparse
 import importlib
 import json
 import sys
+import traceback
 
 from dataflow.api import simulate
-from dataflow.arch import ArchError, preset_names
-from dataflow.dfg import DFGError
-from dataflow.mapper import MappingError
+from dataflow.arch import preset_names
+from dataflow.errors import USER_ERRORS, UserError
 from dataflow.report import save_result, write_trace
-from dataflow.ust_frontend import FormatError
 from dataflow.workloads import all_params, workloads
+
+BUG_REPORT = ("dataflow: internal error: this is a bug in dataflow, not in your input. Please "
+              "report it with the traceback above and the command line: {command}")
 
 #: Modules adding subcommands: each has `add_parser(subparsers)` that calls
 #: `parser.set_defaults(func=handler)`; `handler(args) -> int` is the exit code.
@@ -24,11 +26,6 @@ COMMAND_MODULES: tuple[str, ...] = (
     "dataflow.cuda.cli",
     "dataflow.report.cli",
 )
-
-
-#: Errors every subcommand turns into one line on stderr and exit code 2.
-def user_errors() -> tuple[type[Exception], ...]:
-    return (ArchError, MappingError, DFGError, FormatError, ValueError, FileNotFoundError)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -53,6 +50,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--trace", metavar="FILE",
                    help="write the per-cycle trace (cycle, PE, op) as .csv or .jsonl "
                         "(needs --engine reference)")
+    s.set_defaults(func=_simulate_command)
     for mod in COMMAND_MODULES:
         importlib.import_module(mod).add_parser(sub)
     return p
@@ -86,34 +84,42 @@ def _summary(r) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    if args.command != "simulate":
-        return args.func(args)
-
+def _simulate_command(args) -> int:
     params = {name: getattr(args, name) for name in all_params()
               if getattr(args, name, None) is not None}
-    try:
-        if args.trace and args.engine != "reference":
-            raise ValueError("--trace needs --engine reference (the fast engine keeps no "
-                             "per-cycle trace)")
-        if args.trace and not args.trace.endswith((".csv", ".jsonl")):
-            raise ValueError(f"--trace {args.trace}: trace files end in .csv or .jsonl")
-        r = simulate(args.workload, arch=args.arch, seed=args.seed, engine=args.engine,
-                     trace=bool(args.trace), **params)
-        if args.save or args.trace:
-            if args.save:
-                save_result(r, args.save)
-            if args.trace:
-                write_trace(r.trace, args.trace)
-    except user_errors() as exc:
-        print(f"dataflow: error: {exc}", file=sys.stderr)
-        return 2
+    if args.trace and args.engine != "reference":
+        raise UserError("--trace needs --engine reference (the fast engine keeps no "
+                        "per-cycle trace)")
+    if args.trace and not args.trace.endswith((".csv", ".jsonl")):
+        raise UserError(f"--trace {args.trace}: trace files end in .csv or .jsonl")
+    r = simulate(args.workload, arch=args.arch, seed=args.seed, engine=args.engine,
+                 trace=bool(args.trace), **params)
+    if args.save:
+        save_result(r, args.save)
+    if args.trace:
+        write_trace(r.trace, args.trace)
     if args.json:
         print(json.dumps(r.to_dict()))
     else:
         print(_summary(r))
     return 0 if r.values_match_reference else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one command. Exit codes: 0 done, 1 values differ from the reference, 2 bad input
+    (one line on stderr), 3 an internal error (its traceback and a request to report it)."""
+    args = _parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except USER_ERRORS as exc:
+        print(f"dataflow: error: {exc}", file=sys.stderr)
+        return 2
+    except Exception:
+        # not bad input: a bug in dataflow, so keep the traceback instead of one polite line
+        traceback.print_exc()
+        print(BUG_REPORT.format(command=" ".join(["dataflow", *(argv if argv is not None else
+                                                              sys.argv[1:])])), file=sys.stderr)
+        return 3
 
 
 if __name__ == "__main__":

@@ -24,3 +24,9 @@ class KeyPathError(UserError):
         where = f"{source}: " if source else ""
         at = f"{key_path}: " if key_path else ""
         super().__init__(f"{where}{at}{message}")
+
+
+#: What the CLI reports as one line and exit code 2: bad input, and a file the user named that
+#: cannot be opened. Anything else is a bug: a traceback and a request to report it.
+USER_ERRORS: tuple[type[Exception], ...] = (UserError, FileNotFoundError, IsADirectoryError,
+                                            NotADirectoryError, PermissionError)

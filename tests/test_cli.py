@@ -4,7 +4,13 @@ import sys
 
 import pytest
 
+import dataflow.cli as cli
+from dataflow.arch import ArchError
 from dataflow.cli import main
+from dataflow.dfg import DFGError
+from dataflow.errors import UserError
+from dataflow.mapper import MappingError
+from dataflow.ust_frontend import FormatError
 from tests.conftest import ARCH_DIR
 
 KEYS = {"cycles", "compute_cycles", "stall_cycles", "pe_utilization", "spm_reads", "spm_writes",
@@ -65,3 +71,28 @@ def test_workload_that_does_not_fit_the_spm(tmp_path, capsys):
     assert main(["simulate", "--arch", str(small), "--m", "64", "--k", "512", "--n", "64"]) == 2
     err = capsys.readouterr().err
     assert "does not fit the SPM" in err and str(small) in err
+
+
+def test_bad_input_is_one_line_and_exit_2(capsys):
+    assert main(["simulate", "--workload", "gemm", "--m", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dataflow: error: ") and err.count("\n") == 1
+    assert "--m" in err and "Traceback" not in err
+
+
+def test_internal_error_keeps_its_traceback_and_asks_for_a_report(monkeypatch, capsys):
+    def broken(*args, **kwargs):  # a bug deep inside: not the user's fault
+        raise ValueError("index 7 out of bounds in the scheduler")
+
+    monkeypatch.setattr(cli, "simulate", broken)
+    assert main(["simulate", "--workload", "gemm", "--m", "8", "--k", "8", "--n", "8"]) == 3
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err
+    assert "internal error" in err and "report it" in err
+    assert "dataflow simulate --workload gemm" in err
+
+
+def test_user_errors_share_one_base():
+    for cls in (ArchError, DFGError, MappingError, FormatError):
+        assert issubclass(cls, UserError)
+    assert not issubclass(KeyError, UserError)

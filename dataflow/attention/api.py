@@ -71,7 +71,7 @@ def make_inputs(pattern: str, seq: int, dim: int, seed: int = 0, **pattern_param
     Parameters given as None take the pattern's defaults."""
     for name, val in (("seq", seq), ("dim", dim)):
         if not isinstance(val, (int, np.integer)) or val < 1:
-            raise ValueError(f"--{name} must be a positive integer, got {val}")
+            raise UserError(f"--{name} must be a positive integer, got {val}")
     given = {k: v for k, v in pattern_params.items() if v is not None}
     if pattern in ("bigbird", "nm"):
         given.setdefault("seed", seed)
@@ -125,7 +125,7 @@ def _as_matrix(name: str, x) -> np.ndarray:
         x = x.detach().cpu().numpy()
     a = np.asarray(x, dtype=np.float32)
     if a.ndim != 2:
-        raise ValueError(f"sparse_attention: {name} must be a (seq, dim) matrix, got shape {a.shape}")
+        raise UserError(f"sparse_attention: {name} must be a (seq, dim) matrix, got shape {a.shape}")
     return a
 
 
@@ -145,20 +145,20 @@ def sparse_attention(q, k, v, pattern="dense", backend: str = "numpy", arch=None
     any mask, "dia" for banded masks (window, dilated: affine, no gathers), "auto" to pick.
     """
     if backend not in BACKENDS:
-        raise ValueError(f"sparse_attention: backend must be one of {BACKENDS}, got {backend!r}")
+        raise UserError(f"sparse_attention: backend must be one of {BACKENDS}, got {backend!r}")
     q, k, v = _as_matrix("q", q), _as_matrix("k", k), _as_matrix("v", v)
     if q.shape[1] != k.shape[1] or k.shape[0] != v.shape[0]:
-        raise ValueError(f"sparse_attention: shapes do not agree: q {q.shape}, k {k.shape}, "
+        raise UserError(f"sparse_attention: shapes do not agree: q {q.shape}, k {k.shape}, "
                          f"v {v.shape} (need q.dim == k.dim and k.seq == v.seq)")
     if isinstance(pattern, (str, AttentionPattern)) and q.shape[0] != k.shape[0]:
-        raise ValueError(f"named patterns are square: q has {q.shape[0]} rows, k {k.shape[0]}")
+        raise UserError(f"named patterns are square: q has {q.shape[0]} rows, k {k.shape[0]}")
     pos, crd, mask = mask_csr(pattern, q.shape[0], **pattern_params)
     if mask.shape != (q.shape[0], k.shape[0]):
-        raise ValueError(f"sparse_attention: mask shape {mask.shape} != (q rows, k rows) "
+        raise UserError(f"sparse_attention: mask shape {mask.shape} != (q rows, k rows) "
                          f"{(q.shape[0], k.shape[0])}")
     if backend == "numpy":
         if return_result:
-            raise ValueError("return_result needs backend='sim'")
+            raise UserError("return_result needs backend='sim'")
         return attention_reference(q, k, v, pos, crd)
     if backend != "sim":
         if return_result:

@@ -16,6 +16,7 @@ from dataflow.arch import resolve_arch
 from dataflow.attention.lower import lower_attention
 from dataflow.attention.lower_dia import band_offsets, lower_attention_dia
 from dataflow.attention.reference import attention_reference
+from dataflow.errors import UserError
 from dataflow.ust_frontend.named import NamedFormats
 from dataflow.ust_frontend.ops import _StatefulOp, as_tensor
 from dataflow.ust_frontend.tensor import Tensor
@@ -40,7 +41,7 @@ class SparseAttention(_StatefulOp):
     def __init__(self, q, k, v, pos: np.ndarray, crd: np.ndarray, lowering: str = "csr"):
         super().__init__()
         if lowering not in LOWERINGS:
-            raise ValueError(f"lowering must be one of {LOWERINGS}, got {lowering!r}")
+            raise UserError(f"lowering must be one of {LOWERINGS}, got {lowering!r}")
         self._lanes = None
         self.requested_lowering = lowering
         self.reset_operands(q, k, v, pos, crd)
@@ -64,7 +65,7 @@ class SparseAttention(_StatefulOp):
         if self.lowering != "csr":
             band = band_offsets(self.pos, self.crd, shape[1]) if shape[0] == shape[1] else None
             if self.lowering == "dia" and band is None:
-                raise ValueError("lowering='dia' needs a square mask of whole, equally spaced "
+                raise UserError("lowering='dia' needs a square mask of whole, equally spaced "
                                  "diagonals (window, dilated); use lowering='csr' or 'auto'")
             # auto: DIA walks T * seq positions, fillers included; worth it while they are few
             # (a narrow band), not for e.g. the dense mask (2 seq - 1 diagonals, half fillers)

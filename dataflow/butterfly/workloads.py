@@ -14,6 +14,7 @@ import numpy as np
 
 from dataflow.butterfly import reference as ref
 from dataflow.butterfly.ops import run_butterfly_matmul, run_fft, run_fnet_attention
+from dataflow.errors import UserError
 from dataflow.plan.orchestrate import ORCHESTRATIONS
 from dataflow.workloads import Param, Workload, finish, register
 
@@ -30,7 +31,6 @@ def _ri(z) -> np.ndarray:
 
 
 def _finish(res, y, expected, t0):
-
     done = finish(dataclasses.replace(res, output=_ri(y)), _ri(expected), t0)
     return dataclasses.replace(done, output=y)
 
@@ -38,7 +38,7 @@ def _finish(res, y, expected, t0):
 def _positive(**kw):
     for k, v in kw.items():
         if v < 1:
-            raise ValueError(f"--{k} must be a positive integer, got {v}")
+            raise UserError(f"--{k} must be a positive integer, got {v}")
 
 
 def _run_butterfly(spec, *, engine="fast", seed=0, trace=False, n=64, batch=32,

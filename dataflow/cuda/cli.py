@@ -7,11 +7,11 @@ import json
 import sys
 
 from dataflow.arch import preset_names
-from dataflow.cli import user_errors
 from dataflow.cuda.compare import compare, crosscheck, plot_comparison
 from dataflow.cuda.device import GpuUnavailableError
 from dataflow.cuda.gpu_spec import available_gpus
 from dataflow.cuda.workloads import gpu_workloads
+from dataflow.errors import USER_ERRORS
 from dataflow.workloads import all_params
 
 
@@ -30,12 +30,10 @@ def _workload_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _params(args) -> dict:
-
     return {n: getattr(args, n) for n in all_params() if getattr(args, n, None) is not None}
 
 
 def add_parser(sub) -> None:
-
     c = sub.add_parser("crosscheck", help="numpy vs sim vs cuda on the same inputs",
                        description="Run one workload's operands through the numpy reference, "
                        "the simulated dataflow array and the CUDA kernels (in the CUDA simulator "
@@ -61,16 +59,14 @@ def add_parser(sub) -> None:
     m.set_defaults(func=compare_command)
 
 
-def _errors():
-
-    return (*user_errors(), GpuUnavailableError, NotImplementedError)
+#: besides bad input: no GPU where one was asked for, and a case that has no CUDA kernel
+CUDA_USER_ERRORS = (*USER_ERRORS, GpuUnavailableError, NotImplementedError)
 
 
 def crosscheck_command(args) -> int:
-
     try:
         r = crosscheck(args.workload, args.arch, seed=args.seed, **_params(args))
-    except _errors() as exc:
+    except CUDA_USER_ERRORS as exc:
         print(f"dataflow crosscheck: error: {exc}", file=sys.stderr)
         return 2
     print(json.dumps(r.to_dict()) if args.json else r.summary())
@@ -78,11 +74,10 @@ def crosscheck_command(args) -> int:
 
 
 def compare_command(args) -> int:
-
     try:
         r = compare(args.workload, args.arch, args.gpu or ["jetson_xavier_nx"], seed=args.seed,
                     measure_if_present=not args.model_only, **_params(args))
-    except _errors() as exc:
+    except CUDA_USER_ERRORS as exc:
         print(f"dataflow compare: error: {exc}", file=sys.stderr)
         return 2
     plot = None

@@ -23,6 +23,7 @@ from dataflow.cuda.device import device_name, execution_mode, have_gpu
 from dataflow.cuda.gpu_spec import load_gpu
 from dataflow.cuda.roofline import GpuCost, measured_cost, model_cost
 from dataflow.cuda.runner import dry_run, measure
+from dataflow.errors import UserError
 from dataflow.testing import max_abs_error, values_match
 
 
@@ -169,7 +170,7 @@ def compare(workload: str, arch=None, gpus=("jetson_xavier_nx",), *, seed: int =
     params = gw.resolve_params(workload, params)
     specs = [load_gpu(g) for g in gpus]
     if not specs:
-        raise ValueError("compare needs at least one GPU (--gpu NAME)")
+        raise UserError("compare needs at least one GPU (--gpu NAME)")
     spec = resolve_arch(arch)
     ops = w.inputs(seed=seed, **params)
     _, res = w.sim(ops, spec)

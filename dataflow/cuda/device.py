@@ -15,8 +15,10 @@ import functools
 import os
 import sys
 
+from dataflow.errors import UserError
 
-class GpuUnavailableError(RuntimeError):
+
+class GpuUnavailableError(UserError):
     """A kernel launch was asked for on a real GPU in a process that cannot have one."""
 
 

@@ -17,6 +17,7 @@ import numpy as np
 from dataflow.cuda.device import cuda_module
 from dataflow.cuda.reference import fft_factors, microtile_flags
 from dataflow.cuda.runner import Runner
+from dataflow.errors import UserError
 from dataflow.moe.gating import gate_logits, route
 
 F32, C64, I32 = np.dtype(np.float32), np.dtype(np.complex64), np.dtype(np.int32)
@@ -38,7 +39,7 @@ def _ceil(a: int, b: int) -> int:
 def _matrix(x, name: str, dtype=F32) -> np.ndarray:
     x = np.asarray(x)
     if x.ndim != 2:
-        raise ValueError(f"{name} must be a 2-D array, got shape {x.shape}")
+        raise UserError(f"{name} must be a 2-D array, got shape {x.shape}")
     return np.ascontiguousarray(x, dtype=dtype)
 
 
@@ -46,14 +47,14 @@ def _csr(pos, crd, val, shape, name: str = "a"):
     pos, crd = np.asarray(pos), np.asarray(crd)
     m = int(shape[0])
     if pos.shape != (m + 1,):
-        raise ValueError(f"{name}: CSR pos must have {m + 1} entries for {m} rows, got {pos.shape}")
+        raise UserError(f"{name}: CSR pos must have {m + 1} entries for {m} rows, got {pos.shape}")
     nnz = int(pos[-1]) if m else 0
     if crd.shape[0] < nnz or np.asarray(val).shape[0] < nnz:
-        raise ValueError(f"{name}: CSR crd/val shorter than pos[-1] = {nnz}")
+        raise UserError(f"{name}: CSR crd/val shorter than pos[-1] = {nnz}")
     if nnz >= 2**31:
-        raise ValueError(f"{name}: {nnz} stored entries exceed the int32 indices of the kernels")
+        raise UserError(f"{name}: {nnz} stored entries exceed the int32 indices of the kernels")
     if nnz and (crd[:nnz].min() < 0 or crd[:nnz].max() >= shape[1]):
-        raise ValueError(f"{name}: CSR column index out of range for shape {tuple(shape)}")
+        raise UserError(f"{name}: CSR column index out of range for shape {tuple(shape)}")
     return (np.ascontiguousarray(pos, I32), np.ascontiguousarray(crd[:nnz], I32),
             np.ascontiguousarray(np.asarray(val)[:nnz], F32), nnz)
 
@@ -66,7 +67,7 @@ def gemm(a, b, *, tile: int | None = None, runner: Runner | None = None) -> np.n
     cuda = cuda_module()
     a, b = _matrix(a, "a"), _matrix(b, "b")
     if a.shape[1] != b.shape[0]:
-        raise ValueError(f"gemm shapes do not agree: a {a.shape} @ b {b.shape}")
+        raise UserError(f"gemm shapes do not agree: a {a.shape} @ b {b.shape}")
     return _gemm_device(cuda.to_device(a), cuda.to_device(b), runner or Runner(),
                         tile).copy_to_host()
 
@@ -87,7 +88,7 @@ _GEMM_VARIANTS: dict = {}
 
 def _gemm_variant(dense, tile: int):
     if tile < 1 or tile > 32:
-        raise ValueError(f"gemm tile must be in 1..32 (tile x tile threads per block), got {tile}")
+        raise UserError(f"gemm tile must be in 1..32 (tile x tile threads per block), got {tile}")
     return _GEMM_VARIANTS.setdefault(tile, dense.make_gemm_tiled(tile))
 
 
@@ -98,7 +99,7 @@ def spmm(pos, crd, val, shape, b, *, runner: Runner | None = None) -> np.ndarray
     b = _matrix(b, "b")
     m, k = (int(s) for s in shape)
     if b.shape[0] != k:
-        raise ValueError(f"spmm shapes do not agree: a {(m, k)} @ b {b.shape}")
+        raise UserError(f"spmm shapes do not agree: a {(m, k)} @ b {b.shape}")
     pos, crd, val, nnz = _csr(pos, crd, val, (m, k))
     n = b.shape[1]
     dc = cuda.device_array((m, n), F32)
@@ -116,7 +117,7 @@ def sddmm(a, b, pos, crd, mask_val, *, runner: Runner | None = None) -> np.ndarr
     mask (pos, crd); A m x k, B k x n dense. Returns the nnz values (fp32)."""
     a, b = _matrix(a, "a"), _matrix(b, "b")
     if a.shape[1] != b.shape[0]:
-        raise ValueError(f"sddmm shapes do not agree: a {a.shape} @ b {b.shape}")
+        raise UserError(f"sddmm shapes do not agree: a {a.shape} @ b {b.shape}")
     return _sddmm(a, np.ascontiguousarray(b.T), pos, crd, mask_val, runner or Runner())
 
 
@@ -141,27 +142,27 @@ def _rows(x, what: str = "x") -> tuple[np.ndarray, tuple]:
     """x as (rows, n) over its last axis, and its shape (leading axes are a batch)."""
     x = np.asarray(x)
     if x.ndim < 1:
-        raise ValueError(f"{what} must have at least one axis, got a scalar")
+        raise UserError(f"{what} must have at least one axis, got a scalar")
     n = x.shape[-1]
     if n < 2 or n & (n - 1):
-        raise ValueError(f"the last axis of {what} must be a power of two >= 2, got n = {n}")
+        raise UserError(f"the last axis of {what} must be a power of two >= 2, got n = {n}")
     return x.reshape(-1, n), x.shape
 
 
 def _check_butterfly(n: int, factors, strides):
     f = np.asarray(factors)
     if f.ndim != 4 or f.shape[1:] != (n // 2, 2, 2):
-        raise ValueError(f"factors must have shape (stages, {n // 2}, 2, 2) for n = {n}, "
+        raise UserError(f"factors must have shape (stages, {n // 2}, 2, 2) for n = {n}, "
                          f"got {f.shape}")
     if strides is None:
         strides = 1 << np.arange(f.shape[0])
     strides = np.asarray(strides, np.int64)
     if strides.shape != (f.shape[0],):
-        raise ValueError(f"strides must have one entry per stage ({f.shape[0]}), got "
+        raise UserError(f"strides must have one entry per stage ({f.shape[0]}), got "
                          f"{strides.shape}")
     bad = [int(h) for h in strides if h < 1 or h >= n or h & (h - 1)]
     if bad:
-        raise ValueError(f"strides must be powers of two below n = {n}; got {bad}")
+        raise UserError(f"strides must be powers of two below n = {n}; got {bad}")
     return f, strides
 
 
@@ -192,7 +193,7 @@ def _butterfly_device(dx, f, strides, fused, tile, runner, flops_per_pair):
     es = dx.dtype.itemsize
     tile = min(n, tile or bfly.FUSED_TILE_MAX)
     if tile < 2 or tile & (tile - 1) or tile > bfly.FUSED_TILE_MAX:
-        raise ValueError(f"butterfly tile must be a power of two in 2..{bfly.FUSED_TILE_MAX}, "
+        raise UserError(f"butterfly tile must be a power of two in 2..{bfly.FUSED_TILE_MAX}, "
                          f"got {tile}")
     fused_fn = bfly.butterfly_fused_c64 if dx.dtype == C64 else bfly.butterfly_fused_f32
     cur, nxt = dx, cuda.device_array_like(dx)
@@ -240,13 +241,13 @@ def _linear_device(dx, factors, bias, relu, fused, runner):
     batch, n = dx.shape
     f, strides = _check_butterfly(n, factors, None)
     if np.iscomplexobj(f):
-        raise ValueError("butterfly_linear takes real factors (complex: use butterfly)")
+        raise UserError("butterfly_linear takes real factors (complex: use butterfly)")
     dy = _butterfly_device(dx, np.ascontiguousarray(f, F32), strides, fused, None, runner, 6)
     if bias is None and not relu:
         return dy
     b = np.zeros(n, F32) if bias is None else np.ascontiguousarray(bias, F32)
     if b.shape != (n,):
-        raise ValueError(f"bias must have shape ({n},), got {b.shape}")
+        raise UserError(f"bias must have shape ({n},), got {b.shape}")
     runner.launch("bias_relu", bfly.bias_relu, _ceil(batch * n, bfly.STAGE_BLOCK),
                   bfly.STAGE_BLOCK, (dy, cuda.to_device(b), bool(relu), n, batch),
                   flops=batch * n * (2 if relu else 1), bytes=4 * (2 * batch * n + n))
@@ -275,7 +276,6 @@ def fft(x, *, fused: bool = True, tile: int | None = None,
 
 
 def _fft_device(dx, fused, tile, runner):
-
     bfly = _kernels().butterfly
     cuda = cuda_module()
     batch, n = dx.shape
@@ -297,11 +297,11 @@ def fnet_attention(x, *, fused: bool = True, runner: Runner | None = None) -> np
     cuda = cuda_module()
     x = np.asarray(x)
     if x.ndim != 2:
-        raise ValueError(f"fnet_attention takes x of shape (seq, dim), got {x.shape}")
+        raise UserError(f"fnet_attention takes x of shape (seq, dim), got {x.shape}")
     seq, dim = x.shape
     for name, v in (("seq", seq), ("dim", dim)):
         if v < 2 or v & (v - 1):
-            raise ValueError(f"fnet_attention: {name} must be a power of two >= 2, got {v}")
+            raise UserError(f"fnet_attention: {name} must be a power of two >= 2, got {v}")
     runner = runner or Runner()
     h = _fft_device(cuda.to_device(np.ascontiguousarray(x, C64)), fused, None, runner)
     ht = cuda.device_array((dim, seq), C64)
@@ -318,7 +318,7 @@ def window_csr(m: int, s: int, window: int, dilation: int = 1) -> tuple[np.ndarr
     """(pos, crd) of the (dilated) sliding window: keys j = i + t * dilation, |t| <= window,
     0 <= j < s, in increasing order."""
     if window < 0 or dilation < 1:
-        raise ValueError(f"window must be >= 0 and dilation >= 1, got window={window}, "
+        raise UserError(f"window must be >= 0 and dilation >= 1, got window={window}, "
                          f"dilation={dilation}")
     i = np.arange(m)
     lo = -np.minimum(window, i // dilation)
@@ -346,10 +346,10 @@ def sparse_attention(q, k, v, pos=None, crd=None, *, window: int | None = None,
     q, k, v = _matrix(q, "q"), _matrix(k, "k"), _matrix(v, "v")
     (m, d), s, dv = q.shape, k.shape[0], v.shape[1]
     if k.shape[1] != d or v.shape[0] != s:
-        raise ValueError(f"attention needs q (m, d), k (s, d), v (s, dv); got q {q.shape}, "
+        raise UserError(f"attention needs q (m, d), k (s, d), v (s, dv); got q {q.shape}, "
                          f"k {k.shape}, v {v.shape}")
     if (window is None) == (pos is None or crd is None):
-        raise ValueError("give the pattern as pos and crd (CSR) or as window (and dilation), "
+        raise UserError("give the pattern as pos and crd (CSR) or as window (and dilation), "
                          "not both and not neither")
     affine = window is not None
     if affine:
@@ -358,7 +358,7 @@ def sparse_attention(q, k, v, pos=None, crd=None, *, window: int | None = None,
     if fused is None:
         fused = dv <= att.ATT_MAX_DIM
     if fused and dv > att.ATT_MAX_DIM:
-        raise ValueError(f"fused attention holds value dimensions up to {att.ATT_MAX_DIM}, "
+        raise UserError(f"fused attention holds value dimensions up to {att.ATT_MAX_DIM}, "
                          f"got dv = {dv}; use fused=False")
     pos32, crd32, _, nnz = _csr(pos, crd, np.zeros(len(crd), F32), (m, s), name="pattern")
     runner = runner or Runner()
@@ -392,9 +392,9 @@ def _granularity(granularity, mt) -> tuple[int, int]:
     try:
         gm, gk = (int(g) for g in granularity)
     except (TypeError, ValueError):
-        raise ValueError(f"granularity must be (rows, cols) like (32, 1), got {granularity!r}")
+        raise UserError(f"granularity must be (rows, cols) like (32, 1), got {granularity!r}")
     if gm < 1 or gk < 1 or gm > mt.MT_ROWS or (gm == 1 and gk > mt.MT_GK_MAX):
-        raise ValueError(f"granularity {gm}x{gk} not supported: rows 1..{mt.MT_ROWS}, and "
+        raise UserError(f"granularity {gm}x{gk} not supported: rows 1..{mt.MT_ROWS}, and "
                          f"1 x gk tiles need gk <= {mt.MT_GK_MAX}")
     return gm, gk
 
@@ -430,7 +430,7 @@ def microtile_matmul(a, b, granularity=(32, 1), *,
     a, b = _matrix(a, "a"), _matrix(b, "b")
     (m, k), n = a.shape, b.shape[1]
     if b.shape[0] != k:
-        raise ValueError(f"microtile_matmul shapes do not agree: a {a.shape} @ b {b.shape}")
+        raise UserError(f"microtile_matmul shapes do not agree: a {a.shape} @ b {b.shape}")
     gm, gk = _granularity(granularity, mt)
     dc, kept = _microtile_device(cuda.to_device(a), cuda.to_device(b), gm, gk,
                                  runner or Runner(), host_a=a)
@@ -477,7 +477,7 @@ def relu_ffn(x, w1, b, w2, granularity="32x1", *, runner: Runner | None = None) 
     (t, d), h = x.shape, w1.shape[1]
     b = np.ascontiguousarray(b, F32)
     if w1.shape[0] != d or w2.shape[0] != h or b.shape != (h,):
-        raise ValueError(f"relu_ffn shapes do not agree: x {x.shape}, w1 {w1.shape}, "
+        raise UserError(f"relu_ffn shapes do not agree: x {x.shape}, w1 {w1.shape}, "
                          f"b {b.shape}, w2 {w2.shape}")
     runner = runner or Runner()
     dh = _gemm_device(cuda.to_device(x), cuda.to_device(w1), runner)
@@ -491,7 +491,7 @@ def relu_ffn(x, w1, b, w2, granularity="32x1", *, runner: Runner | None = None) 
         try:
             g = tuple(int(v) for v in g.split("x"))
         except ValueError:
-            raise ValueError(f"granularity must look like 32x1 or be 'dense', got {g!r}") from None
+            raise UserError(f"granularity must look like 32x1 or be 'dense', got {g!r}") from None
     gm, gk = _granularity(g, mt)
     host_h = None
     if not runner.execute:  # the tiles of H a dry run must count, from the numpy definition
@@ -526,10 +526,10 @@ def moe(x, wg, bias, w, top_k: int, *, runner: Runner | None = None) -> tuple[np
     bias = np.ascontiguousarray(bias, F32)
     (t, d), e = x.shape, wg.shape[1]
     if w.ndim != 3 or w.shape[:2] != (e, d) or wg.shape[0] != d or bias.shape != (e,):
-        raise ValueError(f"moe operands disagree: x {x.shape}, wg {wg.shape}, bias {bias.shape},"
+        raise UserError(f"moe operands disagree: x {x.shape}, wg {wg.shape}, bias {bias.shape},"
                          f" w {w.shape} (want dim x experts, experts, experts x dim x hidden)")
     if not 0 < top_k <= e:
-        raise ValueError(f"top_k ({top_k}) must be between 1 and the number of experts ({e})")
+        raise UserError(f"top_k ({top_k}) must be between 1 and the number of experts ({e})")
     h, rows = w.shape[2], t * top_k
     runner = runner or Runner()
     dx = cuda.to_device(x)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from dataflow.errors import UserError
+
 
 def csr_to_dense(pos, crd, val, shape) -> np.ndarray:
     out = np.zeros(shape, np.float64)
@@ -67,7 +69,7 @@ def fft_factors(n: int) -> np.ndarray:
     after the bit-reversal permutation: pair (i, i + h) with k = i mod h and twiddle
     w = exp(-2 pi i k / 2h) maps (u, v) to (u + w v, u - w v)."""
     if n < 2 or n & (n - 1):
-        raise ValueError(f"fft length must be a power of two >= 2, got {n}")
+        raise UserError(f"fft length must be a power of two >= 2, got {n}")
     stages = int(np.log2(n))
     f = np.empty((stages, n // 2, 2, 2), np.complex128)
     p = np.arange(n // 2)

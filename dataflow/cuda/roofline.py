@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from dataflow.cuda.gpu_spec import GpuSpec
 from dataflow.cuda.runner import KernelLaunch, OpTiming
+from dataflow.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -72,10 +73,10 @@ def model_cost(spec: GpuSpec, launches, precision: str = "fp32") -> GpuCost:
 def measured_cost(spec: GpuSpec, timing: OpTiming, precision: str = "fp32") -> GpuCost:
     """Cost from a CUDA-event measurement on this GPU; energy = power_w x measured time."""
     if not timing.measured:
-        raise ValueError(f"{timing.op} was not measured on a GPU ({timing.mode}); use "
+        raise UserError(f"{timing.op} was not measured on a GPU ({timing.mode}); use "
                          "model_cost for a modelled time")
     if not spec.matches_device(timing.device):
-        raise ValueError(f"{timing.op} was measured on {timing.device!r}, not on {spec.name} "
+        raise UserError(f"{timing.op} was measured on {timing.device!r}, not on {spec.name} "
                          f"(its spec expects a device named like "
                          f"{spec.device_name_contains or spec.name!r})")
     return GpuCost(

@@ -16,6 +16,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from dataflow.cuda.device import cuda_module, device_name, on_simulator
+from dataflow.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,7 @@ class Runner:
 
     def __init__(self, timed: bool = False, execute: bool = True):
         if timed and not execute:
-            raise ValueError("a dry run (execute=False) cannot be timed")
+            raise UserError("a dry run (execute=False) cannot be timed")
         self.timed = timed
         self.execute = execute
         self._pending: list[tuple[KernelLaunch, object, object]] = []
@@ -144,7 +145,7 @@ def measure(op: str, fn, *args, repeats: int = 5, **kwargs):
 
     Returns (output of the last run, `OpTiming`). FLOPs and bytes are the launches' sums."""
     if repeats < 1:
-        raise ValueError(f"repeats must be at least 1, got {repeats}")
+        raise UserError(f"repeats must be at least 1, got {repeats}")
     cuda_module()
     sim = on_simulator()
     out = fn(*args, runner=Runner(), **kwargs)

@@ -28,6 +28,7 @@ from dataflow.dynamic import (
     simulate_relu_ffn,
 )
 from dataflow.dynamic.ffn import ffn_reference
+from dataflow.errors import UserError
 from dataflow.matmul_workloads import make_operands
 from dataflow.moe.api import simulate_moe
 from dataflow.moe.gating import check_moe_params, make_moe_operands, moe_reference
@@ -50,30 +51,25 @@ class GpuWorkload:
 
 def _matmul_inputs(kind: str):
     def inputs(*, seed: int = 0, m: int, k: int, n: int, density: float, dataflow=None) -> dict:
-
         a, b = make_operands(kind, m, k, n, density, seed)
         return {"a": a, "b": b, "dataflow": dataflow}
     return inputs
 
 
 def _matmul_numpy(ops: dict):
-
     return matmul_reference(as_tensor(ops["a"]), as_tensor(ops["b"]))
 
 
 def _matmul_sim(ops: dict, arch):
-
     return matmul(ops["a"], ops["b"], backend="sim", arch=arch, dataflow=ops["dataflow"],
                   return_result=True)
 
 
 def _gemm_cuda(ops: dict, runner=None):
-
     return cu.gemm(ops["a"], ops["b"], runner=runner)
 
 
 def _spmm_cuda(ops: dict, runner=None):
-
     a = ops["a"]
     return cu.spmm(a.indptr, a.indices, a.data, a.shape, ops["b"], runner=runner)
 
@@ -96,12 +92,10 @@ def _attention_inputs(*, seed: int = 0, pattern: str, seq: int, dim: int, loweri
 
 
 def _attention_numpy(ops: dict):
-
     return attention_reference(ops["q"], ops["k"], ops["v"], ops["pos"], ops["crd"])
 
 
 def _attention_sim(ops: dict, arch):
-
     return sparse_attention(ops["q"], ops["k"], ops["v"], pattern=ops["pattern"], backend="sim",
                             arch=arch, return_result=True, lowering=ops["lowering"])
 
@@ -135,13 +129,11 @@ def _dynamic_numpy(ops: dict):
 
 
 def _dynamic_sim(ops: dict, arch):
-
     res, _ = simulate_dynamic_matmul(ops["a"], ops["b"], ops["granularity"], arch)
     return res.output, res
 
 
 def _dynamic_cuda(ops: dict, runner=None):
-
     if ops["granularity"] == "dense":
         return cu.gemm(ops["a"], ops["b"], runner=runner)
     gm, gk = (int(x) for x in ops["granularity"].split("x"))
@@ -160,7 +152,6 @@ def _dynamic_describe(ops: dict) -> str:
 
 def _butterfly_inputs(*, seed: int = 0, n: int, batch: int, orchestration: str,
                       complex: int = 0) -> dict:
-
     bref.log2_exact(n, "--n")
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((batch, n)).astype(np.float32)
@@ -169,7 +160,6 @@ def _butterfly_inputs(*, seed: int = 0, n: int, batch: int, orchestration: str,
 
 
 def _fft_inputs(*, seed: int = 0, n: int, batch: int, orchestration: str) -> dict:
-
     bref.log2_exact(n, "--n")
     x = np.random.default_rng(seed).standard_normal((batch, n)).astype(np.float32)
     return {"x": x, "orchestration": orchestration}
@@ -187,18 +177,15 @@ def _ri(z):
 
 
 def _bfly_numpy(ops):
-
     return _ri(bref.butterfly_apply(ops["x"], ops["factors"]))
 
 
 def _bfly_sim(ops, arch):
-
     y, run = run_butterfly_matmul(ops["x"], ops["factors"], arch, ops["orchestration"])
     return _ri(y), run.result
 
 
 def _bfly_cuda(ops, runner=None):
-
     return _ri(cu.butterfly(ops["x"], ops["factors"], runner=runner))
 
 
@@ -207,29 +194,24 @@ def _fft_numpy(ops):
 
 
 def _fft_sim(ops, arch):
-
     y, run = run_fft(ops["x"], arch, ops["orchestration"])
     return _ri(y), run.result
 
 
 def _fft_cuda(ops, runner=None):
-
     return _ri(cu.fft(ops["x"], runner=runner))
 
 
 def _fnet_numpy(ops):
-
     return bref.fnet_attention(ops["x"])
 
 
 def _fnet_sim(ops, arch):
-
     y, res, _ = run_fnet_attention(ops["x"], arch, ops["orchestration"])
     return y, res
 
 
 def _fnet_cuda(ops, runner=None):
-
     return cu.fnet_attention(ops["x"], runner=runner)
 
 
@@ -242,25 +224,21 @@ def _bfly_describe(ops) -> str:
 
 def _ffn_inputs(*, seed: int = 0, tokens: int, dim: int, hidden: int, sparsity: float,
                 granularity: str) -> dict:
-
     x, w1, b, w2 = make_ffn_operands(tokens, dim, hidden, sparsity, seed)
     return {"x": x, "w1": w1, "b": b, "w2": w2, "granularity": granularity}
 
 
 def _ffn_numpy(ops: dict):
-
     return ffn_reference(ops["x"], ops["w1"], ops["b"], ops["w2"])
 
 
 def _ffn_sim(ops: dict, arch):
-
     res, _ = simulate_relu_ffn(ops["x"], ops["w1"], ops["b"], ops["w2"], ops["granularity"],
                                arch)
     return res.output, res
 
 
 def _ffn_cuda(ops: dict, runner=None):
-
     return cu.relu_ffn(ops["x"], ops["w1"], ops["b"], ops["w2"], ops["granularity"],
                        runner=runner)
 
@@ -284,19 +262,16 @@ def _moe_inputs(*, seed: int = 0, experts: int, top_k: int, tokens: int, dim: in
 
 
 def _moe_numpy(ops: dict):
-
     return moe_reference(ops["x"], ops["wg"], ops["bias"], ops["w"], ops["top_k"])
 
 
 def _moe_sim(ops: dict, arch):
-
     res, _ = simulate_moe(ops["x"], ops["wg"], ops["bias"], ops["w"], ops["top_k"], arch,
                           placement=ops["placement"])
     return res.output, res
 
 
 def _moe_cuda(ops: dict, runner=None):
-
     return cu.moe(ops["x"], ops["wg"], ops["bias"], ops["w"], ops["top_k"], runner=runner)[0]
 
 
@@ -341,7 +316,7 @@ def gpu_workloads() -> dict[str, GpuWorkload]:
 def get(name: str) -> GpuWorkload:
     table = gpu_workloads()
     if name not in table:
-        raise ValueError(f"workload {name!r} has no CUDA mapping yet; the CUDA path covers "
+        raise UserError(f"workload {name!r} has no CUDA mapping yet; the CUDA path covers "
                          f"{', '.join(sorted(table))}")
     return table[name]
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from dataflow.dfg.graph import Kernel
+from dataflow.errors import UserError
 
 
 def enumerate_domain(kernel: Kernel, lanes: int = 1, outer: tuple[int, int] | None = None) -> dict[str, np.ndarray]:
@@ -19,7 +20,7 @@ def enumerate_domain(kernel: Kernel, lanes: int = 1, outer: tuple[int, int] | No
     """
     first = kernel.loops[0]
     if not first.is_dense:
-        raise ValueError(f"kernel {kernel.name!r}: the outermost loop must be dense")
+        raise UserError(f"kernel {kernel.name!r}: the outermost loop must be dense")
     lo, hi = (0, first.extent) if outer is None else outer
     cols: dict[str, np.ndarray] = {first.var: np.arange(lo, hi, dtype=np.int64)}
     n = hi - lo

@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from dataflow.cli import user_errors
 from dataflow.dse import pareto
 from dataflow.dse.points import grid_points
 from dataflow.dse.runners import make_runner, run_sweep
 from dataflow.dse.search import run_search
 from dataflow.dse.store import ResultsStore
 from dataflow.dse.sweep import load_sweep
+from dataflow.errors import USER_ERRORS, UserError
 
 
 def add_parser(sub) -> None:
@@ -56,19 +56,13 @@ def add_parser(sub) -> None:
     p.set_defaults(func=pareto_command)
 
 
-def _errors():
-
-    return user_errors()
-
-
 def sweep_command(args: argparse.Namespace) -> int:
-
     try:
         sweep = load_sweep(args.sweep_file)
         if args.search and not args.trials:
-            raise ValueError("--search optuna needs --trials N")
+            raise UserError("--search optuna needs --trials N")
         if args.trials and not args.search:
-            raise ValueError("--trials goes with --search optuna")
+            raise UserError("--trials goes with --search optuna")
         if args.dry_run:
             if args.search:
                 print(f"{sweep.name}: search over a grid of {sweep.grid_size} points")
@@ -89,7 +83,7 @@ def sweep_command(args: argparse.Namespace) -> int:
                                         retry_failed=args.retry_failed)
         finally:
             runner.close()
-    except _errors() as exc:
+    except USER_ERRORS as exc:
         print(f"dataflow: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -112,7 +106,6 @@ def _failures(db: str, run_id: str, limit: int = 5) -> list[tuple[str, int]]:
 
 
 def pareto_command(args: argparse.Namespace) -> int:
-
     try:
         x = pareto.metric_name(args.x or "cycles")
         y = pareto.metric_name(args.y or "energy_pj")
@@ -124,7 +117,7 @@ def pareto_command(args: argparse.Namespace) -> int:
             objectives = ["cycles", "energy_pj", "area_mm2"]
         rows = pareto.load_rows(args.results, args.sweep)
         if rows and args.group_by != "none" and args.group_by not in pareto.columns(rows):
-            raise ValueError(f"--group-by {args.group_by!r} is no column; columns: "
+            raise UserError(f"--group-by {args.group_by!r} is no column; columns: "
                              + ", ".join(pareto.columns(rows)))
         print(pareto.front_report(rows, objectives, args.group_by))
         ranked = pareto.rank_rows(rows, objectives, args.group_by)
@@ -139,7 +132,7 @@ def pareto_command(args: argparse.Namespace) -> int:
             pareto.plot_front(rows, x, y, args.plot, args.group_by,
                               objectives if set(objectives) != {x, y} else None)
             print(f"wrote {args.plot}")
-    except _errors() as exc:
+    except USER_ERRORS as exc:
         print(f"dataflow: error: {exc}", file=sys.stderr)
         return 2
     return 0

@@ -15,7 +15,7 @@ from typing import Any
 
 from dataflow.api import simulate
 from dataflow.arch import arch_from_dict
-from dataflow.cli import user_errors
+from dataflow.errors import USER_ERRORS, UserError
 from dataflow.pe_array.simulate import area_breakdown
 
 #: Metrics stored per point, with units. All are minimised on Pareto fronts except MAXIMISED.
@@ -40,7 +40,7 @@ def metric_name(name: str) -> str:
     """Canonical metric name for `name` or an alias (`energy` -> `energy_pj`)."""
     name = ALIASES.get(name, name)
     if name not in METRICS:
-        raise ValueError(f"unknown metric {name!r}")
+        raise UserError(f"unknown metric {name!r}")
     return name
 
 
@@ -82,9 +82,8 @@ def evaluate_point(payload: dict[str, Any]) -> dict[str, Any]:
 
 
 def _message(exc: Exception) -> str:
-
     text = f"{type(exc).__name__}: {exc}"
-    if not isinstance(exc, user_errors()):  # a bug, not a bad point: say where it happened
+    if not isinstance(exc, USER_ERRORS):  # a bug, not a bad point: say where it happened
         frame = traceback.extract_tb(exc.__traceback__)[-1]
         text += f" (at {os.path.basename(frame.filename)}:{frame.lineno} in {frame.name})"
     return text

@@ -20,6 +20,7 @@ import numpy as np
 
 from dataflow.dse.evaluate import MAXIMISED, METRICS, metric_name
 from dataflow.dse.store import ResultsStore
+from dataflow.errors import UserError
 
 BASE_COLUMNS = ("point_id", "sweep", "workload", "group", "status", "error", *METRICS,
                 "values_match", "pareto_rank")
@@ -36,9 +37,9 @@ def pareto_mask(values: np.ndarray) -> np.ndarray:
     """
     y = np.asarray(values, dtype=float)
     if y.ndim != 2:
-        raise ValueError(f"expected an (n, d) array, got shape {y.shape}")
+        raise UserError(f"expected an (n, d) array, got shape {y.shape}")
     if not np.isfinite(y).all():
-        raise ValueError("objective values must be finite (drop failed points first)")
+        raise UserError("objective values must be finite (drop failed points first)")
     mask = np.zeros(len(y), dtype=bool)
     front = np.empty((0, y.shape[1]))
     for i in np.lexsort(y.T[::-1]):
@@ -195,7 +196,7 @@ def plot_front(rows: list[dict], x: str, y: str, path: str | Path, group_by: str
         if objectives else {}
     ok = [r for r in ranked2 if r["pareto_rank"] is not None]
     if not ok:
-        raise ValueError("no successful points to plot")
+        raise UserError("no successful points to plot")
     keys = sorted({_key(r.get(group_by)) if group_by != "none" else None for r in ok}, key=str)
     n = len(keys)
     ncols = min(n, 3)
@@ -268,7 +269,7 @@ def write_parquet(rows: list[dict], path: str | Path):
     try:
         import pyarrow.parquet as pq
     except ImportError:
-        raise ValueError("Parquet export needs pyarrow: pip install 'dataflow[dse]'") from None
+        raise UserError("Parquet export needs pyarrow: pip install 'dataflow[dse]'") from None
     table = to_arrow(rows)
     pq.write_table(table, path)
     return table

@@ -17,6 +17,7 @@ from dataflow.dse.evaluate import evaluate_point
 from dataflow.dse.points import Point, grid_points
 from dataflow.dse.store import ResultsStore
 from dataflow.dse.sweep import Sweep
+from dataflow.errors import UserError
 
 
 class SerialRunner:
@@ -38,7 +39,7 @@ class PoolRunner:
     def __init__(self, workers: int | None = None):
         self.workers = workers or os.cpu_count() or 1
         if self.workers < 1:
-            raise ValueError(f"--workers must be >= 1, got {self.workers}")
+            raise UserError(f"--workers must be >= 1, got {self.workers}")
         self.name = f"local pool ({self.workers} workers)"
         ctx = multiprocessing.get_context("forkserver")
         ctx.set_forkserver_preload(["dataflow.dse.evaluate", "dataflow.api"])
@@ -76,7 +77,7 @@ class DaskRunner:
         try:
             self.client = Client(address, timeout=timeout_s)
         except (OSError, TimeoutError) as exc:
-            raise ValueError(f"cannot reach the Dask scheduler at {address} ({exc})") from None
+            raise UserError(f"cannot reach the Dask scheduler at {address} ({exc})") from None
         self.workers = max(1, sum(self.client.nthreads().values()))
         self.name = f"dask {address} ({self.workers} threads)"
 
@@ -103,7 +104,7 @@ class DaskRunner:
 def make_runner(workers: int | None = None, scheduler: str | None = None, serial: bool = False,
                 scheduler_timeout_s: float = 30):
     if scheduler and (serial or workers):
-        raise ValueError("--scheduler runs on the cluster's workers: it takes no --serial or "
+        raise UserError("--scheduler runs on the cluster's workers: it takes no --serial or "
                          "--workers")
     if scheduler:
         return DaskRunner(scheduler, scheduler_timeout_s)

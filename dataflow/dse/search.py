@@ -22,6 +22,7 @@ from dataflow.dse.points import Point, instance_group, make_point, mapping_combi
 from dataflow.dse.runners import run_points
 from dataflow.dse.store import ResultsStore
 from dataflow.dse.sweep import Sweep
+from dataflow.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,7 @@ def run_search(sweep: Sweep, store: ResultsStore, runner, trials: int, *,
     from tqdm import tqdm
 
     if trials < 1:
-        raise ValueError(f"--trials must be >= 1, got {trials}")
+        raise UserError(f"--trials must be >= 1, got {trials}")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     t0 = time.perf_counter()
     storage = optuna.storages.RDBStorage(storage_url or f"sqlite:///{store.path}",
@@ -111,7 +112,7 @@ def run_search(sweep: Sweep, store: ResultsStore, runner, trials: int, *,
         if list(study.directions) != [optuna.study.StudyDirection.MAXIMIZE if d == "maximize"
                                       else optuna.study.StudyDirection.MINIMIZE
                                       for d in directions]:
-            raise ValueError(f"study {name!r} in {store.path} has other objectives; use another "
+            raise UserError(f"study {name!r} in {store.path} has other objectives; use another "
                              "--out file or the same search.objectives")
         studies.append(name)
         _fail_interrupted(study)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from dataflow.dse.points import Point
+from dataflow.errors import UserError
 
 METRIC_COLUMNS = ("cycles", "time_s", "energy_pj", "area_mm2", "edp_pj_s", "pe_utilization",
                   "mac_utilization", "dram_bytes", "values_match", "max_abs_error", "wall_s")
@@ -51,7 +52,7 @@ class ResultsStore:
             self.conn.executescript(SCHEMA)
         except sqlite3.DatabaseError as exc:
             self.conn.close()
-            raise ValueError(f"{self.path}: not a results database ({exc})") from None
+            raise UserError(f"{self.path}: not a results database ({exc})") from None
 
     def __enter__(self) -> ResultsStore:  # noqa: PYI034
         return self

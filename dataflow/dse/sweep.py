@@ -316,7 +316,6 @@ def load_sweep(path: str | Path) -> Sweep:
 
 
 def sweep_from_dict(data: Any, source: str = "<dict>", path: Path | None = None) -> Sweep:
-
     if not isinstance(data, dict):
         raise SweepError(source, "", f"expected a mapping at the top, got {type(data).__name__}")
     _check_keys(data, {"name", "arch", "workloads", "mapping", "search"}, source, "")

@@ -24,6 +24,7 @@ from dataflow.dynamic.microtile import (
     random_mask,
 )
 from dataflow.dynamic.stats import CHOICES, DynamicStats
+from dataflow.errors import UserError
 from dataflow.mapper import map_program
 from dataflow.pe_array.simulate import simulate_mapping
 from dataflow.workloads import finish
@@ -34,10 +35,10 @@ def make_dynamic_operands(m: int, k: int, n: int, sparsity: float, mask_granular
     """A (m x k, fp32, a fraction `sparsity` of zeros laid out per `mask_granularity`) and
     dense B (k x n); seeded."""
     if mask_granularity not in MASK_GRANULARITIES:
-        raise ValueError(f"--mask-granularity must be one of {MASK_GRANULARITIES}, "
+        raise UserError(f"--mask-granularity must be one of {MASK_GRANULARITIES}, "
                          f"got {mask_granularity!r}")
     if n <= 0:
-        raise ValueError(f"--n must be a positive integer, got {n}")
+        raise UserError(f"--n must be a positive integer, got {n}")
     rng = np.random.default_rng(seed)
     keep = random_mask(m, k, check_sparsity(sparsity), mask_granularity, rng)
     a = rng.standard_normal((m, k), dtype=np.float32) * keep
@@ -65,7 +66,7 @@ def simulate_dynamic_matmul(a: np.ndarray, b: np.ndarray, granularity: str, arch
     rows the index selects) or "whole" (`dataflow.dynamic.lower.compute_kernels`)."""
 
     if granularity not in CHOICES:
-        raise ValueError(f"--granularity must be one of {CHOICES}, got {granularity!r}")
+        raise UserError(f"--granularity must be one of {CHOICES}, got {granularity!r}")
     t0 = time.perf_counter()
     spec = resolve_arch(arch)
     a = np.asarray(a, dtype=np.float32)
@@ -87,7 +88,7 @@ def simulate_dynamic_matmul(a: np.ndarray, b: np.ndarray, granularity: str, arch
 def run_dynamic_spmm(spec, *, engine="fast", seed=0, trace=False, m=256, k=256, n=64,
                       sparsity=0.9, granularity="32x1", mask_granularity=None):
     if granularity not in CHOICES:
-        raise ValueError(f"--granularity must be one of {CHOICES}, got {granularity!r}")
+        raise UserError(f"--granularity must be one of {CHOICES}, got {granularity!r}")
     mg = mask_granularity or (granularity if granularity != "dense" else "element")
     a, b = make_dynamic_operands(m, k, n, sparsity, mg, seed)
     res, _ = simulate_dynamic_matmul(a, b, granularity, spec, engine=engine, trace=trace)

@@ -33,6 +33,7 @@ from dataflow.dynamic.lower import (
 )
 from dataflow.dynamic.microtile import build_index, check_shape, check_sparsity, parse_granularity
 from dataflow.dynamic.stats import CHOICES, DynamicStats
+from dataflow.errors import UserError
 from dataflow.mapper import map_program
 from dataflow.pe_array.simulate import simulate_mapping
 from dataflow.workloads import Param, finish
@@ -54,7 +55,7 @@ def make_ffn_operands(tokens: int, dim: int, hidden: int, sparsity: float, seed:
     DEAD_BIAS on a `sparsity` fraction of neurons, else 0), W2 (hidden x dim); fp32, seeded."""
     for name, v in (("tokens", tokens), ("dim", dim), ("hidden", hidden)):
         if v <= 0:
-            raise ValueError(f"--{name} must be a positive integer, got {v}")
+            raise UserError(f"--{name} must be a positive integer, got {v}")
     check_sparsity(sparsity)
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((tokens, dim), dtype=np.float32)
@@ -124,7 +125,7 @@ def simulate_relu_ffn(x, w1, b, w2, granularity: str = "32x1", arch=None, *, eng
     """Simulate the FFN; returns (SimResult, DynamicStats of its second layer)."""
 
     if granularity not in CHOICES:
-        raise ValueError(f"--granularity must be one of {CHOICES}, got {granularity!r}")
+        raise UserError(f"--granularity must be one of {CHOICES}, got {granularity!r}")
     t0 = time.perf_counter()
     spec = resolve_arch(arch)
     prog, hact, index = lower_relu_ffn(x, w1, b, w2, granularity)

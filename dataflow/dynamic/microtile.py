@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dataflow.errors import UserError
+
 #: micro-tile shapes (rows along m, columns along k), PIT's micro-benchmark granularities
 GRANULARITIES: dict[str, tuple[int, int]] = {"32x1": (32, 1), "1x64": (1, 64), "32x64": (32, 64)}
 #: how the data's zeros are laid out: element-wise at random, or whole micro-tiles at random
@@ -23,14 +25,14 @@ MASK_GRANULARITIES = ("element", *GRANULARITIES)
 def parse_granularity(granularity: str, what: str = "--granularity") -> tuple[int, int]:
     """(rows, cols) of a micro-tile; a clear error for anything else."""
     if granularity not in GRANULARITIES:
-        raise ValueError(f"{what} must be one of {tuple(GRANULARITIES)}, got {granularity!r}")
+        raise UserError(f"{what} must be one of {tuple(GRANULARITIES)}, got {granularity!r}")
     return GRANULARITIES[granularity]
 
 
 def check_sparsity(sparsity: float, what: str = "--sparsity") -> float:
     s = float(sparsity)
     if not 0.0 <= s < 1.0:
-        raise ValueError(f"{what} must be in [0, 1), got {sparsity}")
+        raise UserError(f"{what} must be in [0, 1), got {sparsity}")
     return s
 
 
@@ -38,9 +40,9 @@ def check_shape(m: int, k: int, tile: tuple[int, int], granularity: str) -> None
     bh, bw = tile
     for name, v in (("m", m), ("k", k)):
         if v <= 0:
-            raise ValueError(f"--{name} must be a positive integer, got {v}")
+            raise UserError(f"--{name} must be a positive integer, got {v}")
     if m % bh or k % bw:
-        raise ValueError(f"granularity {granularity} needs --m divisible by {bh} and --k by {bw}; "
+        raise UserError(f"granularity {granularity} needs --m divisible by {bh} and --k by {bw}; "
                          f"got m={m}, k={k}")
 
 

@@ -23,6 +23,7 @@ import time
 import numpy as np
 
 from dataflow.arch import resolve_arch
+from dataflow.errors import UserError
 from dataflow.mapper import map_program
 from dataflow.moe.gating import (
     check_moe_params,
@@ -52,7 +53,7 @@ def region_grid(arch, parts: int) -> tuple[int, int]:
         if best is None or shape < best[0]:
             best = (shape, gr, gc)
     if best is None or lines % parts:
-        raise ValueError(f"--placement parallel needs --experts ({parts}) to split the "
+        raise UserError(f"--placement parallel needs --experts ({parts}) to split the "
                          f"{rows}x{cols} PE array and its {lines} SPM lines evenly; "
                          "use --placement sequential")
     return best[1], best[2]
@@ -69,7 +70,6 @@ def region_arch(arch, parts: int):
 
 
 def _run(prog, arch, engine, name):
-
     mapping = map_program(prog, arch)
     return simulate_mapping(mapping, engine=engine, workload=name), mapping
 
@@ -139,11 +139,11 @@ def simulate_moe(x, wg, bias, w, top_k: int, arch=None, *, engine: str = "fast",
     are checked against `moe_reference` (numpy, float64)."""
 
     if placement not in PLACEMENTS:
-        raise ValueError(f"--placement must be one of {PLACEMENTS}, got {placement!r}")
+        raise UserError(f"--placement must be one of {PLACEMENTS}, got {placement!r}")
     x, wg, w = (np.asarray(v, dtype=np.float32) for v in (x, wg, w))
     (tokens, dim), (experts, dim2, hidden) = x.shape, w.shape
     if dim2 != dim or wg.shape != (dim, experts) or np.shape(bias) != (experts,):
-        raise ValueError(f"moe operands disagree: X {x.shape}, Wg {wg.shape}, bias {np.shape(bias)}, "
+        raise UserError(f"moe operands disagree: X {x.shape}, Wg {wg.shape}, bias {np.shape(bias)}, "
                          f"W {w.shape} (want dim x experts, experts, experts x dim x hidden)")
     check_moe_params(experts, top_k, tokens, dim, hidden)
     t0 = time.perf_counter()
@@ -187,7 +187,6 @@ def _run_moe(spec, *, engine="fast", seed=0, trace=False, experts=8, top_k=2, to
 
 
 def register_workloads() -> None:
-
     register(Workload("moe", _run_moe, (
         Param("experts", int, 8, "experts (moe)"),
         Param("top_k", int, 2, "experts per token, <= --experts (moe)"),

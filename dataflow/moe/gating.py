@@ -12,14 +12,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dataflow.errors import UserError
+
 
 def check_moe_params(experts: int, top_k: int, tokens: int, dim: int, hidden: int) -> None:
     for name, v in (("experts", experts), ("top-k", top_k), ("tokens", tokens), ("dim", dim),
                     ("hidden", hidden)):
         if v <= 0:
-            raise ValueError(f"--{name} must be a positive integer, got {v}")
+            raise UserError(f"--{name} must be a positive integer, got {v}")
     if top_k > experts:
-        raise ValueError(f"--top-k ({top_k}) cannot exceed --experts ({experts})")
+        raise UserError(f"--top-k ({top_k}) cannot exceed --experts ({experts})")
 
 
 @dataclass(frozen=True, eq=False)
@@ -46,7 +48,7 @@ def route(logits: np.ndarray, top_k: int) -> Routing:
     """Top-k routing of `logits` (tokens x experts), computed in float64."""
     t, e = logits.shape
     if not 0 < top_k <= e:
-        raise ValueError(f"--top-k ({top_k}) must be between 1 and --experts ({e})")
+        raise UserError(f"--top-k ({top_k}) must be between 1 and --experts ({e})")
     lg = np.asarray(logits, dtype=np.float64)
     order = np.argsort(-lg, axis=1, kind="stable")[:, :top_k]
     sel = np.take_along_axis(lg, order, axis=1)
@@ -68,7 +70,7 @@ def make_moe_operands(experts: int, tokens: int, dim: int, hidden: int, skew: fl
     sends more tokens to the low-numbered experts) and the experts' W (experts x dim x hidden);
     fp32, seeded, scaled so logits and outputs are about unit size."""
     if skew < 0:
-        raise ValueError(f"--skew must be >= 0, got {skew}")
+        raise UserError(f"--skew must be >= 0, got {skew}")
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((tokens, dim), dtype=np.float32)
     wg = (rng.standard_normal((dim, experts)) / np.sqrt(dim)).astype(np.float32)

@@ -127,7 +127,6 @@ class Counters:
     """The per-kernel tallies both engines keep (they differ only in how they fill them)."""
 
     def __init__(self, arch):
-
         lines = arch.spm.lines
         self.busy = np.zeros((arch.pe_array.rows, arch.pe_array.cols), dtype=np.int64)
         self.reads_line = np.zeros(lines, dtype=np.int64)
@@ -138,7 +137,6 @@ class Counters:
         self.tiles: list = []
 
     def result(self, kernel: Kernel, bufs: dict[str, np.ndarray], trace=None):
-
         ops = self.op_counts
         outputs = tuple((b.name, bufs[b.name]) for b in kernel.buffers if b.role == "output")
         return ArrayResult(kernel=kernel.name, tiles=tuple(self.tiles), pe_busy_cycles=self.busy,

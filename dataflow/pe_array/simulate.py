@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from dataflow.errors import UserError
 from dataflow.mapper.mapping import Mapping, SystolicMapping
 from dataflow.pe_array.fast import run_kernel_fast
 from dataflow.pe_array.reference import run_kernel_reference
@@ -17,7 +18,7 @@ ENGINES = ("fast", "reference")
 def run_array(mapping: Mapping, engine: str = "fast", trace: bool = False) -> list[ArrayResult]:
     """Array-level results of every kernel, in program order (outputs feed later kernels)."""
     if engine not in ENGINES:
-        raise ValueError(f"unknown engine {engine!r}; choose one of {ENGINES}")
+        raise UserError(f"unknown engine {engine!r}; choose one of {ENGINES}")
     arch, prog = mapping.arch, mapping.program
     dtype = np.dtype(prog.dtype)
     data = dict(prog.input_map)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from dataflow.cli import user_errors
+from dataflow.errors import USER_ERRORS
 from dataflow.report import load_result, write_report
 
 
@@ -19,11 +19,10 @@ def add_parser(subparsers) -> None:
 
 
 def handle(args) -> int:
-
     try:
         data = load_result(args.result)
         written, skipped = write_report(data, args.out)
-    except user_errors() as exc:
+    except USER_ERRORS as exc:
         print(f"dataflow: error: {exc}", file=sys.stderr)
         return 2
     for p in written:

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
+from dataflow.errors import UserError
+
 OP_COLOURS = {"load": "#4c72b0", "gather": "#64b5cd", "store": "#dd8452", "scatter": "#ffb482",
               "acc": "#c44e52", "accmax": "#c44e52", "mul": "#55a868", "mac": "#2ca02c",
               "add": "#8172b3", "sub": "#8172b3", "max": "#937860", "exp": "#da8bc3",
@@ -33,7 +35,7 @@ def gantt(data: dict, path, kernel: str | None = None, iterations: int = 3) -> P
     plt = _pyplot()
     rows = data["schedule"]
     if not rows:
-        raise ValueError("the result holds no schedule (a systolic mapping, a workload whose "
+        raise UserError("the result holds no schedule (a systolic mapping, a workload whose "
                          "own simulator records none, or a bare --json file)")
     kernel = kernel or rows[0]["kernel"]
     rows = [r for r in rows if r["kernel"] == kernel]
@@ -64,7 +66,7 @@ def pe_heatmap(data: dict, path) -> Path:
     plt = _pyplot()
     busy = np.asarray(data["arrays"].get("pe_busy_cycles", []), dtype=float)
     if busy.size == 0:
-        raise ValueError("the result holds no per-PE busy cycles (save it with --save)")
+        raise UserError("the result holds no per-PE busy cycles (save it with --save)")
     cycles = max(1, data["result"]["cycles"])
     fig, ax = plt.subplots(figsize=(4.5, 4))
     im = ax.imshow(busy / cycles, cmap="viridis", vmin=0, vmax=1)
@@ -83,7 +85,7 @@ def spm_heatmap(data: dict, path) -> Path:
     reads = arr.get("spm_reads_per_line", res.get("spm_reads_per_line"))
     writes = arr.get("spm_writes_per_line", res.get("spm_writes_per_line"))
     if reads is None:
-        raise ValueError("the result holds no per-line SPM counts")
+        raise UserError("the result holds no per-line SPM counts")
     m = [reads, writes]
     labels = ["row reads", "row writes"]
     if "spm_conflicts_per_line" in arr:
@@ -109,7 +111,7 @@ def roofline(data: dict, path) -> Path:
     peak = roof.get("peak_macs_per_cycle")
     bw = roof.get("dram_bytes_per_cycle")
     if not peak or not bw:
-        raise ValueError("the result holds no roofline peaks (save it with --save)")
+        raise UserError("the result holds no roofline peaks (save it with --save)")
     intensity = res["macs"] / max(1, res["dram_bytes"])
     achieved = res["macs"] / max(1, res["cycles"])
     x = np.logspace(-3, 4, 200)

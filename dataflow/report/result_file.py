@@ -15,6 +15,8 @@ import csv
 import json
 from pathlib import Path
 
+from dataflow.errors import UserError
+
 FORMAT = "dataflow-result/1"
 SCHEDULE_COLUMNS = ("kernel", "copy", "node", "op", "pe_row", "pe_col", "time", "latency", "ii")
 TRACE_COLUMNS = ("cycle", "pe_row", "pe_col", "op")
@@ -53,16 +55,16 @@ def load_result(path: str | Path) -> dict:
     except FileNotFoundError:
         raise FileNotFoundError(f"{path}: no such result file") from None
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not a JSON result file ({exc.msg} at line {exc.lineno})") from None
+        raise UserError(f"{path}: not a JSON result file ({exc.msg} at line {exc.lineno})") from None
     if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a JSON object, got {type(data).__name__}")  # noqa: TRY004 - bad file content, a user error
+        raise UserError(f"{path}: expected a JSON object, got {type(data).__name__}")  # noqa: TRY004 - bad file content, a user error
     if "format" not in data:  # the bare object `dataflow simulate --json` prints
         data = {"format": FORMAT, "result": data, "arrays": {}, "schedule": [], "tile_spans": []}
     if data["format"] != FORMAT:
-        raise ValueError(f"{path}: format: expected {FORMAT!r}, got {data['format']!r}")
+        raise UserError(f"{path}: format: expected {FORMAT!r}, got {data['format']!r}")
     for key in ("workload", "arch", "cycles", "macs", "dram_bytes"):
         if key not in data.get("result", {}):
-            raise ValueError(f"{path}: result.{key}: required key is missing")
+            raise UserError(f"{path}: result.{key}: required key is missing")
     return data
 
 
@@ -80,7 +82,7 @@ def write_trace(trace, path: str | Path) -> Path:
             for r in rows:
                 f.write(json.dumps(dict(zip(TRACE_COLUMNS, r))) + "\n")
     else:
-        raise ValueError(f"{path}: trace files end in .csv or .jsonl, got {path.suffix!r}")
+        raise UserError(f"{path}: trace files end in .csv or .jsonl, got {path.suffix!r}")
     return path
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dataflow.cachefiles import ENV_VAR, atomic_write_bytes, code_fingerprint, resolve_cache_dir
+from dataflow.errors import UserError
 from dataflow.ust_frontend.plan import Plan
 
 __all__ = ["ENV_VAR", "CacheStats", "PlanCache", "code_fingerprint", "default_cache",
@@ -61,7 +62,7 @@ class PlanCache:
     def __init__(self, directory: str | os.PathLike | None = None, *, memory: bool = True,
                  disk: bool = True, max_memory_entries: int = 256):
         if max_memory_entries < 1:
-            raise ValueError(f"max_memory_entries must be >= 1, got {max_memory_entries}")
+            raise UserError(f"max_memory_entries must be >= 1, got {max_memory_entries}")
         self.directory = resolve_cache_dir(directory)
         self.use_memory = memory
         self.use_disk = disk

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from dataflow.errors import UserError
+
 from .storage import Storage, walk
 
 #: Box colours: pos, crd and val arrays; the pattern's nonzero and filler cells.
@@ -46,7 +48,7 @@ def draw(tensor, ax=None, *, max_items: int = 24, title: str | None = None):
         The ``Figure`` holding the picture (``ax.figure`` when ``ax`` is given).
     """
     if max_items < 4:
-        raise ValueError(f"max_items must be at least 4, got {max_items}")
+        raise UserError(f"max_items must be at least 4, got {max_items}")
     fmt = tensor.tensor_format
     shape = tuple(tensor.shape)
     nlev = fmt.num_levels

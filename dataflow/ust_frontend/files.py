@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
+from dataflow.errors import UserError
+
 from .named import NamedFormats
 from .storage import build
 
@@ -26,7 +28,7 @@ def read_tensor_file(cls, path: str | os.PathLike):
     elif suffix == ".tns":
         coords, values, shape = _read_tns(path)
     else:
-        raise ValueError(f"{path}: unknown tensor file type {suffix!r} (use .mtx or .tns)")
+        raise UserError(f"{path}: unknown tensor file type {suffix!r} (use .mtx or .tns)")
     fmt = NamedFormats.coo(len(shape))
     storage = build(fmt, shape, coords, values)
     return cls(fmt, shape, storage.pos, storage.crd, storage.val)
@@ -39,22 +41,22 @@ def _read_tns(path: Path):
         if text:
             rows.append((number, text.split()))
     if not rows:
-        raise ValueError(f"{path}: no entries")
+        raise UserError(f"{path}: no entries")
     width = len(rows[0][1])
     for number, fields in rows:
         if len(fields) != width:
-            raise ValueError(f"{path}:{number}: expected {width} columns, found {len(fields)}")
+            raise UserError(f"{path}:{number}: expected {width} columns, found {len(fields)}")
     if width < 2:
-        raise ValueError(f"{path}:{rows[0][0]}: a .tns line needs coordinates and a value")
+        raise UserError(f"{path}:{rows[0][0]}: a .tns line needs coordinates and a value")
     table = [fields for _, fields in rows]
     try:
         coords = np.array([[int(f) for f in fields[:-1]] for fields in table], np.int64)
         values = np.array([float(fields[-1]) for fields in table])
     except ValueError as exc:
-        raise ValueError(f"{path}: {exc}") from None
+        raise UserError(f"{path}: {exc}") from None
     if (coords < 1).any():
         bad = rows[int(np.flatnonzero((coords < 1).any(axis=1))[0])][0]
-        raise ValueError(f"{path}:{bad}: FROSTT coordinates are 1-based")
+        raise UserError(f"{path}:{bad}: FROSTT coordinates are 1-based")
     coords -= 1
     shape = tuple(int(n) + 1 for n in coords.max(axis=0))
     return list(coords.T), values, shape

@@ -6,6 +6,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from dataflow.errors import UserError
+
 from .levels import Dim, LevelFormat, LevelSpec, bounds, evaluate, rename_expr
 from .parser import parse_format
 from .rules import validate
@@ -117,7 +119,7 @@ class TensorFormat:
     def _extents(self, shape: Sequence[int]) -> dict[str, int]:
         shape = tuple(int(n) for n in shape)
         if len(shape) != len(self.dims):
-            raise ValueError(f"shape {shape} has {len(shape)} dimensions but format {self} "
+            raise UserError(f"shape {shape} has {len(shape)} dimensions but format {self} "
                              f"has {len(self.dims)}")
         return dict(zip(self.dims, shape))
 

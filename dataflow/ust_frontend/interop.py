@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dataflow.errors import UserError
+
 from .format import TensorFormat
 from .levels import BinOp, Dim, LevelFormat, LevelSpec, LevelType
 from .named import NamedFormats
@@ -55,7 +57,7 @@ def _dense_view(xp, x, fmt: TensorFormat | None, package: str) -> PackageView:
     fmt = fmt or NamedFormats.dense(x.ndim)
     perm = dense_permutation(fmt)
     if perm is None:
-        raise ValueError(f"{fmt} is not a dense format; convert after from_package")
+        raise UserError(f"{fmt} is not a dense format; convert after from_package")
     # A transposed view in level order is contiguous exactly when the layouts agree: then
     # ascontiguousarray makes no copy.
     in_level_order = xp.ascontiguousarray(x.transpose(perm))
@@ -71,7 +73,7 @@ def numpy_view(x: np.ndarray, fmt: TensorFormat | None) -> PackageView:
 def numpy_array(fmt: TensorFormat, shape, val: np.ndarray) -> np.ndarray:
     perm = dense_permutation(fmt)
     if perm is None:
-        raise ValueError(f"{fmt} is not a dense format")
+        raise UserError(f"{fmt} is not a dense format")
     sizes = [shape[p] for p in perm]
     return val.reshape(sizes).transpose(np.argsort(perm))
 
@@ -201,7 +203,7 @@ def torch_view(x) -> PackageView:
 
     x = x.detach()
     if x.device.type != "cpu":
-        raise ValueError("only CPU torch tensors can be viewed (got device "
+        raise UserError("only CPU torch tensors can be viewed (got device "
                          f"{x.device}); move it with .cpu() first")
     shape = tuple(int(n) for n in x.shape)
     layout = x.layout
@@ -210,7 +212,7 @@ def torch_view(x) -> PackageView:
         return PackageView(view.tensor_format, shape, view.storage, "torch.strided")
     if layout == torch.sparse_coo:
         if x.dense_dim():
-            raise ValueError("hybrid sparse COO tensors (dense_dim > 0) are not supported")
+            raise UserError("hybrid sparse COO tensors (dense_dim > 0) are not supported")
         indices = x._indices().numpy()
         values = x._values().numpy()
         rank = len(shape)
@@ -219,7 +221,7 @@ def torch_view(x) -> PackageView:
         storage = Storage(pos, tuple(indices[k] for k in range(rank)), values)
         return PackageView(fmt, shape, storage, "torch.sparse_coo", (x,))
     if len(shape) != 2:
-        raise ValueError(f"batched torch {layout} tensors are not supported yet")
+        raise UserError(f"batched torch {layout} tensors are not supported yet")
     if layout in (torch.sparse_csr, torch.sparse_bsr):
         ptr, idx = x.crow_indices().numpy(), x.col_indices().numpy()
     elif layout in (torch.sparse_csc, torch.sparse_bsc):

@@ -25,6 +25,7 @@ from dataflow.dfg.lower import lower_gemm, lower_spmm_csr
 from dataflow.dfg.lower_elementwise import EwOperand, coiterate, lower_elementwise
 from dataflow.dfg.lower_sddmm import lower_sddmm_csr
 from dataflow.dfg.lower_spgemm import gustavson_symbolic, lower_spgemm_csr
+from dataflow.errors import UserError
 from dataflow.ust_frontend.backends import (
     BACKEND_MODULES,
     BACKENDS,
@@ -106,7 +107,7 @@ def _with_values(t: Tensor, fn: Callable | None) -> Tensor:
         return t
     val = np.asarray(fn(np.asarray(t.val)))
     if val.shape != t.val.shape:
-        raise ValueError(f"prolog must be elementwise: {t.val.shape} values became {val.shape}")
+        raise UserError(f"prolog must be elementwise: {t.val.shape} values became {val.shape}")
     levels = range(t.num_levels)
     return Tensor(t.tensor_format, t.shape, [t.pos(lv) for lv in levels],
                   [t.crd(lv) for lv in levels], val)
@@ -216,7 +217,7 @@ class Matmul(_StatefulOp):
         super().__init__()
         self.semiring = resolve_semiring(semiring)
         if isinstance(prolog, dict) and not set(prolog) <= {"a", "b"}:
-            raise ValueError(f"prolog keys must be 'a' and/or 'b', got {sorted(prolog)}")
+            raise UserError(f"prolog keys must be 'a' and/or 'b', got {sorted(prolog)}")
         self.prolog, self.epilog = prolog, epilog
         self.reset_operands(a, b)
 
@@ -305,7 +306,7 @@ class Sddmm(_StatefulOp):
         super().__init__()
         self.semiring = resolve_semiring(semiring)
         if isinstance(prolog, dict) and not set(prolog) <= {"a", "b"}:
-            raise ValueError(f"prolog keys must be 'a' and/or 'b', got {sorted(prolog)}")
+            raise UserError(f"prolog keys must be 'a' and/or 'b', got {sorted(prolog)}")
         self.prolog, self.epilog = prolog, epilog
         self.reset_operands(a, b, mask)
 
@@ -318,7 +319,7 @@ class Sddmm(_StatefulOp):
             self.mask = as_tensor(mask)
         _check_shapes(self.a, self.b)
         if tuple(self.mask.shape) != (self.a.shape[0], self.b.shape[1]):
-            raise ValueError(f"sddmm mask shape {self.mask.shape} != A @ B shape "
+            raise UserError(f"sddmm mask shape {self.mask.shape} != A @ B shape "
                              f"{(self.a.shape[0], self.b.shape[1])}")
         self._csr = csr_arrays(self.mask)
 
@@ -339,7 +340,6 @@ class Sddmm(_StatefulOp):
         return _with_values(self.a, fa).to_dense(), _with_values(self.b, fb).to_dense()
 
     def _lower(self):
-
         pos, crd, val = self._csr
         return lower_sddmm_csr(*self._dense_ab(), pos, crd, val)
 
@@ -387,9 +387,9 @@ class Elementwise(_StatefulOp):
         super().__init__()
         self.semiring = resolve_semiring(semiring)
         if kind not in self._FNS:
-            raise ValueError(f"unknown elementwise op {kind!r}; choose one of {list(self._FNS)}")
+            raise UserError(f"unknown elementwise op {kind!r}; choose one of {list(self._FNS)}")
         if isinstance(prolog, dict) and not set(prolog) <= {"a", "b"}:
-            raise ValueError(f"prolog keys must be 'a' and/or 'b', got {sorted(prolog)}")
+            raise UserError(f"prolog keys must be 'a' and/or 'b', got {sorted(prolog)}")
         self.kind, self.op = kind, f"elementwise:{kind}"
         self.prolog, self.epilog = prolog, epilog
         self.reset_operands(a, b)
@@ -401,7 +401,7 @@ class Elementwise(_StatefulOp):
         if b is not None:
             self.b = as_tensor(b)
         if tuple(self.a.shape) != tuple(self.b.shape):
-            raise ValueError(f"{self.kind}: shapes differ, {self.a.shape} vs {self.b.shape}")
+            raise UserError(f"{self.kind}: shapes differ, {self.a.shape} vs {self.b.shape}")
         self._coiteration = None  # the merged structure, computed once per structure
 
     @property
@@ -419,7 +419,6 @@ class Elementwise(_StatefulOp):
         return _with_values(self.a, fa), _with_values(self.b, fb)
 
     def _view2d(self):
-
         shape = self.a.shape
         rows, cols = (int(np.prod(shape[:-1], dtype=np.int64)), shape[-1]) if shape else (1, 1)
         ops = []
@@ -442,7 +441,6 @@ class Elementwise(_StatefulOp):
         return (rows, cols), ops
 
     def _lower(self):
-
         shape, (a, b) = self._view2d()
         if self._coiteration is None and not (a.is_dense and b.is_dense):
             self._coiteration = coiterate(self.kind, shape, a, b)
@@ -478,7 +476,6 @@ class Elementwise(_StatefulOp):
         return m
 
     def _finish(self, raw):
-
         if sp.issparse(raw):
             raw = sp.csr_matrix(raw)
             raw.sort_indices()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from dataflow.errors import UserError
 from dataflow.ust_frontend.named import NamedFormats
 from dataflow.ust_frontend.tensor import Tensor
 
@@ -23,11 +24,11 @@ def resolve_semiring(semiring) -> dict | None:
         return None
     if isinstance(semiring, str):
         if semiring not in SEMIRINGS:
-            raise ValueError(f"unknown semiring {semiring!r}; choose one of {list(SEMIRINGS)}"
+            raise UserError(f"unknown semiring {semiring!r}; choose one of {list(SEMIRINGS)}"
                              " or pass {'add': f, 'mul': g, 'zero': z}")
         semiring = SEMIRINGS[semiring]
     if not isinstance(semiring, dict) or not {"add", "mul"} <= set(semiring):
-        raise ValueError("a semiring needs 'add' and 'mul' callables (and 'zero', the "
+        raise UserError("a semiring needs 'add' and 'mul' callables (and 'zero', the "
                          "identity of add; default 0)")
     return None if semiring is SEMIRINGS["plus_times"] else semiring
 
@@ -38,9 +39,9 @@ def is_dense(t: Tensor) -> bool:
 
 def _check_shapes(a: Tensor, b: Tensor) -> None:
     if len(a.shape) != 2 or len(b.shape) != 2:
-        raise ValueError(f"matmul takes matrices; got shapes {a.shape} and {b.shape}")
+        raise UserError(f"matmul takes matrices; got shapes {a.shape} and {b.shape}")
     if a.shape[1] != b.shape[0]:
-        raise ValueError(f"matmul shapes do not agree: {a.shape} @ {b.shape} "
+        raise UserError(f"matmul shapes do not agree: {a.shape} @ {b.shape} "
                          f"({a.shape[1]} != {b.shape[0]})")
 
 

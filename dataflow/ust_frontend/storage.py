@@ -281,7 +281,7 @@ def verify(fmt: TensorFormat, shape: Sequence[int], storage: Storage) -> None:
         pos, crd = storage.pos[k], storage.crd[k]
 
         def bad(what: str, k=k, spec=spec):
-            raise ValueError(f"level {k} ({spec}): {what}")
+            raise UserError(f"level {k} ({spec}): {what}")
 
         if kind in ENUMERATING:
             nparent *= hi - lo
@@ -331,5 +331,5 @@ def verify(fmt: TensorFormat, shape: Sequence[int], storage: Storage) -> None:
         if len(coords) and ((coords < lo) | (coords >= hi)).any():
             bad(f"a coordinate lies outside the level's range [{lo}, {hi})")
     if len(storage.val) != nparent:
-        raise ValueError(f"val has {len(storage.val)} entries, but the levels address "
+        raise UserError(f"val has {len(storage.val)} entries, but the levels address "
                          f"{nparent} positions")

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 import scipy.sparse as sp
 
+from dataflow.errors import UserError
 from dataflow.ust_frontend.draw import draw
 from dataflow.ust_frontend.files import read_tensor_file
 
@@ -202,7 +203,7 @@ class Tensor:
         if kind is None:
             found = interop.default_package(self.tensor_format)
             if found is None:
-                raise ValueError(f"no package holds {self.tensor_format}; convert it to a "
+                raise UserError(f"no package holds {self.tensor_format}; convert it to a "
                                  "dense, CSR, CSC, COO, BSR or DIA format first")
             kind, extra = found
         if kind == "numpy":
@@ -301,18 +302,18 @@ class Tensor:
     def _check_lengths(self):
         fmt, st = self.tensor_format, self._storage
         if len(self.shape) != fmt.num_dimensions:
-            raise ValueError(f"shape {self.shape} does not match the {fmt.num_dimensions} "
+            raise UserError(f"shape {self.shape} does not match the {fmt.num_dimensions} "
                              f"dimensions of {fmt}")
         if len(st.pos) != fmt.num_levels or len(st.crd) != fmt.num_levels:
-            raise ValueError(f"{fmt} has {fmt.num_levels} levels, but pos/crd were given for "
+            raise UserError(f"{fmt} has {fmt.num_levels} levels, but pos/crd were given for "
                              f"{len(st.pos)}/{len(st.crd)}")
         if st.val.ndim != 1:
-            raise ValueError(f"val must be one-dimensional, got shape {st.val.shape}")
+            raise UserError(f"val must be one-dimensional, got shape {st.val.shape}")
         for k, spec in enumerate(fmt.levels):
             if spec.type.stores_pos and st.pos[k] is None:
-                raise ValueError(f"level {k} ({spec}) needs a pos array")
+                raise UserError(f"level {k} ({spec}) needs a pos array")
             if spec.type.stores_crd and st.crd[k] is None:
-                raise ValueError(f"level {k} ({spec}) needs a crd array")
+                raise UserError(f"level {k} ({spec}) needs a crd array")
 
 
 def _scatter(shape: tuple[int, ...], coords, values: np.ndarray) -> np.ndarray:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dataflow.arch import resolve_arch
+from dataflow.errors import UserError
 from dataflow.ust_frontend.named import NamedFormats
 from dataflow.ust_frontend.ops import Matmul, get_executor
 from dataflow.ust_frontend.tensor import Tensor
@@ -108,7 +109,6 @@ class EngineConfig:
 
 
 def _weight_tensor(w: np.ndarray, weight_format: str | None) -> Tensor:
-
     w = np.ascontiguousarray(w, dtype=np.float32)
     if weight_format is None:
         zeros = 1.0 - np.count_nonzero(w) / max(1, w.size)
@@ -117,7 +117,7 @@ def _weight_tensor(w: np.ndarray, weight_format: str | None) -> Tensor:
         return Tensor.from_dense(w, NamedFormats.CSR)
     if weight_format == "dense":
         return Tensor.from_package(w)
-    raise ValueError(f"weight_format must be 'csr', 'dense' or None (by sparsity), "
+    raise UserError(f"weight_format must be 'csr', 'dense' or None (by sparsity), "
                      f"got {weight_format!r}")
 
 
@@ -198,7 +198,6 @@ def _modules():
                                           missing_keys, unexpected_keys, error_msgs)
 
         def forward(self, x):
-
             lead = x.shape[:-1]
             xt = np.ascontiguousarray(
                 x.detach().reshape(-1, self.in_features).cpu().numpy().astype(np.float32).T)
@@ -417,7 +416,7 @@ def prune_model(model, amount: float) -> dict[str, float]:
     import torch
 
     if not 0.0 <= amount < 1.0:
-        raise ValueError(f"prune amount must be in [0, 1), got {amount}")
+        raise UserError(f"prune amount must be in [0, 1), got {amount}")
     out = {}
     with torch.no_grad():
         for name, w in _linear_weights(model):
@@ -435,12 +434,12 @@ def prune_n_m(model, n: int = 2, m: int = 4) -> dict[str, float]:
     import torch
 
     if not 0 < n <= m:
-        raise ValueError(f"N:M pruning needs 0 < n <= m, got {n}:{m}")
+        raise UserError(f"N:M pruning needs 0 < n <= m, got {n}:{m}")
     out = {}
     with torch.no_grad():
         for name, w in _linear_weights(model):
             if w.shape[-1] % m:
-                raise ValueError(f"{name}: in_features {w.shape[-1]} is not a multiple of m={m}")
+                raise UserError(f"{name}: in_features {w.shape[-1]} is not a multiple of m={m}")
             groups = w.reshape(-1, m)
             drop = groups.abs().argsort(dim=1)[:, : m - n]
             groups.scatter_(1, drop, 0.0)
