@@ -132,3 +132,23 @@ def test_cache_fingerprint_covers_what_cached_decisions_import(cached):
     missing = sorted(d for d in deps if d not in hashed and modules()[d].name != "__init__.py"
                      or d in ("dataflow",))
     assert not missing, f"{cached} depends on modules the cache fingerprint leaves out: {missing}"
+
+
+def _calls_and_defs():
+    calls, defs = [], []
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                calls.append((node.func.id, name))
+            elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                defs.append((node.name, name))
+    return calls, defs
+
+
+def test_one_home_for_each_rule():
+    """Rules that drifted apart when they had two homes: a SimResult is assembled in one
+    function, and which nodes carry SIMD vectors is decided in one."""
+    calls, defs = _calls_and_defs()
+    assert sorted({m for f, m in calls if f == "SimResult"}) == ["dataflow.pe_array.simulate"]
+    assert [m for f, m in defs if f == "vector_nodes"] == ["dataflow.dfg.graph"]
+    assert [m for f, m in defs if f == "accumulates"] == ["dataflow.dfg.ops"]

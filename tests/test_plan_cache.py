@@ -4,6 +4,7 @@ does and does not depend on."""
 
 import os
 import pickle
+import shutil
 import subprocess
 import sys
 
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from dataflow import cachefiles
 from dataflow.testing import assert_close
 from dataflow.ust_frontend.cache import (
     ENV_VAR,
@@ -231,3 +233,25 @@ def test_builder_returning_wrong_key_fails_loudly(tmp_path):
     plan = Matmul(a, b).plan(cache=False)
     with pytest.raises(ValueError, match="asked for"):
         PlanCache(tmp_path).get_or_build("0" * 64, lambda: plan)
+
+
+def test_engine_change_makes_cached_plans_and_layouts_stale(tmp_path, monkeypatch):
+    """The SPM layout choice is scored by the engine: an edit to pe_array/ or spm/ must change
+    the fingerprint that cached plans and layouts carry (issue 17, point 5)."""
+    copy = tmp_path / "dataflow"
+    shutil.copytree(cachefiles.PACKAGE_ROOT, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(cachefiles, "PACKAGE_ROOT", copy)
+    cachefiles.code_fingerprint.cache_clear()
+    before = cachefiles.code_fingerprint()
+    for edited in ("pe_array/fast.py", "spm/lines.py", "plan/spm_layout.py", "mapper/map.py"):
+        with open(copy / edited, "a") as f:
+            f.write("\n# an edit\n")
+        cachefiles.code_fingerprint.cache_clear()
+        after = cachefiles.code_fingerprint()
+        assert after != before, edited
+        before = after
+    with open(copy / "report" / "plots.py", "a") as f:  # pictures decide no cached plan
+        f.write("\n# an edit\n")
+    cachefiles.code_fingerprint.cache_clear()
+    assert cachefiles.code_fingerprint() == before
+    cachefiles.code_fingerprint.cache_clear()

@@ -10,13 +10,14 @@ leaves it; buffers handed between co-resident kernels stay in SPM lines and cost
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from dataflow.butterfly.reference import ButterflyError
 from dataflow.dfg.lower_butterfly import data_names, data_rows, is_skewed
 from dataflow.pe_array.common import dma_words
 from dataflow.pe_array.result import KernelResult, SimResult, TileResult
-from dataflow.pe_array.simulate import area_breakdown, energy_breakdown, run_array
+from dataflow.pe_array.simulate import array_counts, assemble_result, energy_breakdown, run_array
 from dataflow.pe_array.system import run_system
 from dataflow.plan.orchestrate import OrchestratedMapping, roofline
 
@@ -146,30 +147,23 @@ def simulate_orchestrated(om: OrchestratedMapping, engine: str = "fast",
     notes = (*om.notes,
              (f"roofline bound {bounds['bound']:.0f} cycles (issue {bounds['issue_bound']:.0f}, "
               f"DRAM {bounds['dram_bound']:.0f}); achieved {bounds['bound'] / max(1, tl.cycles):.2f}"))
-    res = SimResult(
-        workload=workload or mapping.program.name, arch=arch.name, clock_ghz=arch.clock_ghz,
+    res = assemble_result(
+        arch, workload=workload or mapping.program.name, engine=engine,
+        counts=array_counts(arrays),
+        energy_pj=energy_breakdown(arrays, arch, rd + wr, len(om.segments)),
         cycles=tl.cycles, compute_cycles=sum(t.compute_cycles for _, ts in seg_tiles for t in ts),
         stall_cycles_spm_conflict=sum(t.stall_cycles_spm_conflict for _, ts in seg_tiles for t in ts),
         stall_cycles_dram=tl.stall_cycles_dram,
         stall_cycles_reconfiguration=tl.stall_cycles_reconfiguration,
-        stall_cycles_dependency=0, macs=mapping.program.macs,
-        peak_macs_per_cycle=arch.pe_array.num_pes * arch.pe_array.simd_lanes,
-        pe_busy_cycles=sum(a.pe_busy_cycles for a in arrays),
-        spm_reads_per_line=sum(a.spm_reads_per_line for a in arrays),
-        spm_writes_per_line=sum(a.spm_writes_per_line for a in arrays),
-        spm_conflicts_per_line=sum(a.spm_conflicts_per_line for a in arrays),
-        dram_bytes_read=rd, dram_bytes_written=wr,
-        energy_pj=tuple(energy_breakdown(arrays, arch, rd + wr, len(om.segments)).items()),
-        area_mm2=tuple(area_breakdown(arch).items()), dram_bytes_per_cycle=arch.dram.bytes_per_cycle,
-        kernels=kernels, output=outputs[mapping.program.outputs[0][0]], engine=engine,
-        notes=notes, mapping_summary=om.summary())
+        stall_cycles_dependency=tl.stall_cycles_dependency, macs=mapping.program.macs,
+        dram_bytes_read=rd, dram_bytes_written=wr, kernels=kernels,
+        output=outputs[mapping.program.outputs[0][0]], notes=notes, mapping_summary=om.summary())
     return OrchestratedRun(result=res, outputs=outputs, spans=tuple(spans), bounds=bounds, spec=spec)
 
 
 def merge_results(parts: list[SimResult], workload: str, output, notes=()) -> SimResult:
     """Several programs run back to back (e.g. the two passes of a 2-D FFT): cycles, traffic,
     busy cycles and energy add; kernels are shifted onto one time line."""
-    import dataclasses
 
     if not parts:
         raise ButterflyError("nothing to merge")
@@ -206,7 +200,6 @@ def chain_runs(runs: list[OrchestratedRun], workload: str, outputs: dict, spec=N
     """Programs run back to back as one run (the passes of a four-step FFT): results merged
     (`merge_results`), spans shifted onto one time line with residencies renumbered, bounds
     added (the roofline of a sequence of programs is the sum of theirs)."""
-    import dataclasses
 
     res = merge_results([r.result for r in runs], workload, runs[-1].result.output, notes)
     spans, offset, seg = [], 0, 0

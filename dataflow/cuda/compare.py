@@ -26,6 +26,8 @@ from dataflow.cuda.runner import dry_run, measure
 from dataflow.errors import UserError
 from dataflow.testing import max_abs_error, values_match
 
+# Deferred imports: matplotlib is imported where the comparison is drawn (start-up of the CLI).
+
 
 def _values(x) -> np.ndarray:
     """Dense values of a backend's output (numpy, or a UST Tensor's stored values)."""

@@ -17,6 +17,8 @@ import sys
 
 from dataflow.errors import UserError
 
+# Deferred imports: numba.cuda reads its configuration when first imported: imported here, on demand.
+
 
 class GpuUnavailableError(UserError):
     """A kernel launch was asked for on a real GPU in a process that cannot have one."""

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 from dataflow.cuda.device import cuda_module
 
+# Deferred imports: numba.cuda is imported after `device.cuda_module()` has chosen GPU or simulator.
+
 F32_2D = "float32[:, ::1]"
 C64_2D = "complex64[:, ::1]"
 I32_1D = "int32[::1]"

@@ -6,6 +6,8 @@ level arrays a kernel streams), so this stage never sees a `Tensor` object.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from dataflow.dfg.graph import Addr, Buffer, DFGError, Kernel, Loop, Node, Program
@@ -109,7 +111,6 @@ def verify_pass(prog: Program) -> Program:
 
 def drop_dead_nodes(prog: Program) -> Program:
     """Remove body nodes whose values reach no memory write (none in today's kernels)."""
-    import dataclasses
 
     kernels = []
     for k in prog.kernels:

@@ -19,6 +19,8 @@ from dataflow.dse.store import ResultsStore
 from dataflow.dse.sweep import Sweep
 from dataflow.errors import UserError
 
+# Deferred imports: Dask (`distributed`, the `dask` extra) and tqdm are imported where a runner needs them.
+
 
 class SerialRunner:
     name = "serial"

@@ -24,6 +24,8 @@ from dataflow.dse.store import ResultsStore
 from dataflow.dse.sweep import Sweep
 from dataflow.errors import UserError
 
+# Deferred imports: optuna and tqdm come with the `dse` extra: imported in the functions that use them.
+
 
 @dataclass(frozen=True)
 class SearchSummary:

@@ -33,8 +33,7 @@ from dataflow.moe.gating import (
     route,
 )
 from dataflow.moe.lower import combine_program, expert_program, front_program, sequential_program
-from dataflow.pe_array.result import SimResult
-from dataflow.pe_array.simulate import simulate_mapping
+from dataflow.pe_array.simulate import assemble_result, simulate_mapping
 from dataflow.workloads import Param, Workload, finish, register
 
 PLACEMENTS = ("parallel", "sequential")
@@ -110,22 +109,19 @@ def _compose_parallel(arch, parts_total: int, front, experts, combine, output, s
         for k, v in p.energy_pj:
             energy[k] = energy.get(k, 0.0) + v
     on_path = [front, combine] + ([crit] if crit is not None else [])
-    return SimResult(
-        workload="moe", arch=arch.name, clock_ghz=arch.clock_ghz,
-        cycles=t_front + t_experts + combine.cycles,
+    return assemble_result(
+        arch, workload="moe", engine=front.engine,
+        counts={"pe_busy_cycles": busy, "spm_reads_per_line": rd, "spm_writes_per_line": wr,
+                "spm_conflicts_per_line": cf},
+        energy_pj=energy, cycles=t_front + t_experts + combine.cycles,
         compute_cycles=sum(p.compute_cycles for p in on_path),
         stall_cycles_spm_conflict=sum(p.stall_cycles_spm_conflict for p in on_path),
         stall_cycles_dram=sum(p.stall_cycles_dram for p in on_path),
         stall_cycles_reconfiguration=sum(p.stall_cycles_reconfiguration for p in on_path),
-        stall_cycles_dependency=0, macs=sum(p.macs for p in parts),
-        peak_macs_per_cycle=arch.pe_array.num_pes * arch.pe_array.simd_lanes,
-        pe_busy_cycles=busy, spm_reads_per_line=rd, spm_writes_per_line=wr,
-        spm_conflicts_per_line=cf, dram_bytes_read=sum(p.dram_bytes_read for p in parts),
-        dram_bytes_written=sum(p.dram_bytes_written for p in parts),
-        energy_pj=tuple(energy.items()), area_mm2=front.area_mm2,
-        dram_bytes_per_cycle=front.dram_bytes_per_cycle, kernels=tuple(kernels),
-        output=output, engine=front.engine,
-        mapping_summary="\n".join(summaries),
+        stall_cycles_dependency=sum(p.stall_cycles_dependency for p in on_path),
+        macs=sum(p.macs for p in parts), dram_bytes_read=sum(p.dram_bytes_read for p in parts),
+        dram_bytes_written=sum(p.dram_bytes_written for p in parts), kernels=tuple(kernels),
+        output=output, mapping_summary="\n".join(summaries),
         notes=((f"experts side by side in {gr}x{gc} regions of "
                 f"{arch.pe_array.rows // gr}x{arch.pe_array.cols // gc} PEs; compute and stall "
                 "cycles are those on the critical path (front, busiest expert, combine)"),))

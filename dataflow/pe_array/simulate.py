@@ -134,22 +134,37 @@ def simulate_mapping(mapping: Mapping, engine: str = "fast", trace: bool = False
                      ii=km.ii, mii=getattr(km, "mii", 1), copies=getattr(km, "copies", 1),
                      tiles=a.tiles)
         for a, km, (s, e) in zip(arrays, mapping.kernels, timeline.kernel_spans))
-    return SimResult(
-        workload=workload or prog.name, arch=arch.name, clock_ghz=arch.clock_ghz,
-        cycles=cycles, compute_cycles=compute,
-        stall_cycles_spm_conflict=spm_stall, stall_cycles_dram=timeline.stall_cycles_dram,
+    return assemble_result(
+        arch, workload=workload or prog.name, engine=engine, counts=array_counts(arrays),
+        energy_pj=energy_breakdown(arrays, arch, rd + wr, len(arrays)),
+        cycles=cycles, compute_cycles=compute, stall_cycles_spm_conflict=spm_stall,
+        stall_cycles_dram=timeline.stall_cycles_dram,
         stall_cycles_reconfiguration=timeline.stall_cycles_reconfiguration,
-        stall_cycles_dependency=0, macs=sum(a.macs for a in arrays),
-        peak_macs_per_cycle=arch.pe_array.num_pes * arch.pe_array.simd_lanes,
-        pe_busy_cycles=sum(a.pe_busy_cycles for a in arrays),
-        spm_reads_per_line=sum(a.spm_reads_per_line for a in arrays),
-        spm_writes_per_line=sum(a.spm_writes_per_line for a in arrays),
-        spm_conflicts_per_line=sum(a.spm_conflicts_per_line for a in arrays),
-        dram_bytes_read=rd, dram_bytes_written=wr,
-        energy_pj=tuple(energy_breakdown(arrays, arch, rd + wr, len(arrays)).items()),
-        kernels=kernels, output=output, engine=engine,
+        stall_cycles_dependency=timeline.stall_cycles_dependency, macs=sum(a.macs for a in arrays),
+        dram_bytes_read=rd, dram_bytes_written=wr, kernels=kernels, output=output,
         trace=_system_trace(arrays, timeline) if trace and arrays else None,
-        area_mm2=tuple(area_breakdown(arch).items()),
-        dram_bytes_per_cycle=arch.dram.bytes_per_cycle,
         schedule=_schedule_rows(mapping), tile_spans=timeline.tile_spans,
     )
+
+
+def array_counts(arrays: list[ArrayResult]) -> dict[str, np.ndarray]:
+    """Per-PE busy cycles and per-line SPM reads, writes and conflicts, summed over kernels."""
+    return {"pe_busy_cycles": sum(a.pe_busy_cycles for a in arrays),
+            "spm_reads_per_line": sum(a.spm_reads_per_line for a in arrays),
+            "spm_writes_per_line": sum(a.spm_writes_per_line for a in arrays),
+            "spm_conflicts_per_line": sum(a.spm_conflicts_per_line for a in arrays)}
+
+
+def assemble_result(arch, *, workload: str, engine: str, counts: dict[str, np.ndarray],
+                    energy_pj: dict[str, float], **fields) -> SimResult:
+    """The one place a `SimResult` is put together (the engine's run, butterfly residencies,
+    experts side by side): what follows from the architecture -- its name and clock, the peak
+    MACs per cycle, the area breakdown, the DRAM peak for rooflines -- is filled in here; the
+    caller gives the timing, traffic and values (`fields`, SimResult's own names), `counts`
+    (`array_counts`) and the energy by component in pJ."""
+    return SimResult(
+        workload=workload, arch=arch.name, clock_ghz=arch.clock_ghz, engine=engine,
+        peak_macs_per_cycle=arch.pe_array.num_pes * arch.pe_array.simd_lanes,
+        area_mm2=tuple(area_breakdown(arch).items()),
+        dram_bytes_per_cycle=arch.dram.bytes_per_cycle,
+        energy_pj=tuple(energy_pj.items()), **counts, **fields)

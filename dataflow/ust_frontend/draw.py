@@ -19,6 +19,8 @@ from dataflow.errors import UserError
 
 from .storage import Storage, walk
 
+# Deferred imports: matplotlib is imported where a picture is drawn (start-up).
+
 #: Box colours: pos, crd and val arrays; the pattern's nonzero and filler cells.
 _COLORS = {
     "pos": "#fdd9a0",

@@ -12,6 +12,8 @@ from dataflow.errors import UserError
 from .named import NamedFormats
 from .storage import build
 
+# Deferred imports: scipy.io is imported where a Matrix Market file is read (start-up).
+
 
 def read_tensor_file(cls, path: str | os.PathLike):
     """A COO tensor (sorted, duplicates kept) from a .mtx or .tns file."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.sparse as sp
 
 from dataflow.errors import UserError
 
@@ -17,6 +18,8 @@ from .format import TensorFormat
 from .levels import BinOp, Dim, LevelFormat, LevelSpec, LevelType
 from .named import NamedFormats
 from .storage import Storage
+
+# Deferred imports: torch and cupy are optional (the `torch` extra; cupy where installed): imported where a tensor of theirs is met.
 
 
 @dataclass(frozen=True)
@@ -162,7 +165,6 @@ def scipy_object(kind: str, extra: tuple, fmt: TensorFormat, shape, storage: Sto
 
 def default_package(fmt: TensorFormat) -> tuple[str, tuple] | None:
     """The package kind a tensor of this format goes back to when it came from none."""
-    import scipy.sparse as sp
 
     if fmt.is_dense:
         return "numpy", ()
@@ -356,7 +358,6 @@ def to_device_like(result, like):
     """`result` (numpy or scipy.sparse) copied to the GPU when `like` lives there."""
     if not is_cupy(like):
         return result
-    import scipy.sparse as sp
 
     if sp.issparse(result):
         import cupyx.scipy.sparse as csp

@@ -4,6 +4,7 @@ checked against) and the semirings the ops accept."""
 from __future__ import annotations
 
 import numpy as np
+import scipy.sparse as sp
 
 from dataflow.errors import UserError
 from dataflow.ust_frontend.named import NamedFormats
@@ -61,7 +62,6 @@ def matmul_reference(a: Tensor, b: Tensor) -> np.ndarray:
 
 def spgemm_reference(a: Tensor, b: Tensor) -> np.ndarray:
     """Sparse x sparse through scipy (float64 accumulate), densified, as float32."""
-    import scipy.sparse as sp
 
     _check_shapes(a, b)
     mats = []

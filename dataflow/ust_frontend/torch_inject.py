@@ -32,6 +32,8 @@ from dataflow.ust_frontend.named import NamedFormats
 from dataflow.ust_frontend.ops import Matmul, get_executor
 from dataflow.ust_frontend.tensor import Tensor
 
+# Deferred imports: torch is the `torch` extra: imported in the functions that use it.
+
 SPARSE_THRESHOLD = 0.25  # a weight with at least this fraction of zeros is stored as CSR
 
 
