@@ -1,0 +1,54 @@
+"""Contracts between the lowering passes and their callers: dead-node removal keeps the
+loop-carried edges in step with the renumbered nodes."""
+
+import numpy as np
+
+from dataflow.dfg.graph import Addr, Buffer, Kernel, Loop, Node, Program
+from dataflow.dfg.lower import drop_dead_nodes, run_passes
+from dataflow.dfg.ops import Op
+
+
+def _row_sum_with_dead_nodes() -> Program:
+    """C[i] += A[i, kk] with a dead load and a dead multiply (carrying its own value) placed
+    before the accumulator, so the accumulator's id moves from 3 to 1."""
+    nodes = (
+        Node(0, Op.LOAD, buffer="A", addr=Addr((("i", 4), ("kk", 1))), name="a"),
+        Node(1, Op.LOAD, buffer="B", addr=Addr((("kk", 1),)), name="dead b"),
+        Node(2, Op.MUL, (1, 1), name="dead b*b"),
+        Node(3, Op.ACC, (0,), buffer="C", addr=Addr((("i", 1),)), name="C+="),
+    )
+    kern = Kernel(name="row_sum", loops=(Loop("i", 3), Loop("kk", 4)), nodes=nodes,
+                  buffers=(Buffer("A", 12), Buffer("B", 4), Buffer("C", 3, "output")),
+                  carried=((2, 2, 1), (3, 3, 1)))
+    return Program(name="row_sum", kernels=(kern,),
+                   inputs=(("A", np.ones(12, np.float32)), ("B", np.ones(4, np.float32))),
+                   outputs=(("C", (3,)),), macs=12)
+
+
+def test_drop_dead_nodes_renumbers_and_drops_carried_edges():
+    kern = drop_dead_nodes(_row_sum_with_dead_nodes()).kernels[0]
+    assert [(n.id, n.op, n.inputs) for n in kern.nodes] == [(0, Op.LOAD, ()), (1, Op.ACC, (0,))]
+    # the accumulator's recurrence follows it to id 1; the dead multiply's goes with it
+    assert kern.carried == ((1, 1, 1),)
+    kern.verify()
+
+
+def test_run_passes_accepts_a_kernel_with_dead_nodes_before_a_carried_edge():
+    prog = run_passes(_row_sum_with_dead_nodes())  # verify_pass runs after the drop
+    assert len(prog.kernels[0].nodes) == 2
+
+
+def test_drop_dead_nodes_keeps_a_carried_source_alive():
+    """A node whose value reaches a store only through a loop-carried edge is live."""
+    nodes = (
+        Node(0, Op.LOAD, buffer="A", addr=Addr((("i", 1),)), name="a"),
+        Node(1, Op.ACC, (0,), buffer="C", addr=Addr((("i", 0),)), name="C+="),
+        Node(2, Op.LOAD, buffer="B", addr=Addr((("i", 1),)), name="b (carried only)"),
+    )
+    kern = Kernel(name="carried_only", loops=(Loop("o", 1), Loop("i", 4)), nodes=nodes,
+                  buffers=(Buffer("A", 4), Buffer("B", 4), Buffer("C", 1, "output")),
+                  carried=((2, 1, 1), (1, 1, 1)))
+    prog = Program(name="carried_only", kernels=(kern,),
+                   inputs=(("A", np.ones(4, np.float32)), ("B", np.ones(4, np.float32))),
+                   outputs=(("C", (1,)),))
+    assert drop_dead_nodes(prog).kernels[0] is kern
