@@ -1,11 +1,16 @@
 """Contracts between the lowering passes and their callers: dead-node removal keeps the
-loop-carried edges in step with the renumbered nodes."""
+loop-carried edges in step with the renumbered nodes; a program says in typed fields what the
+mapper branches on."""
 
 import numpy as np
+import pytest
 
-from dataflow.dfg.graph import Addr, Buffer, Kernel, Loop, Node, Program
-from dataflow.dfg.lower import drop_dead_nodes, run_passes
+from dataflow.arch import resolve_arch
+from dataflow.dfg.graph import Addr, Buffer, GemmShape, Kernel, Loop, Node, Program
+from dataflow.dfg.lower import drop_dead_nodes, lower_gemm, lower_spmm_csr, run_passes
 from dataflow.dfg.ops import Op
+from dataflow.mapper.map import map_program
+from dataflow.mapper.mapping import MappingError
 
 
 def _row_sum_with_dead_nodes() -> Program:
@@ -52,3 +57,18 @@ def test_drop_dead_nodes_keeps_a_carried_source_alive():
                    inputs=(("A", np.ones(4, np.float32)), ("B", np.ones(4, np.float32))),
                    outputs=(("C", (1,)),))
     assert drop_dead_nodes(prog).kernels[0] is kern
+
+
+def test_a_gemm_program_carries_its_shape_for_the_systolic_mapper():
+    prog = lower_gemm(np.ones((5, 3)), np.ones((3, 7)))
+    assert prog.gemm == GemmShape(m=5, n=7, k=3)
+    sm = map_program(prog, resolve_arch("systolic_32x32")).kernels[0]
+    assert (sm.m, sm.n, sm.k) == (5, 7, 3)
+
+
+def test_the_systolic_mapper_refuses_a_program_without_a_gemm_shape():
+    pos, crd = np.array([0, 1, 2]), np.array([0, 1])
+    prog = lower_spmm_csr((2, 2), pos, crd, np.ones(2), np.ones((2, 4)))
+    assert prog.gemm is None
+    with pytest.raises(MappingError, match="runs only dense GEMM"):
+        map_program(prog, resolve_arch("systolic_32x32"))

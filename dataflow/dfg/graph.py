@@ -12,7 +12,7 @@ with `dataclasses.replace`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 
 import networkx as nx
@@ -220,12 +220,35 @@ def vector_nodes(kernel: Kernel) -> frozenset[int]:
     return frozenset(vec)
 
 
+@dataclass(frozen=True)
+class GemmShape:
+    """C[m, n] = A[m, k] @ B[k, n]: a program that is one dense GEMM (what a systolic array runs)."""
+
+    m: int
+    n: int
+    k: int
+
+
+@dataclass(frozen=True)
+class StageGroup:
+    """Stages first .. first + count - 1 in one kernel."""
+
+    first: int
+    count: int
+
+    @property
+    def last(self) -> int:
+        return self.first + self.count - 1
+
+
 @dataclass(frozen=True, eq=False)
 class Program:
     """A DAG of kernels joined by the buffers they produce and consume.
 
     `inputs` hold the data of input buffers (flat numpy arrays, by name); `outputs` name the
-    buffers that are the program's results, with their logical shapes.
+    buffers that are the program's results, with their logical shapes. `gemm` is set when the
+    program is one dense GEMM (the systolic mapper needs its shape); `stage_groups` are the
+    stages of a staged transform (a butterfly) each kernel computes, in kernel order.
     """
 
     name: str
@@ -234,7 +257,8 @@ class Program:
     outputs: tuple[tuple[str, tuple[int, ...]], ...]
     dtype: str = "float32"
     macs: int = 0  # useful multiply-accumulates, for utilisation and rooflines
-    meta: tuple[tuple[str, object], ...] = field(default=())
+    gemm: GemmShape | None = None
+    stage_groups: tuple[StageGroup, ...] = ()
 
     def __hash__(self) -> int:
         return id(self)

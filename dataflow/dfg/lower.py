@@ -10,7 +10,7 @@ import dataclasses
 
 import numpy as np
 
-from dataflow.dfg.graph import Addr, Buffer, DFGError, Kernel, Loop, Node, Program
+from dataflow.dfg.graph import Addr, Buffer, DFGError, GemmShape, Kernel, Loop, Node, Program
 from dataflow.dfg.ops import Op
 
 
@@ -76,7 +76,7 @@ def lower_gemm(a: np.ndarray, b: np.ndarray, dtype=np.float32) -> Program:
         inputs=(("A", np.ascontiguousarray(a, dtype=dtype).ravel()),
                 ("B", np.ascontiguousarray(b, dtype=dtype).ravel())),
         outputs=(("C", (m, n)),), dtype=np.dtype(dtype).name, macs=m * k * n,
-        meta=(("gemm", (m, n, k)),),
+        gemm=GemmShape(m, n, k),
     )
     return run_passes(prog)
 

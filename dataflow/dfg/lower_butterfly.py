@@ -40,23 +40,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dataflow.dfg.graph import Addr, Buffer, DFGError, Kernel, Loop, Node, Program
+from dataflow.dfg.graph import Addr, Buffer, DFGError, Kernel, Loop, Node, Program, StageGroup
 from dataflow.dfg.lower import run_passes
 from dataflow.dfg.ops import Op
 
 KINDS = ("fft", "real", "complex")
-
-
-@dataclass(frozen=True)
-class StageGroup:
-    """Stages first .. first + count - 1 in one kernel."""
-
-    first: int
-    count: int
-
-    @property
-    def last(self) -> int:
-        return self.first + self.count - 1
 
 
 @dataclass(frozen=True)
@@ -590,7 +578,7 @@ def lower_butterfly(spec: ButterflySpec, groups: tuple[StageGroup, ...], x: np.n
     prog = Program(name=f"{spec.prefix}butterfly_{spec.kind}_n{spec.n}_b{spec.batch}",
                    kernels=kernels, inputs=tuple(inputs.items()), outputs=outputs,
                    dtype=np.dtype(dtype).name, macs=butterfly_macs(spec),
-                   meta=(("butterfly", spec), ("groups", groups)))
+                   stage_groups=tuple(groups))
     return run_passes(prog)
 
 

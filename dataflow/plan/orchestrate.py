@@ -359,8 +359,7 @@ def roofline(om: OrchestratedMapping, dram_bytes: int) -> dict[str, float]:
     """Lower bounds in cycles: issue (ops / PEs, one op per PE per cycle) and DRAM
     (bytes / dram.bytes_per_cycle); `bound` is the larger (the roofline of this program)."""
     arch = om.arch
-    groups = dict(om.mapping.program.meta)["groups"]
-    slots = issue_slots(om.spec, groups, [len(k.kernel.nodes) for k in om.mapping.kernels])
+    slots = issue_slots(om.spec, om.mapping.program.stage_groups, [len(k.kernel.nodes) for k in om.mapping.kernels])
     issue = slots / arch.pe_array.num_pes
     dram = dram_bytes / arch.dram.bytes_per_cycle
     return {"issue_slots": slots, "issue_bound": issue, "dram_bound": dram,
