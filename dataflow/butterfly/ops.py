@@ -55,9 +55,10 @@ def run_spec(spec: ButterflySpec, x2d: np.ndarray, arch, orchestration: str = "m
 
 
 def _run_planned(spec, plan, x2d, arch, engine, factors=None, bias=None, workload=None):
-    spec = dataclasses.replace(spec, skew_lines=plan[0].skew_lines, skew_perm=plan[0].skew_perm,
-                               skew_flip=plan[0].skew_flip)
-    prog = lower_butterfly(spec, plan[1], x2d, factors, bias)
+    choice = plan.choice
+    spec = dataclasses.replace(spec, skew_lines=choice.skew_lines, skew_perm=choice.skew_perm,
+                               skew_flip=choice.skew_flip)
+    prog = lower_butterfly(spec, plan.groups, x2d, factors, bias)
     om = map_butterfly(prog, spec, arch, plan)
     return simulate_orchestrated(om, engine, workload)
 
