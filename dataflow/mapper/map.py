@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataflow.arch.spec import ArchSpec
+from dataflow.arch.spec import ArchSpec, PEKind
 from dataflow.dfg.graph import Kernel, Program
 from dataflow.mapper.legality import check_kernel_mapping, check_mapping
 from dataflow.mapper.mapping import KernelMapping, Mapping, MappingError, SystolicMapping
@@ -109,7 +109,7 @@ def map_program(program: Program, arch: ArchSpec, dataflow: str | None = None,
         program.verify()
     kernels = []
     for k in program.kernels:
-        if arch.pe_array.kind == "systolic":
+        if arch.pe_array.kind == PEKind.SYSTOLIC:
             gemm = program.gemm
             if gemm is None:
                 raise MappingError(f"systolic array {arch.name!r} runs only dense GEMM; "

@@ -45,7 +45,7 @@ import dataclasses
 from collections import Counter
 from dataclasses import dataclass
 
-from dataflow.arch.spec import ArchSpec
+from dataflow.arch.spec import AddressMapping, ArchSpec, PEKind
 from dataflow.dfg.graph import Kernel
 from dataflow.dfg.lower_butterfly import (
     ButterflySpec,
@@ -232,13 +232,14 @@ def _tile_plan(spec: ButterflySpec, arch: ArchSpec, mode: str, max_stages_per_ke
     its limits). Raises SPMCapacityError when no tile fits."""
     if mode not in ORCHESTRATIONS:
         raise MappingError(f"orchestration must be one of {ORCHESTRATIONS}, got {mode!r}")
-    if arch.pe_array.kind != "reconfigurable":
+    if arch.pe_array.kind != PEKind.RECONFIGURABLE:
         raise MappingError(f"butterfly kernels need a reconfigurable array; {arch.name!r} is "
                            f"{arch.pe_array.kind}")
     S = spec.stages
     skew = 0
     lines = arch.spm.lines
-    if mode == "multilayer" and arch.spm.address_mapping == "interleaved" and lines > 1 \
+    if mode == "multilayer" and arch.spm.address_mapping == AddressMapping.INTERLEAVED \
+            and lines > 1 \
             and not lines & (lines - 1):
         # intermediates never cross DRAM: lay them out so a sub-butterfly's points (a power of
         # two apart) sit on different SPM lines

@@ -1,16 +1,23 @@
-"""Contracts between the lowering passes and their callers: dead-node removal keeps the
-loop-carried edges in step with the renumbered nodes; a program says in typed fields what the
-mapper branches on."""
+"""Contracts between stages: dead-node removal keeps the loop-carried edges in step with the
+renumbered nodes; a program says in typed fields what the mapper branches on; the architecture
+words a caller branches on are enums that load from, and go back to, the YAML strings."""
+
+import dataclasses
+import json
 
 import numpy as np
 import pytest
+import yaml
 
-from dataflow.arch import resolve_arch
+from dataflow.arch import ArchError, arch_from_dict, arch_to_dict, resolve_arch
+from dataflow.arch.spec import AddressMapping, PEKind, Topology
 from dataflow.dfg.graph import Addr, Buffer, GemmShape, Kernel, Loop, Node, Program
 from dataflow.dfg.lower import drop_dead_nodes, lower_gemm, lower_spmm_csr, run_passes
 from dataflow.dfg.ops import Op
 from dataflow.mapper.map import map_program
 from dataflow.mapper.mapping import MappingError
+from dataflow.ust_frontend.plan import arch_hash
+from tests.archs import default_dict
 
 
 def _row_sum_with_dead_nodes() -> Program:
@@ -72,3 +79,40 @@ def test_the_systolic_mapper_refuses_a_program_without_a_gemm_shape():
     assert prog.gemm is None
     with pytest.raises(MappingError, match="runs only dense GEMM"):
         map_program(prog, resolve_arch("systolic_32x32"))
+
+
+def test_arch_words_load_as_enums_and_dump_as_strings():
+    arch = resolve_arch("default")
+    assert arch.pe_array.kind is PEKind.RECONFIGURABLE
+    assert arch.interconnect.topology is Topology.MESH
+    assert arch.spm.address_mapping is AddressMapping.INTERLEAVED
+    data = arch_to_dict(arch)
+    assert type(data["spm"]["address_mapping"]) is str  # YAML and JSON see the plain word
+    assert yaml.safe_load(yaml.safe_dump(data)) == data
+    assert arch_from_dict(data, source=arch.source) == arch
+    assert f"{arch.pe_array.kind}" == "reconfigurable"  # messages read as before
+
+
+def test_a_plain_string_spec_equals_and_hashes_as_the_enum_spec():
+    """dataclasses.replace with the YAML word (as sweeps and tests do) gives the same plan-cache
+    key and architecture hash as the loaded member."""
+    arch = resolve_arch("default")
+    plain = dataclasses.replace(arch, spm=dataclasses.replace(arch.spm, address_mapping="interleaved"))
+    assert plain == arch and hash(plain) == hash(arch) and arch_hash(plain) == arch_hash(arch)
+    assert json.dumps(arch_to_dict(plain)) == json.dumps(arch_to_dict(arch))
+
+
+@pytest.mark.parametrize("section, key, allowed", [
+    ("pe_array", "kind", "('reconfigurable', 'systolic')"),
+    ("interconnect", "topology", "('mesh', 'torus')"),
+    ("spm", "address_mapping", "('interleaved', 'blocked', 'xor')"),
+])
+@pytest.mark.parametrize("bad", ["hashed", 3])
+def test_an_unknown_arch_word_names_file_key_and_allowed_values(section, key, allowed, bad):
+    d = default_dict()
+    d = {**d, section: {**d.get(section, {}), key: bad}}
+    with pytest.raises(ArchError) as exc:
+        arch_from_dict(d, source="bad.yaml")
+    msg = str(exc.value)
+    assert "bad.yaml" in msg and f"{section}.{key}" in msg
+    assert f"must be one of {allowed}, got {bad!r}" in msg
