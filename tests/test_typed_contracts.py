@@ -97,7 +97,8 @@ def test_a_plain_string_spec_equals_and_hashes_as_the_enum_spec():
     """dataclasses.replace with the YAML word (as sweeps and tests do) gives the same plan-cache
     key and architecture hash as the loaded member."""
     arch = resolve_arch("default")
-    plain = dataclasses.replace(arch, spm=dataclasses.replace(arch.spm, address_mapping="interleaved"))
+    spm = dataclasses.replace(arch.spm, address_mapping="interleaved")
+    plain = dataclasses.replace(arch, spm=spm)
     assert plain == arch and hash(plain) == hash(arch) and arch_hash(plain) == arch_hash(arch)
     assert json.dumps(arch_to_dict(plain)) == json.dumps(arch_to_dict(arch))
 

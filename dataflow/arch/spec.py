@@ -4,9 +4,9 @@ Every field is a plain typed value so the spec is hashable (a plan-cache key), p
 round-trips through YAML. The fields a caller branches on are `str` enums: a member equals,
 hashes and JSON-encodes as its YAML word, so cache keys and architecture hashes are the same
 whether a spec holds the member or the plain string (`dataclasses.replace(spm,
-address_mapping="xor")`); compare with `==`, not `is`, for that reason. Units are in the field names or docstrings: cycles, words, bytes, pJ, mm².
-Validation of values that are impossible for hardware lives in `validate.py`, not here: no
-computation in constructors.
+address_mapping="xor")`); compare with `==`, not `is`, for that reason. Units are in the
+field names or docstrings: cycles, words, bytes, pJ, mm². Validation of values that are
+impossible for hardware lives in `validate.py`, not here: no computation in constructors.
 """
 
 from __future__ import annotations

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from dataflow.arch.spec import AddressMapping, ArchSpec, PEKind
 from dataflow.dfg.graph import Kernel
 from dataflow.dfg.lower_butterfly import (
+    ButterflyKind,
     ButterflySpec,
     StageGroup,
     data_rows,
@@ -161,11 +162,11 @@ def tile_words(spec: ButterflySpec, rows: int, skewed: bool = False) -> int:
 
 def coefficient_words(spec: ButterflySpec) -> int:
     """Words of all coefficient tables (an upper bound: constant twiddles are not loaded)."""
-    if spec.kind == "fft" and spec.col_bits:
+    if spec.kind == ButterflyKind.FFT and spec.col_bits:
         return 2 * spec.col_block_words * spec.n  # (place, part) blocks, lower_butterfly
-    if spec.kind == "fft":
+    if spec.kind == ButterflyKind.FFT:
         return 2 * spec.n
-    return spec.stages * (spec.n // 2) * (4 if spec.kind == "real" else 8)
+    return spec.stages * (spec.n // 2) * (4 if spec.kind == ButterflyKind.REAL else 8)
 
 
 def spm_residency_limit(spec: ButterflySpec, arch: ArchSpec, rows: int) -> int:
@@ -389,7 +390,8 @@ def roofline(om: OrchestratedMapping, dram_bytes: int) -> dict[str, float]:
     """Lower bounds in cycles: issue (ops / PEs, one op per PE per cycle) and DRAM
     (bytes / dram.bytes_per_cycle); `bound` is the larger (the roofline of this program)."""
     arch = om.arch
-    slots = issue_slots(om.spec, om.mapping.program.stage_groups, [len(k.kernel.nodes) for k in om.mapping.kernels])
+    slots = issue_slots(om.spec, om.mapping.program.stage_groups,
+                        [len(k.kernel.nodes) for k in om.mapping.kernels])
     issue = slots / arch.pe_array.num_pes
     dram = dram_bytes / arch.dram.bytes_per_cycle
     return {"issue_slots": slots, "issue_bound": issue, "dram_bound": dram,
