@@ -11,8 +11,19 @@ import yaml
 
 from dataflow.arch import ArchError, arch_from_dict, arch_to_dict, resolve_arch
 from dataflow.arch.spec import AddressMapping, PEKind, Topology
-from dataflow.dfg.graph import Addr, Buffer, GemmShape, Kernel, Loop, Node, Program
+from dataflow.dfg.graph import (
+    Addr,
+    Buffer,
+    BufferFetch,
+    BufferRole,
+    GemmShape,
+    Kernel,
+    Loop,
+    Node,
+    Program,
+)
 from dataflow.dfg.lower import drop_dead_nodes, lower_gemm, lower_spmm_csr, run_passes
+from dataflow.dfg.lower_butterfly import ButterflyKind, ButterflySpec
 from dataflow.dfg.ops import Op
 from dataflow.mapper.map import map_program
 from dataflow.mapper.mapping import MappingError
@@ -117,3 +128,12 @@ def test_an_unknown_arch_word_names_file_key_and_allowed_values(section, key, al
     msg = str(exc.value)
     assert "bad.yaml" in msg and f"{section}.{key}" in msg
     assert f"must be one of {allowed}, got {bad!r}" in msg
+
+
+def test_dfg_words_are_enums_that_equal_their_words():
+    assert Buffer("C", 4, "output").role == BufferRole.OUTPUT
+    assert Buffer("A", 4).role is BufferRole.INPUT and Buffer("A", 4).fetch is BufferFetch.WHOLE
+    plain = ButterflySpec(n=8, batch=4, lanes=4, kind="real")
+    typed = ButterflySpec(n=8, batch=4, lanes=4, kind=ButterflyKind.REAL)
+    assert plain == typed and hash(plain) == hash(typed) and not typed.complex_data
+    assert f"butterfly_{typed.kind}" == "butterfly_real"  # program names unchanged
