@@ -222,10 +222,10 @@ def test_engines_agree_on_skewed_multilayer_kernels(mlx):
     x = np.random.default_rng(8).standard_normal((8, 16)).astype(np.float32)
     spec = ButterflySpec(n=16, batch=8, lanes=8, kind="fft", bitrev_input=True, real_input=True)
     plan = plan_orchestration(spec, mlx, "multilayer", 2)
-    spec = dataclasses.replace(spec, skew_lines=plan[0].skew_lines, skew_perm=plan[0].skew_perm,
-                               skew_flip=plan[0].skew_flip)
+    spec = dataclasses.replace(spec, skew_lines=plan.choice.skew_lines,
+                               skew_perm=plan.choice.skew_perm, skew_flip=plan.choice.skew_flip)
     assert spec.skew_lines == mlx.spm.lines
-    om = map_butterfly(lower_butterfly(spec, plan[1], x), spec, mlx, plan)
+    om = map_butterfly(lower_butterfly(spec, plan.groups, x), spec, mlx, plan)
     fast, ref_ = simulate_orchestrated(om, "fast"), simulate_orchestrated(om, "reference")
     assert fast.result.to_dict() | {"engine": 0, "wall_seconds": 0} == \
         ref_.result.to_dict() | {"engine": 0, "wall_seconds": 0}
@@ -302,14 +302,15 @@ def test_fusion_choice_follows_the_architecture():
 
 def test_multilayer_residency_follows_spm_and_instruction_entries(mlx):
     spec = ButterflySpec(n=64, batch=8, lanes=8, kind="fft", bitrev_input=True, real_input=True)
-    full = plan_orchestration(spec, mlx, "multilayer", 2)[0]
+    full = plan_orchestration(spec, mlx, "multilayer", 2).choice
     assert full.stages_on_chip == 6 and full.kernels_per_residency == 3
     # the SPM holds one intermediate tile: at most 2 kernels per residency -> split
     tight = mlx_variant(**{"spm.capacity_words_per_line": 768})
-    ch, _, _, segs, _ = plan_orchestration(spec, tight, "multilayer", 2)
+    plan = plan_orchestration(spec, tight, "multilayer", 2)
+    ch, segs = plan.choice, plan.segments
     assert ch.stages_on_chip < full.stages_on_chip and len(segs) > 1 and "SPM" in ch.reason
     few = mlx_variant(**{"pe_array.instruction_entries": 6})
-    ch2, _, _, _, _ = plan_orchestration(spec, few, "multilayer", 2)
+    ch2 = plan_orchestration(spec, few, "multilayer", 2).choice
     assert ch2.stages_on_chip < full.stages_on_chip and "instruction entries" in ch2.reason
 
 
@@ -325,11 +326,11 @@ def test_permuted_and_flipped_layouts_keep_values_in_both_engines(mlx):
     x = np.random.default_rng(4).standard_normal((16, 32)).astype(np.float32)
     spec = ButterflySpec(n=32, batch=16, lanes=8, kind="fft", bitrev_input=True, real_input=True)
     plan = plan_orchestration(spec, mlx, "multilayer", 2)
-    G = len(plan[1])
-    spec = dataclasses.replace(spec, skew_lines=plan[0].skew_lines,
+    G = len(plan.groups)
+    spec = dataclasses.replace(spec, skew_lines=plan.choice.skew_lines,
                                skew_perm=tuple(tuple((q + i + 1) % 5 for q in range(5)) for i in range(G + 1)),
                                skew_flip=tuple((7 * i + 5) % 32 for i in range(G + 1)))
-    om = map_butterfly(lower_butterfly(spec, plan[1], x), spec, mlx, plan)
+    om = map_butterfly(lower_butterfly(spec, plan.groups, x), spec, mlx, plan)
     fast, slow = simulate_orchestrated(om, "fast"), simulate_orchestrated(om, "reference")
     assert fast.result.cycles == slow.result.cycles
     for r in (fast, slow):
@@ -356,7 +357,8 @@ def test_multilayer_layout_choice_cuts_stalls_and_nears_the_roofline(mlx):
     plain = dataclasses.replace(run.spec, skew_perm=(), skew_flip=())
     plan = plan_orchestration(ButterflySpec(n=128, batch=128, lanes=8, kind="fft",
                                             bitrev_input=True, real_input=True), mlx, "multilayer")
-    ref_run = simulate_orchestrated(map_butterfly(lower_butterfly(plain, plan[1], x), plain, mlx, plan))
+    ref_run = simulate_orchestrated(map_butterfly(lower_butterfly(plain, plan.groups, x), plain,
+                                                  mlx, plan))
     assert run.result.stall_cycles_spm_conflict < 0.9 * ref_run.result.stall_cycles_spm_conflict
     assert run.result.cycles < ref_run.result.cycles
 
@@ -379,7 +381,7 @@ def test_skip_hop_links_carry_butterfly_exchanges(mlx):
     spec = ButterflySpec(n=16, batch=8, lanes=8, kind="fft", bitrev_input=True, real_input=True)
 
     def longest_hop(arch):
-        kms = plan_orchestration(spec, arch, "fused", 2)[2]
+        kms = plan_orchestration(spec, arch, "fused", 2).kernel_mappings
         return max(abs(a[0] - b[0]) + abs(a[1] - b[1]) for km in kms for r in km.routes
                    for a, b in r.links)
 

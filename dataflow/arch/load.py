@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,11 @@ def _convert(tp: Any, value: Any, source: str, path: str) -> Any:
         return tuple(_convert(item_tp, v, source, f"{path}[{i}]") for i, v in enumerate(value))
     if origin in (typing.Union, types.UnionType):
         raise TypeError(f"unsupported union type at {path}")  # not used in ArchSpec
+    if isinstance(tp, type) and issubclass(tp, Enum):
+        allowed = tuple(member.value for member in tp)
+        if not isinstance(value, str) or value not in allowed:
+            raise ArchError(source, path, f"must be one of {allowed}, got {value!r}")
+        return tp(value)
     if tp is bool:
         if not isinstance(value, bool):
             raise ArchError(source, path, f"expected true/false, got {value!r}")
@@ -119,6 +125,9 @@ def arch_to_dict(spec: ArchSpec) -> dict:
 
 
 def _lists(x: Any) -> Any:
+    """Tuples as lists and enum members as their YAML words: plain data, as YAML gives it."""
+    if isinstance(x, Enum):
+        return x.value
     if isinstance(x, dict):
         return {k: _lists(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):

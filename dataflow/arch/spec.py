@@ -1,14 +1,49 @@
 """`ArchSpec`: the hardware description shared by the mapper and the engine.
 
 Every field is a plain typed value so the spec is hashable (a plan-cache key), printable and
-round-trips through YAML. Units are in the field names or docstrings: cycles, words, bytes, pJ, mm².
-Validation of values that are impossible for hardware lives in `validate.py`, not here: no
-computation in constructors.
+round-trips through YAML. The fields a caller branches on are `str` enums: a member equals,
+hashes and JSON-encodes as its YAML word, so cache keys and architecture hashes are the same
+whether a spec holds the member or the plain string (`dataclasses.replace(spm,
+address_mapping="xor")`); compare with `==`, not `is`, for that reason. Units are in the
+field names or docstrings: cycles, words, bytes, pJ, mm². Validation of values that are
+impossible for hardware lives in `validate.py`, not here: no computation in constructors.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
+
+
+class PEKind(str, Enum):
+    """`pe_array.kind`: a modulo-scheduled CGRA or a systolic array (dense GEMM only)."""
+
+    RECONFIGURABLE = "reconfigurable"
+    SYSTOLIC = "systolic"
+
+    def __str__(self) -> str:  # messages and f-strings print the YAML word
+        return self.value
+
+
+class Topology(str, Enum):
+    """`interconnect.topology`: nearest-neighbour links, with or without wrap-around."""
+
+    MESH = "mesh"
+    TORUS = "torus"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class AddressMapping(str, Enum):
+    """`spm.address_mapping`: which SPM line a word address lives on (`dataflow.spm.lines`)."""
+
+    INTERLEAVED = "interleaved"
+    BLOCKED = "blocked"
+    XOR = "xor"
+
+    def __str__(self) -> str:
+        return self.value
 
 
 @dataclass(frozen=True)
@@ -27,11 +62,12 @@ class FunctionalUnit:
 
 @dataclass(frozen=True)
 class PEArraySpec:
-    """The PE grid. `kind` is `reconfigurable` (modulo-scheduled CGRA) or `systolic`."""
+    """The PE grid. `kind` is `reconfigurable` (modulo-scheduled CGRA) or `systolic`
+    (`PEKind`)."""
 
     rows: int
     cols: int
-    kind: str = "reconfigurable"
+    kind: PEKind = PEKind.RECONFIGURABLE
     simd_lanes: int = 1
     register_file_entries: int = 16
     instruction_entries: int = 32
@@ -47,7 +83,7 @@ class InterconnectSpec:
     """Links between PEs. `skip_hop_strides` adds links of those strides along rows and columns
     (MLX's "skip-hop" links that butterfly strides need)."""
 
-    topology: str = "mesh"
+    topology: Topology = Topology.MESH
     hop_latency_cycles: int = 1
     link_width_words: int = 1
     links_per_direction: int = 1
@@ -58,8 +94,9 @@ class InterconnectSpec:
 class SPMSpec:
     """The multi-line scratchpad.
 
-    A word address `a` lives on line `line_of(a)`: `interleaved` puts consecutive rows on
-    consecutive lines, `blocked` gives each line one contiguous range of `capacity_words_per_line`.
+    A word address `a` lives on line `line_of(a)` (`AddressMapping`): `interleaved` puts
+    consecutive rows on consecutive lines, `blocked` gives each line one contiguous range of
+    `capacity_words_per_line`, `xor` folds higher row bits into the line index.
     Each line serves `read_ports_per_line` reads and `write_ports_per_line` writes per cycle; one
     access moves one row of `words_per_row` words.
     """
@@ -70,7 +107,7 @@ class SPMSpec:
     read_ports_per_line: int = 1
     write_ports_per_line: int = 1
     access_latency_cycles: int = 1
-    address_mapping: str = "interleaved"
+    address_mapping: AddressMapping = AddressMapping.INTERLEAVED
     # stores a line can hold pending beyond its write ports (a decoupled store pipeline, as in
     # MLX's decoupled load / store / compute / transfer pipelines, docs/references.md#mlx); 0: none,
     # a store that finds no free write port stalls the array

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from dataflow.arch.errors import ArchError
-from dataflow.arch.spec import ArchSpec
+from dataflow.arch.spec import AddressMapping, ArchSpec, PEKind, Topology
 from dataflow.dfg.ops import Op
 
-PE_KINDS = ("reconfigurable", "systolic")
-TOPOLOGIES = ("mesh", "torus")
-ADDRESS_MAPPINGS = ("interleaved", "blocked", "xor")
+# the YAML loader already refuses other words; these catch a spec edited in code
+# (`dataclasses.replace(spm, address_mapping="hashed")`)
+PE_KINDS = tuple(k.value for k in PEKind)
+TOPOLOGIES = tuple(t.value for t in Topology)
+ADDRESS_MAPPINGS = tuple(m.value for m in AddressMapping)
 DTYPES = {"float32": 4, "float16": 2, "float64": 8, "int32": 4, "int8": 1}
 
 
@@ -47,7 +49,7 @@ def validate_arch(spec: ArchSpec) -> None:
             if op in seen:
                 fail(f"{key}.ops", f"op {op!r} is already executed by unit {seen[op]!r}")
             seen[op] = fu.name
-    if pe.kind == "reconfigurable":
+    if pe.kind == PEKind.RECONFIGURABLE:
         for op in ("load", "store", "mul", "add", "mac"):
             if op not in seen:
                 fail("pe_array.functional_units", f"no functional unit executes {op!r}")
@@ -75,14 +77,14 @@ def validate_arch(spec: ArchSpec) -> None:
         fail("spm.write_queue_depth", f"must be >= 0, got {spm.write_queue_depth}")
     if spm.address_mapping not in ADDRESS_MAPPINGS:
         fail("spm.address_mapping", f"must be one of {ADDRESS_MAPPINGS}, got {spm.address_mapping!r}")
-    if spm.address_mapping == "xor" and spm.lines & (spm.lines - 1):
+    if spm.address_mapping == AddressMapping.XOR and spm.lines & (spm.lines - 1):
         fail("spm.address_mapping", f"'xor' needs a power-of-two number of lines, got spm.lines = "
                                     f"{spm.lines}")
     if spm.capacity_words_per_line % spm.words_per_row:
         fail("spm.capacity_words_per_line",
              f"must be a multiple of spm.words_per_row ({spm.words_per_row}), "
              f"got {spm.capacity_words_per_line}")
-    if pe.kind == "reconfigurable" and spm.words_per_row < pe.simd_lanes:
+    if pe.kind == PEKind.RECONFIGURABLE and spm.words_per_row < pe.simd_lanes:
         fail("spm.words_per_row",
              f"a row ({spm.words_per_row} words) must hold one SIMD vector "
              f"(pe_array.simd_lanes = {pe.simd_lanes})")

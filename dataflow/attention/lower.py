@@ -135,6 +135,5 @@ def lower_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos: np.ndarray
         inputs=(("M_crd", crd), ("Q", qp.ravel()), ("K", kp.ravel()),
                 ("V", np.ascontiguousarray(v, dtype=dtype).ravel())),
         outputs=(("O", (m, dv)),), dtype=np.dtype(dtype).name, macs=nnz * (d + dv),
-        meta=(("attention", (m, n, d, dv, nnz)),),
     )
     return run_passes(prog)

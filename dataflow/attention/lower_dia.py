@@ -137,6 +137,5 @@ def lower_attention_dia(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos: np.nda
         inputs=(("Q", qp.ravel()), ("K", kp.ravel()), ("bias", bias.T.ravel()),
                 ("V", vp.ravel())),
         outputs=(("O", (m, dv)),), dtype=np.dtype(dtype).name, macs=len(crd) * (d + dv),
-        meta=(("attention", (m, n, d, dv, len(crd))),),
     )
     return run_passes(prog)

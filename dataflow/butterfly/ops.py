@@ -20,7 +20,7 @@ from dataflow.butterfly.simulate import (
     merge_results,
     simulate_orchestrated,
 )
-from dataflow.dfg.lower_butterfly import ButterflySpec, lower_butterfly, unpack_data
+from dataflow.dfg.lower_butterfly import ButterflyKind, ButterflySpec, lower_butterfly, unpack_data
 from dataflow.plan.orchestrate import (
     MAX_STAGES_PER_KERNEL,
     ORCHESTRATIONS,
@@ -53,9 +53,10 @@ def run_spec(spec: ButterflySpec, x2d: np.ndarray, arch, orchestration: str = "m
 
 
 def _run_planned(spec, plan, x2d, arch, engine, factors=None, bias=None, workload=None):
-    spec = dataclasses.replace(spec, skew_lines=plan[0].skew_lines, skew_perm=plan[0].skew_perm,
-                               skew_flip=plan[0].skew_flip)
-    prog = lower_butterfly(spec, plan[1], x2d, factors, bias)
+    choice = plan.choice
+    spec = dataclasses.replace(spec, skew_lines=choice.skew_lines, skew_perm=choice.skew_perm,
+                               skew_flip=choice.skew_flip)
+    prog = lower_butterfly(spec, plan.groups, x2d, factors, bias)
     om = map_butterfly(prog, spec, arch, plan)
     return simulate_orchestrated(om, engine, workload)
 
@@ -147,7 +148,8 @@ def run_fft(x, arch=None, orchestration: str = "multilayer", engine: str = "fast
     x2, shape = _flatten(x)
     ref.log2_exact(x2.shape[1], "the last axis of x")
     spec = ButterflySpec(n=x2.shape[1], batch=x2.shape[0], lanes=arch.pe_array.simd_lanes,
-                         kind="fft", bitrev_input=True, real_input=not np.iscomplexobj(x2))
+                         kind=ButterflyKind.FFT, bitrev_input=True,
+                         real_input=not np.iscomplexobj(x2))
     run = run_fft_spec(spec, x2, arch, orchestration, engine, **options)
     return _unblock(run, spec).astype(np.complex64).reshape(shape), run
 
@@ -172,7 +174,7 @@ def _matrix_spec(x2, factors, arch, bias=None, relu=False, prefix="") -> Butterf
     if cplx and (bias is not None or relu):
         raise ButterflyError("bias/relu epilogues take real x and real factors")
     return ButterflySpec(n=x2.shape[1], batch=x2.shape[0], lanes=arch.pe_array.simd_lanes,
-                         kind="complex" if cplx else "real",
+                         kind=ButterflyKind.COMPLEX if cplx else ButterflyKind.REAL,
                          real_input=cplx and not np.iscomplexobj(x2),
                          bias=bias is not None, relu=relu, prefix=prefix)
 
@@ -248,11 +250,11 @@ def run_fnet_attention(x, arch=None, orchestration: str = "multilayer", engine: 
     ref.log2_exact(seq, "seq")
     ref.log2_exact(dim, "dim")
     lanes = arch.pe_array.simd_lanes
-    s1 = ButterflySpec(n=dim, batch=seq, lanes=lanes, kind="fft", bitrev_input=True,
+    s1 = ButterflySpec(n=dim, batch=seq, lanes=lanes, kind=ButterflyKind.FFT, bitrev_input=True,
                        real_input=not np.iscomplexobj(x), prefix="h")
     r1 = run_fft_spec(s1, x, arch, orchestration, engine, workload="fnet-hidden", **options)
     h = _unblock(r1, s1)                                   # (seq, dim) complex
-    s2 = ButterflySpec(n=seq, batch=dim, lanes=lanes, kind="fft", bitrev_input=True,
+    s2 = ButterflySpec(n=seq, batch=dim, lanes=lanes, kind=ButterflyKind.FFT, bitrev_input=True,
                        real_output=True, prefix="s")
     r2 = run_fft_spec(s2, np.ascontiguousarray(h.T), arch, orchestration, engine,
                   workload="fnet-seq", **options)

@@ -14,6 +14,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from dataflow.butterfly.reference import ButterflyError
+from dataflow.dfg.graph import BufferRole
 from dataflow.dfg.lower_butterfly import data_names, data_rows, is_skewed
 from dataflow.pe_array.common import dma_words
 from dataflow.pe_array.result import KernelResult, SimResult, TileResult
@@ -49,8 +50,8 @@ def _buffer_bytes(km, kernel, tile_index: int, word_bytes: int,
         words = dma_words(km, b, tile_index)
         if b.name in skewed:
             words = words * real // rows
-        out[b.name] = (words * word_bytes if b.role == "input" else 0,
-                       words * word_bytes if b.role == "output" else 0)
+        out[b.name] = (words * word_bytes if b.role == BufferRole.INPUT else 0,
+                       words * word_bytes if b.role == BufferRole.OUTPUT else 0)
     return out
 
 
@@ -94,8 +95,9 @@ def simulate_orchestrated(om: OrchestratedMapping, engine: str = "fast",
         real_rows = (frozenset(), 1, 1)
     seg_tiles = []
     for si, seg in enumerate(om.segments):
-        produced = {b.name for i in seg for b in mapping.kernels[i].kernel.buffers if b.role == "output"}
-        consumed = {b.name for i in seg for b in mapping.kernels[i].kernel.buffers if b.role == "input"}
+        bufs = [b for i in seg for b in mapping.kernels[i].kernel.buffers]
+        produced = {b.name for b in bufs if b.role == BufferRole.OUTPUT}
+        consumed = {b.name for b in bufs if b.role == BufferRole.INPUT}
         internal = produced & consumed  # handed between co-resident kernels through the SPM
         ntiles = len(arrays[seg[0]].tiles)
         merged = []

@@ -12,7 +12,8 @@ with `dataclasses.replace`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from enum import Enum
 from functools import cached_property
 
 import networkx as nx
@@ -77,19 +78,41 @@ class Loop:
         return self.pos is None
 
 
+class BufferRole(str, Enum):
+    """Whether a buffer comes in (from DRAM or an earlier kernel), goes out, or stays on chip.
+    A str enum: equal to its word, so kernels built with `"output"` compare the same."""
+
+    INPUT = "input"
+    OUTPUT = "output"
+    TEMP = "temp"
+
+    def __str__(self) -> str:  # messages print the word
+        return self.value
+
+
+class BufferFetch(str, Enum):
+    """How a resident input crosses the DRAM interface (`Buffer.fetch`)."""
+
+    WHOLE = "whole"  # all `size` words
+    GATHER = "gather"  # an indirect DMA of only the SPM rows its gathers touch (PIT's SRead)
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclass(frozen=True)
 class Buffer:
-    """A named array of `size` words; `role` is `input`, `output` or `temp`. A buffer no input
-    provides starts filled with `init` (-inf for the target of a max-accumulate). `fetch` is how
-    a resident input crosses the DRAM interface: "whole" (all `size` words) or "gather" (an
-    indirect DMA of only the SPM rows its gathers touch, PIT's SRead from memory; see
-    `dataflow.pe_array.common.gather_fetch_words`)."""
+    """A named array of `size` words; `role` is `input`, `output` or `temp` (`BufferRole`). A
+    buffer no input provides starts filled with `init` (-inf for the target of a
+    max-accumulate). `fetch` is how a resident input crosses the DRAM interface: "whole" (all
+    `size` words) or "gather" (an indirect DMA of only the SPM rows its gathers touch, PIT's
+    SRead from memory; see `dataflow.pe_array.common.gather_fetch_words`)."""
 
     name: str
     size: int
-    role: str = "input"
+    role: BufferRole = BufferRole.INPUT
     init: float = 0.0
-    fetch: str = "whole"
+    fetch: BufferFetch = BufferFetch.WHOLE
 
 
 @dataclass(frozen=True, eq=False)
@@ -181,13 +204,14 @@ class Kernel:
                     raise DFGError(f"{where}: node %{n.id} scatter_acc needs a loaded index "
                                    f"(load or gather), got {self.nodes[n.inputs[0]].op.value}")
         for b in self.buffers:
-            if b.fetch == "whole":
+            if b.fetch == BufferFetch.WHOLE:
                 continue
             users = [n for n in self.nodes if n.buffer == b.name]
-            if b.fetch != "gather" or b.role != "input" or not users or any(
+            if b.fetch != BufferFetch.GATHER or b.role != BufferRole.INPUT or not users or any(
                     n.op is not Op.GATHER or self.nodes[n.inputs[0]].op is not Op.LOAD for n in users):
-                raise DFGError(f"{where}: buffer {b.name!r} fetch={b.fetch!r}: 'gather' is for an "
-                               "input read only by gathers whose index is a load; else 'whole'")
+                raise DFGError(f"{where}: buffer {b.name!r} fetch={str(b.fetch)!r}: 'gather' is "
+                               "for an input read only by gathers whose index is a load; else "
+                               "'whole'")
         g = self.graph()
         zero = nx.DiGraph([(u, v) for u, v, d in g.edges(data="distance") if d == 0])
         if any(s >= len(self.nodes) or d >= len(self.nodes) or dist < 1 for s, d, dist in self.carried):
@@ -220,12 +244,35 @@ def vector_nodes(kernel: Kernel) -> frozenset[int]:
     return frozenset(vec)
 
 
+@dataclass(frozen=True)
+class GemmShape:
+    """C[m, n] = A[m, k] @ B[k, n]: a program that is one dense GEMM (a systolic array's work)."""
+
+    m: int
+    n: int
+    k: int
+
+
+@dataclass(frozen=True)
+class StageGroup:
+    """Stages first .. first + count - 1 in one kernel."""
+
+    first: int
+    count: int
+
+    @property
+    def last(self) -> int:
+        return self.first + self.count - 1
+
+
 @dataclass(frozen=True, eq=False)
 class Program:
     """A DAG of kernels joined by the buffers they produce and consume.
 
     `inputs` hold the data of input buffers (flat numpy arrays, by name); `outputs` name the
-    buffers that are the program's results, with their logical shapes.
+    buffers that are the program's results, with their logical shapes. `gemm` is set when the
+    program is one dense GEMM (the systolic mapper needs its shape); `stage_groups` are the
+    stages of a staged transform (a butterfly) each kernel computes, in kernel order.
     """
 
     name: str
@@ -234,7 +281,8 @@ class Program:
     outputs: tuple[tuple[str, tuple[int, ...]], ...]
     dtype: str = "float32"
     macs: int = 0  # useful multiply-accumulates, for utilisation and rooflines
-    meta: tuple[tuple[str, object], ...] = field(default=())
+    gemm: GemmShape | None = None
+    stage_groups: tuple[StageGroup, ...] = ()
 
     def __hash__(self) -> int:
         return id(self)
@@ -248,13 +296,14 @@ class Program:
         for k in self.kernels:
             k.verify()
             for b in k.buffers:
-                if b.role == "input" and b.name not in produced:
+                if b.role == BufferRole.INPUT and b.name not in produced:
                     raise DFGError(f"program {self.name!r}: kernel {k.name!r} reads {b.name!r}, "
                                    "which no input or earlier kernel provides")
-                if b.role == "input" and b.name in self.input_map and self.input_map[b.name].size != b.size:
+                if b.role == BufferRole.INPUT and b.name in self.input_map \
+                        and self.input_map[b.name].size != b.size:
                     raise DFGError(f"program {self.name!r}: buffer {b.name!r} declared with "
                                    f"{b.size} words but given {self.input_map[b.name].size}")
-            produced |= {b.name for b in k.buffers if b.role == "output"}
+            produced |= {b.name for b in k.buffers if b.role == BufferRole.OUTPUT}
         for name, _ in self.outputs:
             if name not in produced:
                 raise DFGError(f"program {self.name!r}: output {name!r} is never produced")

@@ -10,7 +10,7 @@ import dataclasses
 
 import numpy as np
 
-from dataflow.dfg.graph import Addr, Buffer, DFGError, Kernel, Loop, Node, Program
+from dataflow.dfg.graph import Addr, Buffer, DFGError, GemmShape, Kernel, Loop, Node, Program
 from dataflow.dfg.ops import Op
 
 
@@ -76,7 +76,7 @@ def lower_gemm(a: np.ndarray, b: np.ndarray, dtype=np.float32) -> Program:
         inputs=(("A", np.ascontiguousarray(a, dtype=dtype).ravel()),
                 ("B", np.ascontiguousarray(b, dtype=dtype).ravel())),
         outputs=(("C", (m, n)),), dtype=np.dtype(dtype).name, macs=m * k * n,
-        meta=(("gemm", (m, n, k)),),
+        gemm=GemmShape(m, n, k),
     )
     return run_passes(prog)
 
@@ -110,21 +110,31 @@ def verify_pass(prog: Program) -> Program:
 
 
 def drop_dead_nodes(prog: Program) -> Program:
-    """Remove body nodes whose values reach no memory write (none in today's kernels)."""
+    """Remove body nodes whose values reach no memory write (none in today's kernels).
 
+    A loop-carried edge is a dependence like an input: its source is live when its destination
+    is. The surviving nodes are renumbered 0..n-1 in order and `Kernel.carried` with them; a
+    carried edge whose destination is dead goes with it."""
     kernels = []
     for k in prog.kernels:
         live = {n.id for n in k.nodes if n.op.writes_spm}
-        for n in reversed(k.nodes):
-            if n.id in live:
-                live.update(n.inputs)
+        while True:
+            before = len(live)
+            for n in reversed(k.nodes):
+                if n.id in live:
+                    live.update(n.inputs)
+            live.update(src for src, dst, _ in k.carried if dst in live)
+            if len(live) == before:
+                break
         if len(live) == len(k.nodes):
             kernels.append(k)
             continue
         remap = {old: new for new, old in enumerate(sorted(live))}
         nodes = tuple(dataclasses.replace(n, id=remap[n.id], inputs=tuple(remap[i] for i in n.inputs))
                       for n in k.nodes if n.id in live)
-        kernels.append(dataclasses.replace(k, nodes=nodes))
+        carried = tuple((remap[src], remap[dst], dist) for src, dst, dist in k.carried
+                        if dst in live)
+        kernels.append(dataclasses.replace(k, nodes=nodes, carried=carried))
     return dataclasses.replace(prog, kernels=tuple(kernels))
 
 

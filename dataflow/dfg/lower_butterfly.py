@@ -37,26 +37,27 @@ The upper/lower sums use Op.BFLY (a + s*b on the butterfly unit, FABNet's butter
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 
 import numpy as np
 
-from dataflow.dfg.graph import Addr, Buffer, DFGError, Kernel, Loop, Node, Program
+from dataflow.dfg.graph import Addr, Buffer, DFGError, Kernel, Loop, Node, Program, StageGroup
 from dataflow.dfg.lower import run_passes
 from dataflow.dfg.ops import Op
 
-KINDS = ("fft", "real", "complex")
+
+class ButterflyKind(str, Enum):
+    """`ButterflySpec.kind`: what the 2x2 blocks of each stage are (module docstring)."""
+
+    FFT = "fft"  # twiddle multiplies of a radix-2 DIT
+    REAL = "real"  # real 2x2 factors, 4 words per pair
+    COMPLEX = "complex"  # complex 2x2 factors, 8 words per pair
+
+    def __str__(self) -> str:  # program names and messages print the word
+        return self.value
 
 
-@dataclass(frozen=True)
-class StageGroup:
-    """Stages first .. first + count - 1 in one kernel."""
-
-    first: int
-    count: int
-
-    @property
-    def last(self) -> int:
-        return self.first + self.count - 1
+KINDS = tuple(k.value for k in ButterflyKind)
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,7 @@ class ButterflySpec:
     n: int
     batch: int
     lanes: int
-    kind: str = "fft"
+    kind: ButterflyKind = ButterflyKind.FFT  # a plain "fft" compares equal (str enum)
     bitrev_input: bool = False
     real_input: bool = False
     real_output: bool = False
@@ -130,7 +131,7 @@ class ButterflySpec:
 
     @property
     def complex_data(self) -> bool:
-        return self.kind != "real"
+        return self.kind != ButterflyKind.REAL
 
     def verify(self) -> None:
         if self.kind not in KINDS:
@@ -147,11 +148,12 @@ class ButterflySpec:
             raise DFGError(f"skew_flip masks must lie in [0, {self.n}), got {self.skew_flip}")
         if self.batch < 1 or self.lanes < 1:
             raise DFGError(f"batch and lanes must be >= 1, got {self.batch}, {self.lanes}")
-        if (self.bias or self.relu) and self.kind != "real":
+        if (self.bias or self.relu) and self.kind != ButterflyKind.REAL:
             raise DFGError("bias/relu epilogues are for kind 'real' (butterfly linear / FFN)")
         if self.col_bits:
             n1 = 1 << self.col_bits
-            if self.kind != "fft" or self.col_bits < 0 or n1 % self.lanes or self.batch % n1:
+            if (self.kind != ButterflyKind.FFT or self.col_bits < 0 or n1 % self.lanes
+                    or self.batch % n1):
                 raise DFGError(f"a column pass (col_bits={self.col_bits}) needs kind 'fft', 2^col_bits "
                                f"a multiple of lanes ({self.lanes}) and batch ({self.batch}) a "
                                f"multiple of 2^col_bits")
@@ -449,7 +451,7 @@ def _matrix_pair(b: _Body, spec, lo, hi, base: Addr, buf):
     def coef(q):
         return b.add(Op.LOAD, buffer=buf, addr=Addr(base.terms, base.const + q), name=f"{buf}.{q}")
 
-    if spec.kind == "real":
+    if spec.kind == ButterflyKind.REAL:
         a, bb, c, d = (coef(q) for q in range(4))
         up = b.add(Op.MAC, (a, lo[0], b.add(Op.MUL, (bb, hi[0]))))
         dn = b.add(Op.MAC, (c, lo[0], b.add(Op.MUL, (d, hi[0]))))
@@ -541,7 +543,7 @@ def coefficient_inputs(spec: ButterflySpec, factors=None, bias=None, dtype=np.fl
         first.update({k: g.first for k in range(g.first, g.first + g.count)})
     for k in range(spec.stages):
         pos = twiddle_position(np.arange(1 << k), k, first[k])
-        if spec.kind == "fft" and spec.col_bits:
+        if spec.kind == ButterflyKind.FFT and spec.col_bits:
             # column pass: block u = 2 pos + part of 2^cb + L words (one spare row, so the
             # blocks of one iteration's twiddles fall on successive SPM lines), k1 inside
             cb, kk = spec.col_bits, spec.col_bits + k
@@ -551,12 +553,12 @@ def coefficient_inputs(spec: ButterflySpec, factors=None, bias=None, dtype=np.fl
             t[pos, 0, : 1 << cb] = w.real
             t[pos, 1, : 1 << cb] = w.imag
             out[f"{p}C{kk}"] = t.astype(dtype).ravel()
-        elif spec.kind == "fft":
+        elif spec.kind == ButterflyKind.FFT:
             w = np.exp(-2j * np.pi * np.arange(1 << k) / (2 << k))
             t = np.zeros((1 << k, 2))
             t[pos] = np.stack([w.real, w.imag], -1)
             out[f"{p}T{k}"] = t.astype(dtype).ravel()
-        elif spec.kind == "real":
+        elif spec.kind == ButterflyKind.REAL:
             out[f"{p}F{k}"] = np.asarray(factors[k], dtype=dtype).reshape(-1)
         else:
             f = np.asarray(factors[k], dtype=np.complex128)
@@ -590,7 +592,7 @@ def lower_butterfly(spec: ButterflySpec, groups: tuple[StageGroup, ...], x: np.n
     prog = Program(name=f"{spec.prefix}butterfly_{spec.kind}_n{spec.n}_b{spec.batch}",
                    kernels=kernels, inputs=tuple(inputs.items()), outputs=outputs,
                    dtype=np.dtype(dtype).name, macs=butterfly_macs(spec),
-                   meta=(("butterfly", spec), ("groups", groups)))
+                   stage_groups=tuple(groups))
     return run_passes(prog)
 
 
@@ -598,4 +600,5 @@ def butterfly_macs(spec: ButterflySpec) -> int:
     """Useful multiplies of the product (closed form): per 2x2 block 4 real multiplies (real),
     16 (complex matrix), 4 per twiddle multiply (fft); lanes of padded batch rows excluded."""
     pairs = spec.batch * spec.stages * spec.n // 2
-    return pairs * {"real": 4, "complex": 16, "fft": 4}[spec.kind]
+    per_pair = {ButterflyKind.REAL: 4, ButterflyKind.COMPLEX: 16, ButterflyKind.FFT: 4}
+    return pairs * per_pair[spec.kind]

@@ -45,14 +45,13 @@ import dataclasses
 
 import numpy as np
 
-from dataflow.dfg.graph import Addr, Buffer, DFGError, Kernel, Loop, Node, Program
+from dataflow.dfg.graph import Addr, Buffer, DFGError, GemmShape, Kernel, Loop, Node, Program
 from dataflow.dfg.lower import gemm_kernel, run_passes
 from dataflow.dfg.ops import Op
 from dataflow.dynamic.microtile import (
     MicroTileIndex,
     build_index,
     check_shape,
-    computed_macs,
     parse_granularity,
 )
 
@@ -408,7 +407,6 @@ def lower_dynamic_spmm(a: np.ndarray, b: np.ndarray, granularity: str, panel_row
                 *inputs, *cin),
         outputs=(("C", (m, n)),), dtype=np.dtype(dtype).name,
         macs=int(np.count_nonzero(a)) * n,
-        meta=(("granularity", granularity), ("computed_macs", computed_macs(index, n))),
     )
     return run_passes(prog), index
 
@@ -439,7 +437,7 @@ def lower_dense_reference(a: np.ndarray, b: np.ndarray, dtype=np.float32, row_pa
         name=f"dense_{m}x{k}x{n}", kernels=(padded_gemm_kernel(m, k, n, ld),),
         inputs=(("A", pad_rows(a, ld, dtype).ravel()), ("B", np.ascontiguousarray(b, dtype=dtype).ravel())),
         outputs=(("C", (m, n)),), dtype=np.dtype(dtype).name, macs=m * k * n,
-        meta=(("gemm", (m, n, k)),)))
+        gemm=GemmShape(m, n, k)))
 
 
 __all__ = ["gemm_kernel", "index_compact_kernel", "index_scan_kernel", "lower_dynamic_spmm",

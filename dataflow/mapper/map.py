@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataflow.arch.spec import ArchSpec
+from dataflow.arch.spec import ArchSpec, PEKind
 from dataflow.dfg.graph import Kernel, Program
 from dataflow.mapper.legality import check_kernel_mapping, check_mapping
 from dataflow.mapper.mapping import KernelMapping, Mapping, MappingError, SystolicMapping
@@ -109,17 +109,17 @@ def map_program(program: Program, arch: ArchSpec, dataflow: str | None = None,
         program.verify()
     kernels = []
     for k in program.kernels:
-        if arch.pe_array.kind == "systolic":
-            gemm = dict(program.meta).get("gemm")
+        if arch.pe_array.kind == PEKind.SYSTOLIC:
+            gemm = program.gemm
             if gemm is None:
                 raise MappingError(f"systolic array {arch.name!r} runs only dense GEMM; "
                                    f"program {program.name!r} is not one")
             df = dataflow or "os"
             if df not in DATAFLOWS:
                 raise MappingError(f"unknown systolic dataflow {df!r}; choose one of {DATAFLOWS}")
-            m, n, kk = gemm
             kernels.append(SystolicMapping(kernel=k, dataflow=df, rows=arch.pe_array.rows,
-                                           cols=arch.pe_array.cols, m=m, n=n, k=kk))
+                                           cols=arch.pe_array.cols, m=gemm.m, n=gemm.n,
+                                           k=gemm.k))
         else:
             kernels.append(map_kernel(k, arch, **options))
     mapping = Mapping(program=program, arch=arch, kernels=tuple(kernels))

@@ -17,7 +17,7 @@ from itertools import pairwise
 
 import networkx as nx
 
-from dataflow.arch.spec import ArchSpec
+from dataflow.arch.spec import ArchSpec, Topology
 from dataflow.dfg.graph import Kernel, vector_nodes
 from dataflow.dfg.ops import Op
 from dataflow.mapper.mapping import MappingError
@@ -45,7 +45,7 @@ def value_flits(kernel: Kernel, arch: ArchSpec) -> dict[int, int]:
 def _neighbours(arch: ArchSpec, pe: tuple[int, int], cols_first: bool = False) -> tuple:
     rows, cols = arch.pe_array.rows, arch.pe_array.cols
     r, c = pe
-    torus = arch.interconnect.topology == "torus"
+    torus = arch.interconnect.topology == Topology.TORUS
     out = []
     for stride in (*sorted(arch.interconnect.skip_hop_strides, reverse=True), 1):
         steps = ((stride, 0), (-stride, 0), (0, stride), (0, -stride))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dataflow.arch.spec import ArchSpec
+from dataflow.arch.spec import AddressMapping, ArchSpec
 from dataflow.dfg.domain import enumerate_domain
 from dataflow.dfg.graph import Kernel
 from dataflow.dfg.ops import Op
@@ -159,7 +159,7 @@ def _stagger(base: int, idx: int, nbuf: int, arch: ArchSpec) -> int:
     spm = arch.spm
     row = spm.words_per_row
     base = _round_up(base, row)
-    if spm.address_mapping != "interleaved":
+    if spm.address_mapping != AddressMapping.INTERLEAVED:
         return base
     want = (idx * spm.lines) // max(1, nbuf)
     r = base // row

@@ -45,9 +45,10 @@ import dataclasses
 from collections import Counter
 from dataclasses import dataclass
 
-from dataflow.arch.spec import ArchSpec
+from dataflow.arch.spec import AddressMapping, ArchSpec, PEKind
 from dataflow.dfg.graph import Kernel
 from dataflow.dfg.lower_butterfly import (
+    ButterflyKind,
     ButterflySpec,
     StageGroup,
     data_rows,
@@ -56,7 +57,7 @@ from dataflow.dfg.lower_butterfly import (
     split_stages,
 )
 from dataflow.mapper.legality import check_mapping
-from dataflow.mapper.mapping import Mapping, MappingError
+from dataflow.mapper.mapping import KernelMapping, Mapping, MappingError
 from dataflow.mapper.tiling import MIN_TILES
 from dataflow.plan.spm_layout import choose_layout
 from dataflow.plan.stage_mapping import MAPPER_EFFORT, instructions_per_pe, map_stage_kernel
@@ -91,6 +92,32 @@ class FusionChoice:
     def stages_on_chip(self) -> int:
         """Stages computed between two DRAM round trips."""
         return min(self.stages, self.stages_per_kernel * self.kernels_per_residency)
+
+
+@dataclass(frozen=True)
+class TilePlan:
+    """The closed-form part of a plan, before any kernel is mapped (`_tile_plan`)."""
+
+    spec: ButterflySpec  # with `skew_lines` set when the intermediates are skewed
+    skew_lines: int  # 0: natural layout
+    tile_rows: int  # outer indices (batch blocks) per tile
+    residency_limit: int  # most kernels whose tiles the SPM holds at once (c <= this)
+    stages_per_kernel: int  # f from the closed-form limits (the mapper may lower it)
+    limits: tuple[tuple[str, int], ...]  # resource -> largest f it allows
+    reason: str
+
+
+@dataclass(frozen=True, eq=False)
+class OrchestrationPlan:
+    """What `plan_orchestration` chose, with the stage kernels mapped (built without data):
+    `groups` lower the program (`lower_butterfly`), `segments` are the residencies (kernel
+    indices co-resident on the array), `notes` the fallbacks taken on the way."""
+
+    choice: FusionChoice
+    groups: tuple[StageGroup, ...]
+    kernel_mappings: tuple[KernelMapping, ...]
+    segments: tuple[tuple[int, ...], ...]
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, eq=False)
@@ -135,11 +162,11 @@ def tile_words(spec: ButterflySpec, rows: int, skewed: bool = False) -> int:
 
 def coefficient_words(spec: ButterflySpec) -> int:
     """Words of all coefficient tables (an upper bound: constant twiddles are not loaded)."""
-    if spec.kind == "fft" and spec.col_bits:
+    if spec.kind == ButterflyKind.FFT and spec.col_bits:
         return 2 * spec.col_block_words * spec.n  # (place, part) blocks, lower_butterfly
-    if spec.kind == "fft":
+    if spec.kind == ButterflyKind.FFT:
         return 2 * spec.n
-    return spec.stages * (spec.n // 2) * (4 if spec.kind == "real" else 8)
+    return spec.stages * (spec.n // 2) * (4 if spec.kind == ButterflyKind.REAL else 8)
 
 
 def spm_residency_limit(spec: ButterflySpec, arch: ArchSpec, rows: int) -> int:
@@ -201,18 +228,19 @@ def _map_groups(spec, arch, groups, rows, budget):
 
 
 
-def _tile_plan(spec: ButterflySpec, arch: ArchSpec, mode: str, max_stages_per_kernel):
-    """The closed-form part of a plan: (spec with its skew, skew lines, tile rows, SPM limit on
-    co-resident kernels, f, limits, reason). Raises SPMCapacityError when no tile fits."""
+def _tile_plan(spec: ButterflySpec, arch: ArchSpec, mode: str, max_stages_per_kernel) -> TilePlan:
+    """The closed-form part of a plan (skew, tile rows, SPM limit on co-resident kernels, f and
+    its limits). Raises SPMCapacityError when no tile fits."""
     if mode not in ORCHESTRATIONS:
         raise MappingError(f"orchestration must be one of {ORCHESTRATIONS}, got {mode!r}")
-    if arch.pe_array.kind != "reconfigurable":
+    if arch.pe_array.kind != PEKind.RECONFIGURABLE:
         raise MappingError(f"butterfly kernels need a reconfigurable array; {arch.name!r} is "
                            f"{arch.pe_array.kind}")
     S = spec.stages
     skew = 0
     lines = arch.spm.lines
-    if mode == "multilayer" and arch.spm.address_mapping == "interleaved" and lines > 1 \
+    if mode == "multilayer" and arch.spm.address_mapping == AddressMapping.INTERLEAVED \
+            and lines > 1 \
             and not lines & (lines - 1):
         # intermediates never cross DRAM: lay them out so a sub-butterfly's points (a power of
         # two apart) sit on different SPM lines
@@ -235,7 +263,8 @@ def _tile_plan(spec: ButterflySpec, arch: ArchSpec, mode: str, max_stages_per_ke
         f, limits, reason = 1, [("layer-by-layer", 1)], "layer-by-layer: one stage per kernel"
     else:
         f, limits, reason = choose_stages_per_kernel(spec, arch, max_stages_per_kernel)
-    return spec, skew, rows, limit_c, f, limits, reason
+    return TilePlan(spec=spec, skew_lines=skew, tile_rows=rows, residency_limit=limit_c,
+                    stages_per_kernel=f, limits=tuple(limits), reason=reason)
 
 
 def round_trips(spec: ButterflySpec, arch: ArchSpec, mode: str,
@@ -244,18 +273,19 @@ def round_trips(spec: ButterflySpec, arch: ArchSpec, mode: str,
     only (no mapping; instruction entries can split a residency further): one per kernel for
     `layer` and `fused`, ceil(kernels / SPM limit) for `multilayer`. SPMCapacityError when no
     tile fits."""
-    _, _, _, limit_c, f, _, _ = _tile_plan(spec, arch, mode, max_stages_per_kernel)
-    kernels = -(-spec.stages // f)
-    return -(-kernels // limit_c) if mode == "multilayer" else kernels
+    tp = _tile_plan(spec, arch, mode, max_stages_per_kernel)
+    kernels = -(-spec.stages // tp.stages_per_kernel)
+    return -(-kernels // tp.residency_limit) if mode == "multilayer" else kernels
 
 
 def plan_orchestration(spec: ButterflySpec, arch: ArchSpec, mode: str,
-                       max_stages_per_kernel: int | None = MAX_STAGES_PER_KERNEL):
-    """Choose f (and c) for `mode`, mapping the candidate kernels.
-
-    Returns (choice, groups, kernel mappings, segments)."""
+                       max_stages_per_kernel: int | None = MAX_STAGES_PER_KERNEL
+                       ) -> OrchestrationPlan:
+    """Choose f (and c) for `mode`, mapping the candidate kernels."""
     S = spec.stages
-    spec, skew, rows, limit_c, f, limits, reason = _tile_plan(spec, arch, mode, max_stages_per_kernel)
+    tp = _tile_plan(spec, arch, mode, max_stages_per_kernel)
+    spec, skew, rows, limit_c = tp.spec, tp.skew_lines, tp.tile_rows, tp.residency_limit
+    f, limits, reason = tp.stages_per_kernel, list(tp.limits), tp.reason
     notes = []
     while True:
         groups = split_stages(S, f)
@@ -287,7 +317,8 @@ def plan_orchestration(spec: ButterflySpec, arch: ArchSpec, mode: str,
     choice = FusionChoice(mode=mode, stages=S, stages_per_kernel=f, kernels_per_residency=c,
                           tile_rows=rows, limits=tuple(limits), reason=reason, skew_lines=skew,
                           entry_budget=budget, skew_perm=perm[0], skew_flip=perm[1])
-    return choice, groups, kms, segments, tuple(notes)
+    return OrchestrationPlan(choice=choice, groups=groups, kernel_mappings=tuple(kms),
+                             segments=segments, notes=tuple(notes))
 
 
 def _residencies(kms, arch, limit_c):
@@ -317,12 +348,12 @@ def _residencies(kms, arch, limit_c):
     return c, tuple(segments), why
 
 
-def map_butterfly(program, spec: ButterflySpec, arch: ArchSpec, plan) -> OrchestratedMapping:
-    """Map a program lowered by `lower_butterfly` with the groups of `plan` (the tuple
-    `plan_orchestration` returns)."""
-    choice, _, kms, segments, notes = plan
+def map_butterfly(program, spec: ButterflySpec, arch: ArchSpec,
+                  plan: OrchestrationPlan) -> OrchestratedMapping:
+    """Map a program lowered by `lower_butterfly` with the groups of `plan`."""
+    choice, segments = plan.choice, plan.segments
     mode = choice.mode
-    if len(program.kernels) != len(kms):
+    if len(program.kernels) != len(plan.kernel_mappings):
         raise MappingError("program and plan disagree on the number of stage kernels")
     # the plan mapped kernels built without data; the program's kernels have the same bodies
     kms = [map_stage_kernel(k, arch, choice.tile_rows, choice.entry_budget) for k in program.kernels]
@@ -330,7 +361,7 @@ def map_butterfly(program, spec: ButterflySpec, arch: ArchSpec, plan) -> Orchest
     check_mapping(mapping)
     _check_residencies(mapping, segments)
     return OrchestratedMapping(mapping=mapping, spec=spec, choice=choice, segments=segments,
-                               notes=(choice.reason, *notes))
+                               notes=(choice.reason, *plan.notes))
 
 
 def _check_residencies(mapping: Mapping, segments) -> None:
@@ -359,8 +390,8 @@ def roofline(om: OrchestratedMapping, dram_bytes: int) -> dict[str, float]:
     """Lower bounds in cycles: issue (ops / PEs, one op per PE per cycle) and DRAM
     (bytes / dram.bytes_per_cycle); `bound` is the larger (the roofline of this program)."""
     arch = om.arch
-    groups = dict(om.mapping.program.meta)["groups"]
-    slots = issue_slots(om.spec, groups, [len(k.kernel.nodes) for k in om.mapping.kernels])
+    slots = issue_slots(om.spec, om.mapping.program.stage_groups,
+                        [len(k.kernel.nodes) for k in om.mapping.kernels])
     issue = slots / arch.pe_array.num_pes
     dram = dram_bytes / arch.dram.bytes_per_cycle
     return {"issue_slots": slots, "issue_bound": issue, "dram_bound": dram,
@@ -380,6 +411,7 @@ __all__ = [
     "ORCHESTRATIONS",
     "FusionChoice",
     "OrchestratedMapping",
+    "OrchestrationPlan",
     "SPMCapacityError",
     "choose_stages_per_kernel",
     "issue_slots",

@@ -24,7 +24,7 @@ from dataflow.cachefiles import (
     code_fingerprint,
     resolve_cache_dir,
 )
-from dataflow.dfg.lower_butterfly import ButterflySpec, lower_butterfly
+from dataflow.dfg.lower_butterfly import ButterflyKind, ButterflySpec, lower_butterfly
 from dataflow.mapper.mapping import Mapping
 from dataflow.pe_array.simulate import run_array
 from dataflow.plan.stage_mapping import map_stage_kernel
@@ -44,9 +44,9 @@ def layout_stalls(spec: ButterflySpec, arch: ArchSpec, groups, rows: int, budget
     one = dataclasses.replace(spec, batch=2 * rows * spec.col_blocks * spec.lanes)
     x = np.zeros((one.batch, one.n), np.float32)
     factors = None
-    if spec.kind != "fft":
-        factors = [np.zeros((spec.n // 2, 2, 2), np.complex64 if spec.kind == "complex" else np.float32)
-                   for _ in range(spec.stages)]
+    if spec.kind != ButterflyKind.FFT:
+        dtype = np.complex64 if spec.kind == ButterflyKind.COMPLEX else np.float32
+        factors = [np.zeros((spec.n // 2, 2, 2), dtype) for _ in range(spec.stages)]
     prog = lower_butterfly(one, groups, x, factors, np.zeros(spec.n) if spec.bias else None)
     kms = [map_stage_kernel(k, arch, rows, budget) for k in prog.kernels]
     mapping = Mapping(program=prog, arch=arch, kernels=tuple(kms), orchestration=mode)

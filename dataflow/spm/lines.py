@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dataflow.arch.spec import SPMSpec
+from dataflow.arch.spec import AddressMapping, SPMSpec
 
 
 def line_of_row(row: np.ndarray | int, spm: SPMSpec):
@@ -16,9 +16,9 @@ def line_of_row(row: np.ndarray | int, spm: SPMSpec):
     of two), the bank hashing of GPU shared memory and multi-bank SPMs, so streams whose rows
     are a multiple of `lines` apart still land on different lines.
     """
-    if spm.address_mapping == "interleaved":
+    if spm.address_mapping == AddressMapping.INTERLEAVED:
         return row % spm.lines
-    if spm.address_mapping == "xor":
+    if spm.address_mapping == AddressMapping.XOR:
         bits = spm.lines.bit_length() - 1
         line = row & (spm.lines - 1)
         rest = row >> bits
