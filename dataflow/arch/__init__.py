@@ -4,6 +4,7 @@ from dataflow.arch.errors import ArchError
 from dataflow.arch.load import arch_from_dict, arch_to_dict, load_arch
 from dataflow.arch.resolve import preset_names, preset_path, resolve_arch
 from dataflow.arch.spec import (
+    AddressMapping,
     ArchSpec,
     AreaTable,
     DRAMSpec,
@@ -11,11 +12,13 @@ from dataflow.arch.spec import (
     FunctionalUnit,
     InterconnectSpec,
     PEArraySpec,
+    PEKind,
     SPMSpec,
+    Topology,
 )
 
 __all__ = [
-    "ArchError", "ArchSpec", "AreaTable", "DRAMSpec", "EnergyTable", "FunctionalUnit",
-    "InterconnectSpec", "PEArraySpec", "SPMSpec", "arch_from_dict", "arch_to_dict", "load_arch",
-    "preset_names", "preset_path", "resolve_arch",
+    "AddressMapping", "ArchError", "ArchSpec", "AreaTable", "DRAMSpec", "EnergyTable",
+    "FunctionalUnit", "InterconnectSpec", "PEArraySpec", "PEKind", "SPMSpec", "Topology",
+    "arch_from_dict", "arch_to_dict", "load_arch", "preset_names", "preset_path", "resolve_arch",
 ]

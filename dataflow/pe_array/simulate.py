@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from dataflow.arch.spec import PEKind
 from dataflow.errors import UserError
 from dataflow.mapper.mapping import Mapping, SystolicMapping
 from dataflow.pe_array.fast import run_kernel_fast
@@ -36,7 +37,8 @@ def run_array(mapping: Mapping, engine: str = "fast", trace: bool = False) -> li
     return results
 
 
-def energy_breakdown(arrays: list[ArrayResult], arch, dram_bytes: int, kernels: int) -> dict[str, float]:
+def energy_breakdown(arrays: list[ArrayResult], arch, dram_bytes: int,
+                     kernels: int) -> dict[str, float]:
     """pJ by component from action counts and the arch's energy table (cited in its YAML)."""
     e = arch.energy
     compute = 0.0
@@ -52,7 +54,7 @@ def energy_breakdown(arrays: list[ArrayResult], arch, dram_bytes: int, kernels: 
                 compute += count * e.alu_pj
     row_bits = arch.spm.words_per_row * arch.word_bytes * 8
     accesses = sum(int(a.spm_reads_per_line.sum() + a.spm_writes_per_line.sum()) for a in arrays)
-    if arch.pe_array.kind == "systolic":  # counted in words, not rows
+    if arch.pe_array.kind == PEKind.SYSTOLIC:  # counted in words, not rows
         row_bits = arch.word_bytes * 8
     return {
         "compute": compute,
