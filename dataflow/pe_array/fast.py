@@ -40,13 +40,8 @@ from dataflow.pe_array.common import (
     tile_result as _tile_result,
 )
 from dataflow.pe_array.result import ArrayResult
-from dataflow.pe_array.semantics import apply_op
+from dataflow.pe_array.semantics import ACC_IDENTITY, ACC_UFUNC, apply_op, commit, commit_order
 from dataflow.spm.lines import StoreQueues, line_of_row, port_cycles
-
-#: How an accumulating op combines (register and SPM read-modify-write) and its register's
-#: starting value; shared with the reference engine.
-ACC_UFUNC = {Op.ACC: np.add, Op.ACC_MAX: np.maximum, Op.SCATTER_ACC: np.add}
-ACC_IDENTITY = {Op.ACC: 0.0, Op.ACC_MAX: -np.inf, Op.SCATTER_ACC: 0.0}
 
 
 def same_word_rank(words: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -205,13 +200,13 @@ def _read_keys(rd_key, spm) -> np.ndarray:
 
 
 def _apply_writes(writes, bufs) -> None:
-    """Commit SPM updates in (cycle, iteration, node) order, lanes in lane order."""
+    """Commit SPM updates in the semantics' order (cycle, iteration, node), lanes in lane order."""
     if not writes:
         return
     cyc = np.concatenate([w[0] for w in writes])
     k = np.concatenate([w[1] for w in writes])
     node = np.concatenate([np.full(len(w[0]), w[2]) for w in writes])
-    order = np.lexsort((node, k, cyc))
+    order = commit_order(cyc, k, node)
     offsets = np.cumsum([0] + [len(w[0]) for w in writes])
     which = np.searchsorted(offsets, order, side="right") - 1
     local = order - offsets[which]
@@ -224,14 +219,3 @@ def _apply_writes(writes, bufs) -> None:
         idx = local[run]
         commit(op, bufs[buf], addr[idx][m[idx]], vals[idx][m[idx]])
 
-
-def commit(op: Op, buf: np.ndarray, addr: np.ndarray, vals: np.ndarray) -> None:
-    """Apply writes in the given order: ACC and SCATTER_ACC add (repeated addresses one after
-    another, in the given order), ACC_MAX takes the maximum, STORE/SCATTER overwrite (last one
-    wins)."""
-    if op.accumulates:
-        ACC_UFUNC[op].at(buf, addr, vals.astype(buf.dtype))
-    else:
-        _, last = np.unique(addr[::-1], return_index=True)
-        last = len(addr) - 1 - last
-        buf[addr[last]] = vals[last].astype(buf.dtype)

@@ -30,9 +30,8 @@ from dataflow.pe_array.common import (
     spm_base,
     tile_result,
 )
-from dataflow.pe_array.fast import ACC_IDENTITY, ACC_UFUNC, commit
 from dataflow.pe_array.result import ArrayResult
-from dataflow.pe_array.semantics import apply_op
+from dataflow.pe_array.semantics import ACC_IDENTITY, ACC_UFUNC, apply_op, commit
 from dataflow.spm.lines import StoreQueues, line_of_row, port_cycles
 
 
