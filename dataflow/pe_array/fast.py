@@ -4,49 +4,103 @@ Same semantics as `reference.py`, which steps every cycle: the tile's n iteratio
 into U contiguous chunks of W = ceil(n / U); iteration k runs on body copy k div W in wave
 k mod W, so node n of it issues at cycle wave*II + t(copy, n). An ACC node accumulates in its
 PE's register and reads-modifies-writes the SPM once per run of consecutive same-address
-iterations of its copy. SPM row accesses
-are counted per (cycle, line) from the real address streams; a cycle whose busiest line needs p
-port-cycles stalls the whole (lock-step) array p - 1 cycles. SPM updates apply in (cycle,
-iteration, node) order.
+iterations of its copy. SPM row accesses are counted per (cycle, line) from the real address
+streams; a cycle whose busiest line needs p port-cycles stalls the whole (lock-step) array
+p - 1 cycles. SPM updates commit in the order `semantics.py` defines (cycle, iteration, node,
+lane), which also says how each op writes back.
 
 SCATTER_ACC (PIT's SWrite with accumulate, docs/references.md#pit) is an ACC whose address adds a
 loaded index: it combines in the register over a run like ACC and read-modify-writes once per
-run. Read-modify-write ordering: every update to one word is applied, in (cycle, iteration,
-node, lane) order, so the value is exact for that order (np.add.at applies repeated indices in
-sequence). Port cost: distinct SPM rows of one access are one row access each, as for any
-vector access, but lanes that hit the same word must be serialised: the r-th lane to hit a word
-goes in the r-th row access, so a row costs as many write accesses as its most-hit word has
-hits (its reads, like every read of one row in one cycle, are one broadcast access). Different copies (PEs) updating the same row in one cycle are separate accesses,
-as always, and serialise on the line's ports (the stall arithmetic below).
+run; every update to one word is applied in commit order, so the value is exact for that order.
+Port cost: distinct SPM rows of one access are one row access each, as for any vector access,
+but lanes that hit the same word must be serialised: the r-th lane to hit a word goes in the
+r-th row access, so a row costs as many write accesses as its most-hit word has hits (its reads,
+like every read of one row in one cycle, are one broadcast access). Different copies (PEs)
+updating the same row in one cycle are separate accesses, as always, and serialise on the
+line's ports (the stall arithmetic below).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 
-from dataflow.arch.spec import ArchSpec
+from dataflow.arch.spec import ArchSpec, SPMSpec
 from dataflow.dfg.domain import enumerate_domain
-from dataflow.dfg.graph import vector_nodes
+from dataflow.dfg.graph import Node, vector_nodes
 from dataflow.dfg.ops import Op
-from dataflow.mapper.mapping import KernelMapping
+from dataflow.mapper.mapping import KernelMapping, Tile
 from dataflow.pe_array.common import (
     Counters,
     buffer_arrays,
     gather_fetch_words,
     lane_addresses,
     spm_base,
+    tile_result,
 )
-from dataflow.pe_array.common import (
-    tile_result as _tile_result,
-)
-from dataflow.pe_array.result import ArrayResult
-from dataflow.pe_array.semantics import apply_op
+from dataflow.pe_array.result import ArrayResult, TileResult
+from dataflow.pe_array.semantics import ACC_IDENTITY, ACC_UFUNC, apply_op, commit, commit_order
 from dataflow.spm.lines import StoreQueues, line_of_row, port_cycles
 
-#: How an accumulating op combines (register and SPM read-modify-write) and its register's
-#: starting value; shared with the reference engine.
-ACC_UFUNC = {Op.ACC: np.add, Op.ACC_MAX: np.maximum, Op.SCATTER_ACC: np.add}
-ACC_IDENTITY = {Op.ACC: 0.0, Op.ACC_MAX: -np.inf, Op.SCATTER_ACC: 0.0}
+#: Row index of an inactive lane in the row arrays (sorts before every real row).
+NO_ROW = -1
+
+
+@dataclass(frozen=True, eq=False)
+class _Kernel:
+    """What every tile of one mapped kernel reads: the mapping, the arch, lanes per access,
+    the vector nodes, and `times[copy, node]`, the node's issue time in its copy (cycles)."""
+
+    km: KernelMapping
+    arch: ArchSpec
+    dtype: object
+    lanes: int
+    vec: frozenset
+    times: np.ndarray
+    bufs: dict[str, np.ndarray]
+    fetched: dict[str, int]
+
+
+@dataclass(frozen=True, eq=False)
+class _Waves:
+    """Where a tile's n iterations run: iteration k on copy k // waves in wave k % waves;
+    `active[k]` lanes of iteration k are live (`mask`, (n, lanes)); the tile's schedule lasts
+    `n_cycles` cycles before stalls."""
+
+    n: int
+    k: np.ndarray
+    copy: np.ndarray
+    wave: np.ndarray
+    waves: int
+    n_cycles: int
+    active: np.ndarray
+    mask: np.ndarray
+
+
+@dataclass(frozen=True, eq=False)
+class _Writes:
+    """SPM updates of one node: per update its issue cycle, iteration, addresses and values
+    ((m, width)), and which lanes are live."""
+
+    cycle: np.ndarray
+    iteration: np.ndarray
+    node: int
+    addr: np.ndarray
+    vals: np.ndarray
+    mask: np.ndarray
+    op: Op
+    buffer: str
+
+
+@dataclass
+class _TileAccesses:
+    """A tile's SPM traffic as it is issued: row reads (cycle, row), row writes as
+    cycle * lines + line keys, and the updates to commit at the end of the tile."""
+
+    reads: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
+    write_keys: list[np.ndarray] = field(default_factory=list)
+    writes: list[_Writes] = field(default_factory=list)
 
 
 def same_word_rank(words: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -59,160 +113,206 @@ def same_word_rank(words: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return rank
 
 
-def run_kernel_fast(km: KernelMapping, arch: ArchSpec, inputs: dict[str, np.ndarray], dtype) -> ArrayResult:
+def run_kernel_fast(km: KernelMapping, arch: ArchSpec, inputs: dict[str, np.ndarray],
+                    dtype) -> ArrayResult:
+    """Run one mapped kernel a tile at a time; cycles, SPM accesses per line, output values."""
     kernel = km.kernel
-    spm = arch.spm
-    lanes = arch.pe_array.simd_lanes if kernel.vector_var else 1
-    vec = vector_nodes(kernel)
     bufs = buffer_arrays(kernel, inputs, dtype)
-    fetched = gather_fetch_words(kernel, inputs, arch)  # indirect-DMA words per gather-fetched input
-    U, II = km.copies, km.ii
-    times = np.zeros((U, len(kernel.nodes)), dtype=np.int64)
-    for p in km.placements:
-        times[p.copy, p.node] = p.time
+    ctx = _Kernel(km=km, arch=arch, dtype=dtype,
+                  lanes=arch.pe_array.simd_lanes if kernel.vector_var else 1,
+                  vec=frozenset(vector_nodes(kernel)), times=_issue_times(km), bufs=bufs,
+                  # indirect-DMA words per gather-fetched input
+                  fetched=gather_fetch_words(kernel, inputs, arch))
     ct = Counters(arch)
-    busy, op_counts = ct.busy, ct.op_counts
-    tiles = ct.tiles
-    link_word_hops = 0
     for ti, tile in enumerate(km.tiles):
-        dom = enumerate_domain(kernel, lanes, (tile.lo, tile.hi))
-        n = len(dom[kernel.loops[0].var])
-        if n == 0:
-            tiles.append(_tile_result(kernel, ti, 0, 0, 0, km, arch, tile, fetched))
-            continue
-        k = np.arange(n, dtype=np.int64)
-        waves = -(-n // U)  # each copy runs one contiguous chunk of `waves` iterations
-        copy, wave = k // waves, k % waves
-        n_cycles = (waves - 1) * II + km.schedule_length
-        if kernel.vector_var:
-            act = np.minimum(lanes, kernel.vector_extent - dom[kernel.vector_var])
-        else:
-            act = np.ones(n, dtype=np.int64)
-        mask = np.arange(lanes)[None, :] < act[:, None]
-        per_copy = np.bincount(copy, minlength=U)
-        for p in km.placements:
-            busy[p.pe] += per_copy[p.copy]
-        for r in km.routes:
-            words = act if r.src in vec else np.ones(n, dtype=np.int64)
-            link_word_hops += len(r.links) * int(words[copy == r.copy].sum())
-        vals: dict[int, np.ndarray] = {}
-        acc_key = []  # (cycle*lines+line) row writes
-        rd_key = []
-        writes = []  # (cycle, k, node, addr (n,L) or (n,), vals, mask, op)
-        for node in kernel.nodes:
-            cyc = wave * II + times[copy, node.id]
-            is_vec = node.id in vec
-            op_counts[node.op.value] += int(act.sum()) if is_vec else n
-            if not node.op.is_memory:
-                vals[node.id] = apply_op(node.op, [vals[i] for i in node.inputs], dtype, node.value)
-                continue
-            a = np.full(n, node.addr.const, dtype=np.int64)
-            for v, c in node.addr.terms:
-                if v != kernel.vector_var:
-                    a = a + c * dom[v]
-            if node.addr.index_stride:
-                a = a + node.addr.index_stride * vals[node.inputs[0]][:, 0].astype(np.int64)
-            cv = node.addr.coef(kernel.vector_var) if kernel.vector_var else 0
-            if is_vec:
-                a = a[:, None] + dom[kernel.vector_var][:, None] * cv
-                addr = lane_addresses(a[:, 0], cv, lanes)
-                m = mask
-            else:
-                addr = a[:, None]
-                m = np.ones((n, 1), dtype=bool)
-            if node.op.accumulates:
-                # accumulate in the PE's register; one SPM read-modify-write per run of
-                # same-address iterations on a copy
-                flush = np.ones(n, dtype=bool)
-                lane0 = addr[:, 0]
-                flush[:-1] = (lane0[1:] != lane0[:-1]) | (copy[1:] != copy[:-1])
-                run = np.concatenate(([0], np.cumsum(flush[:-1])))
-                src = np.asarray(vals[node.inputs[-1]])
-                src = np.broadcast_to(src if src.ndim == 2 else src.reshape(-1, 1), addr.shape)
-                reg = np.full((int(run[-1]) + 1, addr.shape[1]), ACC_IDENTITY[node.op], dtype=dtype)
-                ACC_UFUNC[node.op].at(reg, run, src.astype(dtype))
-                sel = np.flatnonzero(flush)
-                writes.append((cyc[sel], k[sel], node.id, addr[sel], reg[run[sel]], m[sel],
-                               node.op, node.buffer))
-                addr_s, m_s, cyc_s = addr[sel], m[sel], cyc[sel]
-            else:
-                addr_s, m_s, cyc_s = addr, m, cyc
-            # SPM rows touched by each access (distinct rows among active lanes)
-            sbase, wlo = spm_base(km, node.buffer, ti, tile)
-            srow = (sbase + (addr_s - wlo)) // spm.words_per_row
-            width = addr_s.shape[1]
-            if node.op is Op.SCATTER_ACC:  # same-word lanes serialise: one row access per rank
-                srow = srow * width + same_word_rank(addr_s, m_s)
-            srow = np.where(m_s, srow, -1)
-            srow.sort(axis=1)
-            first = np.ones_like(srow, dtype=bool)
-            first[:, 1:] = srow[:, 1:] != srow[:, :-1]
-            first &= srow >= 0
-            if node.op is Op.SCATTER_ACC:
-                srow = np.where(srow >= 0, srow // width, -1)
-            ev, lane = np.nonzero(first)
-            if node.op.reads_spm:
-                rd_key.append((cyc_s[ev], srow[ev, lane]))
-            if node.op.writes_spm:
-                acc_key.append(cyc_s[ev] * spm.lines + line_of_row(srow[ev, lane], spm))
-            safe = np.where(m, addr, 0)
-            if node.op in (Op.LOAD, Op.GATHER):
-                v = np.where(m, bufs[node.buffer][safe], 0).astype(bufs[node.buffer].dtype)
-                vals[node.id] = v
-            elif not node.op.accumulates:
-                src = np.asarray(vals[node.inputs[-1]])
-                src = np.broadcast_to(src if src.ndim == 2 else src.reshape(-1, 1), addr.shape)
-                writes.append((cyc, k, node.id, addr, src, m, node.op, node.buffer))
-        # port arithmetic per (cycle, line)
-        size = n_cycles * spm.lines
-        rd = np.bincount(_read_keys(rd_key, spm), minlength=size)
-        wr = np.bincount(np.concatenate(acc_key) if acc_key else np.zeros(0, np.int64), minlength=size)
-        rd = rd.reshape(n_cycles, spm.lines)
-        wr = wr.reshape(n_cycles, spm.lines)
-        if spm.write_queue_depth:
-            sq = StoreQueues(spm)
-            stall = 0
-            for t in range(n_cycles):
-                s_t, extra = sq.cycle(rd[t], wr[t])
-                stall += s_t
-                ct.conflicts_line += extra
-            s_t, extra = sq.drain()
-            stall += s_t
-            ct.conflicts_line += extra
-        else:
-            need = port_cycles(rd, wr, spm) - 1
-            stall = int(need.max(axis=1).sum())
-            ct.conflicts_line += need.sum(axis=0)
-        ct.reads_line += rd.sum(axis=0)
-        ct.writes_line += wr.sum(axis=0)
-        _apply_writes(writes, bufs)
-        tiles.append(_tile_result(kernel, ti, n, n_cycles + stall, stall, km, arch, tile, fetched))
-    ct.link_word_hops = link_word_hops
+        ct.tiles.append(_run_tile(ctx, ct, ti, tile))
     return ct.result(kernel, bufs)
 
 
-def _read_keys(rd_key, spm) -> np.ndarray:
+def _issue_times(km: KernelMapping) -> np.ndarray:
+    """times[copy, node]: the cycle a node issues in its copy's schedule."""
+    times = np.zeros((km.copies, len(km.kernel.nodes)), dtype=np.int64)
+    for p in km.placements:
+        times[p.copy, p.node] = p.time
+    return times
+
+
+def _run_tile(ctx: _Kernel, ct: Counters, ti: int, tile: Tile) -> TileResult:
+    """One tile: issue every node over all iterations, count SPM ports, commit the updates."""
+    km, kernel = ctx.km, ctx.km.kernel
+    dom = enumerate_domain(kernel, ctx.lanes, (tile.lo, tile.hi))
+    n = len(dom[kernel.loops[0].var])
+    if n == 0:
+        return tile_result(kernel, ti, 0, 0, 0, km, ctx.arch, tile, ctx.fetched)
+    w = _waves(ctx, dom, n)
+    _count_busy_and_links(ctx, ct, w)
+    acc = _TileAccesses()
+    vals: dict[int, np.ndarray] = {}
+    for node in kernel.nodes:
+        _issue_node(ctx, ct, w, dom, vals, acc, node, ti, tile)
+    stall = _port_stalls(acc, ct, ctx.arch.spm, w.n_cycles)
+    _apply_writes(acc.writes, ctx.bufs)
+    return tile_result(kernel, ti, n, w.n_cycles + stall, stall, km, ctx.arch, tile, ctx.fetched)
+
+
+def _waves(ctx: _Kernel, dom: dict[str, np.ndarray], n: int) -> _Waves:
+    """Each copy runs one contiguous chunk of ceil(n / copies) iterations, one per wave."""
+    kernel, km = ctx.km.kernel, ctx.km
+    k = np.arange(n, dtype=np.int64)
+    waves = -(-n // km.copies)
+    if kernel.vector_var:
+        active = np.minimum(ctx.lanes, kernel.vector_extent - dom[kernel.vector_var])
+    else:
+        active = np.ones(n, dtype=np.int64)
+    return _Waves(n=n, k=k, copy=k // waves, wave=k % waves, waves=waves,
+                  n_cycles=(waves - 1) * km.ii + km.schedule_length, active=active,
+                  mask=np.arange(ctx.lanes)[None, :] < active[:, None])
+
+
+def _count_busy_and_links(ctx: _Kernel, ct: Counters, w: _Waves) -> None:
+    """Busy cycles per PE (one per iteration of its copy) and words moved over each link."""
+    per_copy = np.bincount(w.copy, minlength=ctx.km.copies)
+    for p in ctx.km.placements:
+        ct.busy[p.pe] += per_copy[p.copy]
+    for r in ctx.km.routes:
+        words = w.active if r.src in ctx.vec else np.ones(w.n, dtype=np.int64)
+        ct.link_word_hops += len(r.links) * int(words[w.copy == r.copy].sum())
+
+
+def _issue_node(ctx: _Kernel, ct: Counters, w: _Waves, dom, vals: dict[int, np.ndarray],
+                acc: _TileAccesses, node: Node, ti: int, tile: Tile) -> None:
+    """All iterations of one node: its value, or its SPM accesses and updates."""
+    is_vec = node.id in ctx.vec
+    ct.op_counts[node.op.value] += int(w.active.sum()) if is_vec else w.n
+    if not node.op.is_memory:
+        vals[node.id] = apply_op(node.op, [vals[i] for i in node.inputs], ctx.dtype, node.value)
+        return
+    addr, m = _addresses(ctx, w, dom, vals, node)
+    cyc = w.wave * ctx.km.ii + ctx.times[w.copy, node.id]
+    if node.op.accumulates:
+        flushes = _flushes(ctx, w, vals, node, addr, m, cyc)
+        acc.writes.append(flushes)
+        _count_rows(ctx, acc, node, flushes.addr, flushes.mask, flushes.cycle, ti, tile)
+        return
+    _count_rows(ctx, acc, node, addr, m, cyc, ti, tile)
+    buf = ctx.bufs[node.buffer]
+    if node.op in (Op.LOAD, Op.GATHER):
+        vals[node.id] = np.where(m, buf[np.where(m, addr, 0)], 0).astype(buf.dtype)
+    else:
+        acc.writes.append(_Writes(cyc, w.k, node.id, addr, _lane_values(vals, node, addr), m,
+                                  node.op, node.buffer))
+
+
+def _addresses(ctx: _Kernel, w: _Waves, dom, vals, node: Node) -> tuple[np.ndarray, np.ndarray]:
+    """(word addresses, live lanes) per iteration, both (n, lanes) for a vector access and
+    (n, 1) for a scalar one; an indirect access adds its loaded index times the stride."""
+    kernel = ctx.km.kernel
+    a = np.full(w.n, node.addr.const, dtype=np.int64)
+    for v, c in node.addr.terms:
+        if v != kernel.vector_var:
+            a = a + c * dom[v]
+    if node.addr.index_stride:
+        a = a + node.addr.index_stride * vals[node.inputs[0]][:, 0].astype(np.int64)
+    if node.id not in ctx.vec:
+        return a[:, None], np.ones((w.n, 1), dtype=bool)
+    cv = node.addr.coef(kernel.vector_var)
+    return lane_addresses(a + dom[kernel.vector_var] * cv, cv, ctx.lanes), w.mask
+
+
+def _lane_values(vals, node: Node, addr: np.ndarray) -> np.ndarray:
+    """The stored operand (the node's last input) broadcast to one value per address."""
+    src = np.asarray(vals[node.inputs[-1]])
+    return np.broadcast_to(src if src.ndim == 2 else src.reshape(-1, 1), addr.shape)
+
+
+def _flushes(ctx: _Kernel, w: _Waves, vals, node: Node, addr: np.ndarray, m: np.ndarray,
+             cyc: np.ndarray) -> _Writes:
+    """An accumulating node combines in its PE's register and writes the SPM once per run of
+    same-address iterations on a copy, at the run's last iteration."""
+    flush = np.ones(w.n, dtype=bool)
+    lane0 = addr[:, 0]
+    flush[:-1] = (lane0[1:] != lane0[:-1]) | (w.copy[1:] != w.copy[:-1])
+    run = np.concatenate(([0], np.cumsum(flush[:-1])))
+    src = _lane_values(vals, node, addr)
+    reg = np.full((int(run[-1]) + 1, addr.shape[1]), ACC_IDENTITY[node.op], dtype=ctx.dtype)
+    ACC_UFUNC[node.op].at(reg, run, src.astype(ctx.dtype))
+    sel = np.flatnonzero(flush)
+    return _Writes(cyc[sel], w.k[sel], node.id, addr[sel], reg[run[sel]], m[sel], node.op,
+                   node.buffer)
+
+
+def _count_rows(ctx: _Kernel, acc: _TileAccesses, node: Node, addr: np.ndarray, m: np.ndarray,
+                cyc: np.ndarray, ti: int, tile: Tile) -> None:
+    """Record the SPM row accesses of each access: its distinct rows among live lanes, and for
+    SCATTER_ACC one write access per rank of same-word lanes (see the module doc)."""
+    spm = ctx.arch.spm
+    sbase, wlo = spm_base(ctx.km, node.buffer, ti, tile)
+    srow = (sbase + (addr - wlo)) // spm.words_per_row
+    width = addr.shape[1]
+    if node.op is Op.SCATTER_ACC:
+        srow = srow * width + same_word_rank(addr, m)
+    srow = np.where(m, srow, NO_ROW)
+    srow.sort(axis=1)
+    first = np.ones_like(srow, dtype=bool)
+    first[:, 1:] = srow[:, 1:] != srow[:, :-1]
+    first &= srow != NO_ROW
+    if node.op is Op.SCATTER_ACC:
+        srow = np.where(srow != NO_ROW, srow // width, NO_ROW)
+    ev, lane = np.nonzero(first)
+    if node.op.reads_spm:
+        acc.reads.append((cyc[ev], srow[ev, lane]))
+    if node.op.writes_spm:
+        acc.write_keys.append(cyc[ev] * spm.lines + line_of_row(srow[ev, lane], spm))
+
+
+def _port_stalls(acc: _TileAccesses, ct: Counters, spm: SPMSpec, n_cycles: int) -> int:
+    """Stall cycles of the tile from its row accesses per (cycle, line); counts reads, writes
+    and conflict cycles per line into `ct`."""
+    size = n_cycles * spm.lines
+    rd = np.bincount(_read_keys(acc.reads, spm), minlength=size).reshape(n_cycles, spm.lines)
+    keys = np.concatenate(acc.write_keys) if acc.write_keys else np.zeros(0, np.int64)
+    wr = np.bincount(keys, minlength=size).reshape(n_cycles, spm.lines)
+    if spm.write_queue_depth:
+        sq = StoreQueues(spm)
+        stall = 0
+        for t in range(n_cycles):
+            s_t, extra = sq.cycle(rd[t], wr[t])
+            stall += s_t
+            ct.conflicts_line += extra
+        s_t, extra = sq.drain()
+        stall += s_t
+        ct.conflicts_line += extra
+    else:
+        need = port_cycles(rd, wr, spm) - 1
+        stall = int(need.max(axis=1).sum())
+        ct.conflicts_line += need.sum(axis=0)
+    ct.reads_line += rd.sum(axis=0)
+    ct.writes_line += wr.sum(axis=0)
+    return stall
+
+
+def _read_keys(reads, spm) -> np.ndarray:
     """(cycle * lines + line) per row read; reads of one row in one cycle are one access
     (the line broadcasts it)."""
-    if not rd_key:
+    if not reads:
         return np.zeros(0, np.int64)
-    cyc = np.concatenate([c for c, _ in rd_key])
-    row = np.concatenate([r for _, r in rd_key])
+    cyc = np.concatenate([c for c, _ in reads])
+    row = np.concatenate([r for _, r in reads])
     span = int(row.max()) + 1
     keys = np.sort(cyc * span + row)  # sort + run-ends: far faster than np.unique's hashing
     uniq = keys[np.concatenate(([True], keys[1:] != keys[:-1]))]
     return (uniq // span) * spm.lines + line_of_row(uniq % span, spm)
 
 
-def _apply_writes(writes, bufs) -> None:
-    """Commit SPM updates in (cycle, iteration, node) order, lanes in lane order."""
+def _apply_writes(writes: list[_Writes], bufs: dict[str, np.ndarray]) -> None:
+    """Commit a tile's SPM updates in the semantics' order, lanes in lane order."""
     if not writes:
         return
-    cyc = np.concatenate([w[0] for w in writes])
-    k = np.concatenate([w[1] for w in writes])
-    node = np.concatenate([np.full(len(w[0]), w[2]) for w in writes])
-    order = np.lexsort((node, k, cyc))
-    offsets = np.cumsum([0] + [len(w[0]) for w in writes])
+    cyc = np.concatenate([w.cycle for w in writes])
+    k = np.concatenate([w.iteration for w in writes])
+    node = np.concatenate([np.full(len(w.cycle), w.node) for w in writes])
+    order = commit_order(cyc, k, node)
+    offsets = np.cumsum([0] + [len(w.cycle) for w in writes])
     which = np.searchsorted(offsets, order, side="right") - 1
     local = order - offsets[which]
     # consecutive events of one write node commit together (np.add.at keeps their order)
@@ -220,18 +320,6 @@ def _apply_writes(writes, bufs) -> None:
     for run in np.split(np.arange(len(order)), breaks):
         if not len(run):
             continue
-        _, _, _, addr, vals, m, op, buf = writes[which[run[0]]]
+        w = writes[which[run[0]]]
         idx = local[run]
-        commit(op, bufs[buf], addr[idx][m[idx]], vals[idx][m[idx]])
-
-
-def commit(op: Op, buf: np.ndarray, addr: np.ndarray, vals: np.ndarray) -> None:
-    """Apply writes in the given order: ACC and SCATTER_ACC add (repeated addresses one after
-    another, in the given order), ACC_MAX takes the maximum, STORE/SCATTER overwrite (last one
-    wins)."""
-    if op.accumulates:
-        ACC_UFUNC[op].at(buf, addr, vals.astype(buf.dtype))
-    else:
-        _, last = np.unique(addr[::-1], return_index=True)
-        last = len(addr) - 1 - last
-        buf[addr[last]] = vals[last].astype(buf.dtype)
+        commit(w.op, bufs[w.buffer], w.addr[idx][w.mask[idx]], w.vals[idx][w.mask[idx]])

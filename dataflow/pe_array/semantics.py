@@ -1,18 +1,43 @@
-"""What each arithmetic opcode computes, in the array's dtype (shared by both engines).
+"""What both engines must agree on about values: arithmetic and SPM write-back.
 
-MAC is a rounded multiply followed by a rounded add (no fused rounding), so results do not
-depend on whether a backend has FMA. A MAC whose instruction constant is negative subtracts the
-product (c - a*b, the negate bit of an FMA unit's fnmadd; the negation is exact).
+This module is the one home of those rules; `reference.py` and `fast.py` import it and never
+each other, and `tests/test_semantics.py` checks it against hand-written outcomes, so two engines
+that share it still check something independent (SAM's gold tests, STYLE.md).
+
+Arithmetic (`apply_op`), in the array's dtype: MAC is a rounded multiply followed by a rounded
+add (no fused rounding), so results do not depend on whether a backend has FMA. A MAC whose
+instruction constant is negative subtracts the product (c - a*b, the negate bit of an FMA
+unit's fnmadd; the negation is exact).
+
+Write-back (`ACC_UFUNC`, `ACC_IDENTITY`, `commit_order`, `commit`):
+- acc and scatter_acc add, accmax takes the maximum; a PE's accumulation register starts at
+  the op's identity (0 for the adds, -inf for accmax) and combines with the same ufunc;
+- store and scatter overwrite;
+- SPM updates commit in (cycle, iteration, node id) order, the lanes of one vector access in
+  lane order;
+- repeated addresses in one commit: the accumulating ops apply every update one after another
+  in that order (each a rounded add, so the order fixes the float32 result); the overwriting
+  ops keep the last.
 """
 
 from __future__ import annotations
+
+from types import MappingProxyType
 
 import numpy as np
 
 from dataflow.dfg.ops import Op
 
+#: How an accumulating op combines, in its PE's register and in the SPM read-modify-write.
+ACC_UFUNC = MappingProxyType({Op.ACC: np.add, Op.ACC_MAX: np.maximum, Op.SCATTER_ACC: np.add})
+#: The starting value of an accumulating op's register (the identity of its ufunc).
+ACC_IDENTITY = MappingProxyType({Op.ACC: 0.0, Op.ACC_MAX: -np.inf, Op.SCATTER_ACC: 0.0})
+
 
 def apply_op(op: Op, args: list[np.ndarray], dtype, const: float = 0.0) -> np.ndarray:
+    """Value of arithmetic node `op` on its input values (scalars, or arrays whose last axis is
+    the SIMD lanes); `const` is the instruction's constant (CONST's value, MAC's negate flag as
+    its sign, BFLY's sign)."""
     if op is Op.CONST:
         return np.asarray(const, dtype=dtype)
     if op is Op.ROUTE:
@@ -46,3 +71,21 @@ def apply_op(op: Op, args: list[np.ndarray], dtype, const: float = 0.0) -> np.nd
         return s[..., None]
     raise NotImplementedError(f"no arithmetic semantics for {op.value}")
 
+
+def commit_order(cycle, iteration, node) -> np.ndarray:
+    """Positions of SPM updates in the order they commit: by issue cycle, then iteration, then
+    node id (equal-length sequences of ints, one entry per update; ties keep their order)."""
+    return np.lexsort((np.asarray(node), np.asarray(iteration), np.asarray(cycle)))
+
+
+def commit(op: Op, buf: np.ndarray, addr: np.ndarray, vals: np.ndarray) -> None:
+    """Apply the writes of memory op `op` to buffer `buf` (in place) in the given order: word
+    addresses `addr`, values `vals` (one per address). ACC and SCATTER_ACC add every value
+    (repeated addresses one after another), ACC_MAX takes the maximum, STORE and SCATTER
+    overwrite (the last write to a word wins)."""
+    if op.accumulates:
+        ACC_UFUNC[op].at(buf, addr, vals.astype(buf.dtype))
+    else:
+        _, last = np.unique(addr[::-1], return_index=True)
+        last = len(addr) - 1 - last
+        buf[addr[last]] = vals[last].astype(buf.dtype)
