@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from dataflow.dfg.domain import enumerate_domain
-from dataflow.dfg.graph import Kernel
+from dataflow.dfg.graph import BufferFetch, BufferRole, Kernel
 from dataflow.dfg.ops import Op
 from dataflow.mapper.mapping import KernelMapping, Tile
 from dataflow.pe_array.result import ArrayResult, TileResult
@@ -34,8 +34,6 @@ def buffer_arrays(kernel: Kernel, inputs: dict[str, np.ndarray], dtype) -> dict[
     return out
 
 
-
-
 def lane_addresses(base, coef_vec: int, lanes: int):
     """Element addresses of a vector access: base + lane * coef (base may be an array)."""
     return np.asarray(base)[..., None] + coef_vec * np.arange(lanes)
@@ -55,7 +53,7 @@ def gather_fetch_words(kernel: Kernel, inputs: dict[str, np.ndarray], arch) -> d
     lanes = arch.pe_array.simd_lanes if kernel.vector_var else 1
     dom = None
     for b in kernel.buffers:
-        if b.fetch != "gather":
+        if b.fetch != BufferFetch.GATHER:
             continue
         if dom is None:
             dom = enumerate_domain(kernel, lanes)
@@ -95,7 +93,7 @@ def dma_words(km: KernelMapping, b, index: int) -> int:
         lo, hi = km.tiles[index].window_map[b.name]
         return max(0, hi - lo)
     first, last = index == 0, index == len(km.tiles) - 1
-    return b.size if (first and b.role == "input") or (last and b.role == "output") else 0
+    return b.size if (first and b.role == BufferRole.INPUT) or (last and b.role == BufferRole.OUTPUT) else 0
 
 
 def tile_result(kernel, index, iterations, compute_cycles, stall, km: KernelMapping, arch, tile: Tile,
@@ -109,15 +107,15 @@ def tile_result(kernel, index, iterations, compute_cycles, stall, km: KernelMapp
     transfers = []
     for b in kernel.buffers:
         words = dma_words(km, b, index)
-        if words and not km.allocation_map[b.name].streamed and b.fetch == "gather" \
+        if words and not km.allocation_map[b.name].streamed and b.fetch == BufferFetch.GATHER \
                 and fetched is not None:
             words = fetched[b.name]
-        if b.role == "input":
+        if b.role == BufferRole.INPUT:
             rd += words * wb
-        elif b.role == "output":
+        elif b.role == BufferRole.OUTPUT:
             wr += words * wb
-        if words and b.role in ("input", "output"):
-            transfers.append((b.name, "read" if b.role == "input" else "write", words * wb))
+        if words and b.role in (BufferRole.INPUT, BufferRole.OUTPUT):
+            transfers.append((b.name, "read" if b.role == BufferRole.INPUT else "write", words * wb))
     return TileResult(kernel=kernel.name, index=index, iterations=iterations,
                       compute_cycles=compute_cycles, stall_cycles_spm_conflict=stall,
                       dram_bytes_read=rd, dram_bytes_written=wr, dram_transfers=tuple(transfers))
@@ -138,7 +136,7 @@ class Counters:
 
     def result(self, kernel: Kernel, bufs: dict[str, np.ndarray], trace=None):
         ops = self.op_counts
-        outputs = tuple((b.name, bufs[b.name]) for b in kernel.buffers if b.role == "output")
+        outputs = tuple((b.name, bufs[b.name]) for b in kernel.buffers if b.role == BufferRole.OUTPUT)
         return ArrayResult(kernel=kernel.name, tiles=tuple(self.tiles), pe_busy_cycles=self.busy,
                            spm_reads_per_line=self.reads_line, spm_writes_per_line=self.writes_line,
                            spm_conflicts_per_line=self.conflicts_line,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from dataflow.arch.spec import PEKind
+from dataflow.dfg.ops import Op
 from dataflow.errors import UserError
 from dataflow.mapper.mapping import Mapping, SystolicMapping
 from dataflow.pe_array.fast import run_kernel_fast
@@ -43,14 +44,15 @@ def energy_breakdown(arrays: list[ArrayResult], arch, dram_bytes: int,
     e = arch.energy
     compute = 0.0
     for a in arrays:
-        for op, count in a.op_counts:
-            if op in ("mul", "mac"):
+        for name, count in a.op_counts:
+            op = Op(name)
+            if op in (Op.MUL, Op.MAC):
                 compute += count * e.mac_pj
-            elif op in ("exp", "div"):
+            elif op in (Op.EXP, Op.DIV):
                 compute += count * e.sfu_pj
-            elif op == "vsum":  # lanes - 1 adds of the reduction tree
+            elif op is Op.VSUM:  # lanes - 1 adds of the reduction tree
                 compute += count * e.alu_pj * (arch.pe_array.simd_lanes - 1)
-            elif op not in ("load", "store", "gather", "scatter", "acc", "accmax", "scatter_acc"):
+            elif not op.is_memory:  # memory ops are charged as SPM accesses below
                 compute += count * e.alu_pj
     row_bits = arch.spm.words_per_row * arch.word_bytes * 8
     accesses = sum(int(a.spm_reads_per_line.sum() + a.spm_writes_per_line.sum()) for a in arrays)
