@@ -270,34 +270,48 @@ def twiddle_position(index, k: int, k0: int):
     return sum(((index >> bit) & 1) << twiddle_bit(bit, k, k0) for bit in range(k)) if k else index * 0
 
 
-def group_kernel(spec: ButterflySpec, group: StageGroup, groups: int, index: int) -> Kernel:
-    """The kernel of stage group `index` (of `groups`) of `spec`."""
-    spec.verify()
-    n, L, f, k0 = spec.n, spec.lanes, group.count, group.first
-    S = spec.stages
-    s = 1 << k0
-    G = n // (s << f)
-    if G < 1:
-        raise DFGError(f"stage group {group} runs past stage {S - 1} of a size-{n} butterfly")
-    bitrev = spec.bitrev_input and index == 0
-    cplx = spec.complex_data
-    if bitrev and k0:
-        raise DFGError("bit-reversed input addressing needs the group that starts at stage 0")
-    # one extent-2 loop per bit of g and of o (most significant first, so iterations run in the
-    # order of (g, o)): every address below is then a weighted sum of index bits, which makes
-    # bit reversal and the skewed SPM layout affine
-    gb = S - k0 - f
-    cb = spec.col_bits
-    loops = [Loop("bo", spec.outer)]
-    if cb:
-        loops.append(Loop("kh", spec.col_blocks))
-    loops += [Loop(f"g{t}", 2) for t in reversed(range(gb))]
-    loops += [Loop(f"o{t}", 2) for t in reversed(range(k0))]
-    loops.append(Loop("bi", L))
+@dataclass(frozen=True)
+class _GroupShape:
+    """What the loops and addresses of one stage group's kernel depend on (names as in the
+    module docstring: stride s = 2^k0, f stages, index bits of g and o as extent-2 loops)."""
 
-    def lin(weight, m: int, scale: int = 1, extra: dict | None = None, flip=lambda bit: 0) -> Addr:
+    spec: ButterflySpec
+    groups: int
+    index: int  # of this group among `groups`
+    k0: int  # first stage
+    f: int  # stages in the group
+    bitrev: bool  # this group reads the input in bit-reversed order
+
+    @property
+    def stages(self) -> int:
+        return self.spec.stages
+
+    @property
+    def stride(self) -> int:
+        return 1 << self.k0
+
+    @property
+    def g_bits(self) -> int:
+        return self.stages - self.k0 - self.f
+
+    def loops(self) -> list[Loop]:
+        """One extent-2 loop per bit of g and of o (most significant first, so iterations run
+        in the order of (g, o)): every address below is then a weighted sum of index bits,
+        which makes bit reversal and the skewed SPM layout affine."""
+        spec = self.spec
+        loops = [Loop("bo", spec.outer)]
+        if spec.col_bits:
+            loops.append(Loop("kh", spec.col_blocks))
+        loops += [Loop(f"g{t}", 2) for t in reversed(range(self.g_bits))]
+        loops += [Loop(f"o{t}", 2) for t in reversed(range(self.k0))]
+        loops.append(Loop("bi", spec.lanes))
+        return loops
+
+    def lin(self, weight, m: int, scale: int = 1, extra: dict | None = None,
+            flip=lambda bit: 0) -> Addr:
         """scale * sum of weight(b) over the set bits b of P(m) = g s 2^f + o + m s, with the
         bits where flip(b) is 1 inverted (weight w - w bit: a negative coefficient)."""
+        S, k0, f, s, gb = self.stages, self.k0, self.f, self.stride, self.g_bits
         sign = {bit: -1 if flip(bit) else 1 for bit in range(S)}
         terms = {f"g{t}": sign[k0 + f + t] * scale * weight(k0 + f + t) for t in range(gb)}
         terms.update({f"o{t}": sign[t] * scale * weight(t) for t in range(k0)})
@@ -307,42 +321,79 @@ def group_kernel(spec: ButterflySpec, group: StageGroup, groups: int, index: int
             terms[k] = terms.get(k, 0) + c
         return _addr(terms, const)
 
-    def point_addr(m: int, i: int, part: int = 0) -> Addr:
+    def point_addr(self, m: int, i: int, part: int = 0) -> Addr:
         """Word address of part (0 re, 1 im) of point P(m) in data buffer i: [nb, rows, L] with
         row = P (natural) or skew_row(P); complex skewed buffers hold [nb, rows, 2, L]. The
         bit-reversed input is read at row(bitrev(P))."""
+        spec, groups, S, L = self.spec, self.groups, self.stages, self.spec.lanes
         sk = is_skewed(spec, i, groups)
         perm = skew_permutation(spec, i, groups)
         row_w = ((lambda q: skew_weight(perm[q], skew_period(spec))) if sk
                  else (lambda q: 1 << q))
         mask = skew_mask(spec, i) if sk else 0
-        fl = lambda q: (mask >> q) & 1
-        if i == 0 and bitrev:
+
+        def fl(q):
+            return (mask >> q) & 1
+
+        if i == 0 and self.bitrev:
             w, flip = (lambda bit: row_w(S - 1 - bit)), (lambda bit: fl(S - 1 - bit))
         else:
             w, flip = row_w, fl
         parts = data_parts(spec, i, groups)
         block = data_rows(spec, sk) * L * parts
-        outer = {"bo": block * spec.col_blocks, "kh": block} if cb else {"bo": block}
-        a = lin(w, m, L * parts, {**outer, "bi": 1}, flip)
+        outer = ({"bo": block * spec.col_blocks, "kh": block} if spec.col_bits
+                 else {"bo": block})
+        a = self.lin(w, m, L * parts, {**outer, "bi": 1}, flip)
         return Addr(a.terms, a.const + part * L * (parts - 1))
 
+
+def group_kernel(spec: ButterflySpec, group: StageGroup, groups: int, index: int) -> Kernel:
+    """The kernel of stage group `index` (of `groups`) of `spec`."""
+    spec.verify()
+    n, f, k0 = spec.n, group.count, group.first
+    S = spec.stages
+    if n // ((1 << k0) << f) < 1:
+        raise DFGError(f"stage group {group} runs past stage {S - 1} of a size-{n} butterfly")
+    bitrev = spec.bitrev_input and index == 0
+    if bitrev and k0:
+        raise DFGError("bit-reversed input addressing needs the group that starts at stage 0")
+    shape = _GroupShape(spec, groups, index, k0, f, bitrev)
     b = _Body()
-    in_r, in_i = data_names(spec, index, groups)
-    out_r, out_i = data_names(spec, index + 1, groups)
-    last = index == groups - 1
-    # load the 2^f points
+    x = _load_points(b, shape)
+    coef_bufs = _apply_stages(b, shape, x)
+    _store_points(b, shape, x)
+    bufs = _group_buffers(shape, coef_bufs)
+    used = {nd.buffer for nd in b.nodes if nd.buffer}
+    name = f"{spec.prefix}bfly_s{k0}" + (f"-{group.last}" if f > 1 else "")
+    return Kernel(name=name, loops=tuple(shape.loops()), nodes=tuple(b.nodes),
+                  buffers=tuple(bf for bf in bufs if bf.name in used), vector_var="bi")
+
+
+def _load_points(b: _Body, shape: _GroupShape) -> list:
+    """Load the 2^f points of one sub-butterfly: (re, im) node ids, im None for real data."""
+    spec, index = shape.spec, shape.index
+    in_r, in_i = data_names(spec, index, shape.groups)
     x = []
-    for m in range(1 << f):
-        a = point_addr(m, index)
+    for m in range(1 << shape.f):
+        a = shape.point_addr(m, index)
         re = b.add(Op.LOAD, buffer=in_r, addr=a, name=f"x{m}.re")
-        if not cplx:
+        if not spec.complex_data:
             x.append((re, None))
         elif spec.real_input and index == 0:
             # no imaginary part: matrix butterflies skip its terms; twiddles multiply a zero
-            x.append((re, None if spec.kind == "complex" else b.add(Op.CONST, value=0.0, name="0")))
+            x.append((re, None if spec.kind == "complex"
+                      else b.add(Op.CONST, value=0.0, name="0")))
         else:
-            x.append((re, b.add(Op.LOAD, buffer=in_i, addr=point_addr(m, index, 1), name=f"x{m}.im")))
+            x.append((re, b.add(Op.LOAD, buffer=in_i, addr=shape.point_addr(m, index, 1),
+                                name=f"x{m}.im")))
+    return x
+
+
+def _apply_stages(b: _Body, shape: _GroupShape, x: list) -> dict[str, int]:
+    """Apply the group's f stages to the points `x` in place; returns the coefficient
+    buffers read, name -> words."""
+    spec, k0, f = shape.spec, shape.k0, shape.f
+    cb, L, lin = spec.col_bits, spec.lanes, shape.lin
     coef_bufs: dict[str, int] = {}
     for j in range(f):
         k = k0 + j
@@ -356,8 +407,8 @@ def group_kernel(spec: ButterflySpec, group: StageGroup, groups: int, index: int
                 # with k1 = kh L + bi; table layout `twiddle_position`
                 buf = f"{spec.prefix}C{cb + k}"
                 blk = spec.col_block_words
-                tw = lin(lambda bit, k=k, blk=blk: 2 * blk << twiddle_bit(bit, k, k0) if bit < k else 0, m, 1,
-                         {"kh": L, "bi": 1})
+                tw = lin(lambda bit, k=k, blk=blk: 2 * blk << twiddle_bit(bit, k, k0)
+                         if bit < k else 0, m, 1, {"kh": L, "bi": 1})
                 x[m], x[m + half] = _fft_pair(b, lo, hi, k, buf, tw, blk, (m << k0) % (1 << k))
                 coef_bufs[buf] = 2 * blk << k
             elif spec.kind == "fft":
@@ -370,24 +421,43 @@ def group_kernel(spec: ButterflySpec, group: StageGroup, groups: int, index: int
             else:
                 # pair number: P_lo with its bit k removed
                 words = 4 if spec.kind == "real" else 8
-                base = lin(lambda bit, k=k: (1 << (bit - 1)) if bit > k else ((1 << bit) if bit < k else 0), m, words)
+                base = lin(lambda bit, k=k: (1 << (bit - 1)) if bit > k
+                           else ((1 << bit) if bit < k else 0), m, words)
                 buf = f"{spec.prefix}F{k}"
-                coef_bufs[buf] = words * (n // 2)
+                coef_bufs[buf] = words * (spec.n // 2)
                 x[m], x[m + half] = _matrix_pair(b, spec, lo, hi, base, buf)
-    # epilogue and stores
-    for m in range(1 << f):
-        a = point_addr(m, index + 1)
+    return coef_bufs
+
+
+def _store_points(b: _Body, shape: _GroupShape, x: list) -> None:
+    """The last group's epilogue (bias, ReLU), then the stores of the 2^f results."""
+    spec, index = shape.spec, shape.index
+    out_r, out_i = data_names(spec, index + 1, shape.groups)
+    last = index == shape.groups - 1
+    for m in range(1 << shape.f):
+        a = shape.point_addr(m, index + 1)
         re, im = x[m]
         if last and spec.bias:
-            bias = b.add(Op.LOAD, buffer=f"{spec.prefix}bias", addr=lin(lambda bit: 1 << bit, m),
-                         name=f"b{m}")
+            bias = b.add(Op.LOAD, buffer=f"{spec.prefix}bias",
+                         addr=shape.lin(lambda bit: 1 << bit, m), name=f"b{m}")
             re = b.add(Op.ADD, (re, bias), name=f"y{m}+b")
         if last and spec.relu:
             re = b.add(Op.MAX, (re, b.add(Op.CONST, value=0.0, name="0")), name=f"relu{m}")
         b.add(Op.STORE, (re,), buffer=out_r, addr=a, name=f"y{m}.re")
-        if cplx and not (last and spec.real_output):
-            b.add(Op.STORE, (im,), buffer=out_i, addr=point_addr(m, index + 1, 1), name=f"y{m}.im")
-    win = spec.blocks * data_rows(spec, is_skewed(spec, index, groups)) * L * data_parts(spec, index, groups)
+        if spec.complex_data and not (last and spec.real_output):
+            b.add(Op.STORE, (im,), buffer=out_i, addr=shape.point_addr(m, index + 1, 1),
+                  name=f"y{m}.im")
+
+
+def _group_buffers(shape: _GroupShape, coef_bufs: dict[str, int]) -> list[Buffer]:
+    """Input data, coefficient tables, bias, output data (in that order)."""
+    spec, index, groups = shape.spec, shape.index, shape.groups
+    cplx, L, n = spec.complex_data, spec.lanes, spec.n
+    in_r, in_i = data_names(spec, index, groups)
+    out_r, out_i = data_names(spec, index + 1, groups)
+    last = index == groups - 1
+    win = (spec.blocks * data_rows(spec, is_skewed(spec, index, groups)) * L
+           * data_parts(spec, index, groups))
     wout = (spec.blocks * data_rows(spec, is_skewed(spec, index + 1, groups)) * L
             * data_parts(spec, index + 1, groups))
     bufs = [Buffer(in_r, win)]
@@ -399,10 +469,7 @@ def group_kernel(spec: ButterflySpec, group: StageGroup, groups: int, index: int
     bufs.append(Buffer(out_r, wout, "output"))
     if cplx and not (last and spec.real_output) and out_i != out_r:
         bufs.append(Buffer(out_i, wout, "output"))
-    used = {nd.buffer for nd in b.nodes if nd.buffer}
-    name = f"{spec.prefix}bfly_s{k0}" + (f"-{group.last}" if f > 1 else "")
-    return Kernel(name=name, loops=tuple(loops), nodes=tuple(b.nodes),
-                  buffers=tuple(bf for bf in bufs if bf.name in used), vector_var="bi")
+    return bufs
 
 
 def _snap(v: float) -> float:

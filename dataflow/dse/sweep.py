@@ -326,6 +326,44 @@ def sweep_from_dict(data: Any, source: str = "<dict>", path: Path | None = None)
     arch = _mapping(data.get("arch"), source, "arch")
     _check_keys(arch, {"base", "sweep", "zip", "set", "skip_impossible"}, source, "arch")
     base = _resolve_base(arch.get("base"), path, source)
+    set_overrides = _set_overrides(arch, base, source)
+    dims = _arch_dimensions(arch, base, set_overrides, source)
+    skip = arch.get("skip_impossible", False)
+    if not isinstance(skip, bool):
+        raise SweepError(source, "arch.skip_impossible", f"expected true/false, got {skip!r}")
+
+    grids = _workload_grids(data.get("workloads"), source)
+    mapping = _mapping(data.get("mapping"), source, "mapping")
+    engines, seeds = _engines_and_seeds(mapping, source)
+    options = _mapping_options(mapping, grids, source)
+
+    search = _mapping(data.get("search"), source, "search")
+    _check_keys(search, {"objectives", "population", "seed"}, source, "search")
+    objectives = search.get("objectives", list(SearchOptions.objectives))
+    if not isinstance(objectives, list) or len(objectives) < 2:
+        raise SweepError(source, "search.objectives", "give at least two metrics to minimise")
+    try:
+        objectives = tuple(metric_name(o) for o in objectives)
+    except ValueError as exc:
+        raise SweepError(source, "search.objectives", f"{exc}; metrics: {', '.join(METRICS)}") \
+            from None
+    population = search.get("population", SearchOptions.population)
+    if isinstance(population, bool) or not isinstance(population, int) or population < 2:
+        raise SweepError(source, "search.population",
+                         f"expected an integer >= 2, got {population!r}")
+    sseed = search.get("seed", 0)
+    if isinstance(sseed, bool) or not isinstance(sseed, int):
+        raise SweepError(source, "search.seed", f"expected an integer, got {sseed!r}")
+
+    sweep = Sweep(name=name, source=source, base_arch=base, set_overrides=tuple(set_overrides),
+                  dimensions=tuple(dims), skip_impossible=skip, workloads=tuple(grids),
+                  engines=engines, seeds=seeds, mapping_options=tuple(options),
+                  search=SearchOptions(objectives, population, sseed))
+    return sweep
+
+
+def _set_overrides(arch: dict, base: dict, source: str) -> list[tuple[str, Any]]:
+    """`arch.set`: (key path, value) pairs, each value checked against the base."""
     set_overrides = []
     for key, value in _mapping(arch.get("set"), source, "arch.set").items():
         where = f"arch.set.{key}"
@@ -336,49 +374,59 @@ def sweep_from_dict(data: Any, source: str = "<dict>", path: Path | None = None)
         spec = [value] if isinstance(current, list) else value
         (v,) = _arch_dimension(str(key), spec, base, source, where)
         set_overrides.append((str(key), v))
+    return set_overrides
+
+
+def _arch_dimensions(arch: dict, base: dict, set_overrides: list, source: str) -> list[Dimension]:
+    """`arch.sweep` (one dimension per key) then `arch.zip` (one per group), each value checked
+    against the base with `arch.set` applied; no key swept twice or both set and swept."""
     base_with_set = copy.deepcopy(base)
     for key, value in set_overrides:
         set_path(base_with_set, key, value)
-
     dims: list[Dimension] = []
-    seen_keys: dict[str, str] = {}
-
-    def claim(key: str, where: str) -> None:
-        if key in seen_keys:
-            raise SweepError(source, where, f"{key} is already swept at {seen_keys[key]}")
-        seen_keys[key] = where
-
+    seen_keys: dict[str, str] = {}  # key path -> where in the file it is swept
     for key, spec in _mapping(arch.get("sweep"), source, "arch.sweep").items():
         where = f"arch.sweep.{key}"
-        claim(str(key), where)
+        _claim(seen_keys, str(key), where, source)
         values = _arch_dimension(str(key), spec, base_with_set, source, where)
         dims.append(Dimension(where, (str(key),), tuple((v,) for v in values)))
     zips = arch.get("zip") or []
     if not isinstance(zips, list):
         raise SweepError(source, "arch.zip", "expected a list of groups")
     for gi, group in enumerate(zips):
-        gwhere = f"arch.zip[{gi}]"
-        group = _mapping(group, source, gwhere)
-        if len(group) < 2:
-            raise SweepError(source, gwhere, "a zip group needs at least two keys")
-        cols = []
-        for key, spec in group.items():
-            where = f"{gwhere}.{key}"
-            claim(str(key), where)
-            cols.append(_arch_dimension(str(key), spec, base_with_set, source, where))
-        lengths = {len(c) for c in cols}
-        if len(lengths) != 1:
-            raise SweepError(source, gwhere, "keys of a zip group need the same number of values, "
-                             f"got {dict(zip(group, map(len, cols)))}")
-        dims.append(Dimension(gwhere, tuple(map(str, group)), tuple(zip(*cols))))
+        dims.append(_zip_dimension(group, f"arch.zip[{gi}]", base_with_set, seen_keys, source))
     for key, _ in set_overrides:
         if key in seen_keys:
             raise SweepError(source, f"arch.set.{key}", f"{key} is also swept at {seen_keys[key]}")
-    skip = arch.get("skip_impossible", False)
-    if not isinstance(skip, bool):
-        raise SweepError(source, "arch.skip_impossible", f"expected true/false, got {skip!r}")
+    return dims
 
-    wls = data.get("workloads")
+
+def _claim(seen_keys: dict[str, str], key: str, where: str, source: str) -> None:
+    if key in seen_keys:
+        raise SweepError(source, where, f"{key} is already swept at {seen_keys[key]}")
+    seen_keys[key] = where
+
+
+def _zip_dimension(group: Any, gwhere: str, base_with_set: dict, seen_keys: dict[str, str],
+                   source: str) -> Dimension:
+    group = _mapping(group, source, gwhere)
+    if len(group) < 2:
+        raise SweepError(source, gwhere, "a zip group needs at least two keys")
+    cols = []
+    for key, spec in group.items():
+        where = f"{gwhere}.{key}"
+        _claim(seen_keys, str(key), where, source)
+        cols.append(_arch_dimension(str(key), spec, base_with_set, source, where))
+    lengths = {len(c) for c in cols}
+    if len(lengths) != 1:
+        raise SweepError(source, gwhere, "keys of a zip group need the same number of values, "
+                         f"got {dict(zip(group, map(len, cols)))}")
+    return Dimension(gwhere, tuple(map(str, group)), tuple(zip(*cols)))
+
+
+def _workload_grids(wls: Any, source: str) -> list[WorkloadGrid]:
+    """`workloads`: each a registered workload (looked up with the registry's `get`) and its
+    parameter values."""
     if not isinstance(wls, list) or not wls:
         raise SweepError(source, "workloads", "expected a non-empty list of {name, params}")
     grids = []
@@ -401,8 +449,10 @@ def sweep_from_dict(data: Any, source: str = "<dict>", path: Path | None = None)
             params.append((pname, tuple(_param_value(declared[pname], v, source, pwhere)
                                         for v in values)))
         grids.append(WorkloadGrid(workload.name, where, tuple(params)))
+    return grids
 
-    mapping = _mapping(data.get("mapping"), source, "mapping")
+
+def _engines_and_seeds(mapping: dict, source: str) -> tuple[tuple, tuple]:
     engines = expand_values(mapping.get("engine", "fast"), source, "mapping.engine")
     for e in engines:
         if e not in ENGINES:
@@ -411,6 +461,12 @@ def sweep_from_dict(data: Any, source: str = "<dict>", path: Path | None = None)
     for s in seeds:
         if isinstance(s, bool) or not isinstance(s, int):
             raise SweepError(source, "mapping.seed", f"expected an integer, got {s!r}")
+    return engines, seeds
+
+
+def _mapping_options(mapping: dict, grids: list[WorkloadGrid], source: str) -> list:
+    """`mapping` keys other than engine and seed: parameters of the swept workloads (looked up
+    with the registry's `get`), given here for every workload that takes them."""
     options = []
     for key, spec in mapping.items():
         if key in ("engine", "seed"):
@@ -426,30 +482,7 @@ def sweep_from_dict(data: Any, source: str = "<dict>", path: Path | None = None)
                 raise SweepError(source, where, f"{key} is also given at {g.where}.params")
         options.append((key, tuple(_param_value(prm, v, source, where)
                                    for v in expand_values(spec, source, where))))
-
-    search = _mapping(data.get("search"), source, "search")
-    _check_keys(search, {"objectives", "population", "seed"}, source, "search")
-
-    objectives = search.get("objectives", list(SearchOptions.objectives))
-    if not isinstance(objectives, list) or len(objectives) < 2:
-        raise SweepError(source, "search.objectives", "give at least two metrics to minimise")
-    try:
-        objectives = tuple(metric_name(o) for o in objectives)
-    except ValueError as exc:
-        raise SweepError(source, "search.objectives", f"{exc}; metrics: {', '.join(METRICS)}") \
-            from None
-    population = search.get("population", SearchOptions.population)
-    if isinstance(population, bool) or not isinstance(population, int) or population < 2:
-        raise SweepError(source, "search.population", f"expected an integer >= 2, got {population!r}")
-    sseed = search.get("seed", 0)
-    if isinstance(sseed, bool) or not isinstance(sseed, int):
-        raise SweepError(source, "search.seed", f"expected an integer, got {sseed!r}")
-
-    sweep = Sweep(name=name, source=source, base_arch=base, set_overrides=tuple(set_overrides),
-                  dimensions=tuple(dims), skip_impossible=skip, workloads=tuple(grids),
-                  engines=engines, seeds=seeds, mapping_options=tuple(options),
-                  search=SearchOptions(objectives, population, sseed))
-    return sweep
+    return options
 
 
 def _safe_get(data: dict, key: str) -> Any:

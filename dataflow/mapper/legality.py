@@ -11,9 +11,20 @@ from dataflow.mapper.schedule import is_immediate, value_flits
 
 def check_kernel_mapping(km: KernelMapping, arch) -> None:
     """Raise MappingError naming the violated resource, or return None."""
+    where = f"kernel {km.kernel.name!r}"
+    _check_issue_slots(km, arch, where)
+    # dependencies and routes; a value crosses a link in ceil(words / link_width_words) flits
+    flits = value_flits(km.kernel, arch)
+    link_use = _check_routes(km, arch, where, flits)
+    _check_link_capacity(link_use, arch, where)
+    _check_registers(km, arch, where, flits)
+    _check_spm(km, arch, where)
+
+
+def _check_issue_slots(km: KernelMapping, arch, where: str) -> None:
+    """Every placement on the array, one op per (PE, slot), functional units free for their
+    issue interval, every node of every copy placed, instruction entries within the PE's."""
     k, ii = km.kernel, km.ii
-    where = f"kernel {k.name!r}"
-    hop = arch.interconnect.hop_latency_cycles
     pes = {(r, c) for r in range(arch.pe_array.rows) for c in range(arch.pe_array.cols)}
     slots: dict = {}
     fu_busy: dict = {}
@@ -27,40 +38,43 @@ def check_kernel_mapping(km: KernelMapping, arch) -> None:
                                f"{slots[key]} and {(p.copy, p.node)}")
         slots[key] = (p.copy, p.node)
         entries[p.pe] += 1
-        # a functional unit of issue interval k is busy k consecutive slots
-        fu = arch.fu_for(k.nodes[p.node].op.value)
-        if fu.issue_interval_cycles > ii:
-            raise MappingError(f"{where}: unit {fu.name!r} issues once every "
-                               f"{fu.issue_interval_cycles} cycles, more than II = {ii}")
-        for j in range(fu.issue_interval_cycles):
-            fkey = (p.pe, fu.name, (p.time + j) % ii)
-            if fkey in fu_busy:
-                raise MappingError(f"{where}: unit {fu.name!r} of PE {p.pe} is busy in slot "
-                                   f"{fkey[2]} with {fu_busy[fkey]} when {(p.copy, p.node)} "
-                                   f"issues (issue_interval_cycles = {fu.issue_interval_cycles})")
-            fu_busy[fkey] = (p.copy, p.node)
+        _occupy_unit(p, arch.fu_for(k.nodes[p.node].op.value), ii, fu_busy, where)
     expected = {(c, n.id) for c in range(km.copies) for n in k.nodes}
     if set(km.placement_map) != expected:
         raise MappingError(f"{where}: not every node of every copy is placed")
     for pe, n in entries.items():
         if n > arch.pe_array.instruction_entries:
             raise MappingError(f"{where}: PE {pe} holds {n} instructions, more than "
-                               f"pe_array.instruction_entries = {arch.pe_array.instruction_entries}")
-    # dependencies and routes; a value crosses a link in ceil(words / link_width_words) flits
-    flits = value_flits(k, arch)
-    link_use: dict = {}  # (link, slot) -> Counter of (copy, src, dst) routes crossing it
+                               "pe_array.instruction_entries = "
+                               f"{arch.pe_array.instruction_entries}")
+
+
+def _occupy_unit(p, fu, ii: int, fu_busy: dict, where: str) -> None:
+    """Mark `fu` of p's PE busy in its slots; a functional unit of issue interval k is busy k
+    consecutive slots."""
+    if fu.issue_interval_cycles > ii:
+        raise MappingError(f"{where}: unit {fu.name!r} issues once every "
+                           f"{fu.issue_interval_cycles} cycles, more than II = {ii}")
+    for j in range(fu.issue_interval_cycles):
+        fkey = (p.pe, fu.name, (p.time + j) % ii)
+        if fkey in fu_busy:
+            raise MappingError(f"{where}: unit {fu.name!r} of PE {p.pe} is busy in slot "
+                               f"{fkey[2]} with {fu_busy[fkey]} when {(p.copy, p.node)} "
+                               f"issues (issue_interval_cycles = {fu.issue_interval_cycles})")
+        fu_busy[fkey] = (p.copy, p.node)
+
+
+def _check_routes(km: KernelMapping, arch, where: str, flits) -> dict:
+    """Every route joins its PEs, leaves after and arrives before; every edge is routed.
+    Returns (link, slot) -> Counter of the (copy, src, dst) routes crossing it."""
+    k, ii = km.kernel, km.ii
+    hop = arch.interconnect.hop_latency_cycles
+    link_use: dict = {}
     routed = set()
     for r in km.routes:
         src = km.placement_map[(r.copy, r.src)]
         dst = km.placement_map[(r.copy, r.dst)]
-        if r.links:
-            if r.links[0][0] != src.pe or r.links[-1][1] != dst.pe:
-                raise MappingError(f"{where}: route %{r.src}->%{r.dst} does not join its PEs")
-            for a, b in pairwise(r.links):
-                if a[1] != b[0]:
-                    raise MappingError(f"{where}: route %{r.src}->%{r.dst} is not contiguous")
-        elif src.pe != dst.pe and not is_immediate(k, r.src):
-            raise MappingError(f"{where}: value %{r.src}->%{r.dst} crosses PEs without a route")
+        _check_route_path(r, src, dst, k, where)
         if r.depart < src.time + src.latency:
             raise MappingError(f"{where}: value %{r.src} leaves before it is computed")
         fl = flits[r.src]
@@ -76,6 +90,21 @@ def check_kernel_mapping(km: KernelMapping, arch) -> None:
             for c in range(km.copies):
                 if (c, i, n.id) not in routed:
                     raise MappingError(f"{where}: edge %{i}->%{n.id} of copy {c} is not routed")
+    return link_use
+
+
+def _check_route_path(r, src, dst, k, where: str) -> None:
+    if r.links:
+        if r.links[0][0] != src.pe or r.links[-1][1] != dst.pe:
+            raise MappingError(f"{where}: route %{r.src}->%{r.dst} does not join its PEs")
+        for a, b in pairwise(r.links):
+            if a[1] != b[0]:
+                raise MappingError(f"{where}: route %{r.src}->%{r.dst} is not contiguous")
+    elif src.pe != dst.pe and not is_immediate(k, r.src):
+        raise MappingError(f"{where}: value %{r.src}->%{r.dst} crosses PEs without a route")
+
+
+def _check_link_capacity(link_use: dict, arch, where: str) -> None:
     cap = arch.interconnect.links_per_direction
     for (link, slot), use in link_use.items():
         # one value multicast to several consumers rides the link once; a repeated route is
@@ -84,9 +113,14 @@ def check_kernel_mapping(km: KernelMapping, arch) -> None:
         if n > cap:
             raise MappingError(f"{where}: link {link} carries {n} values in slot {slot}, "
                                f"capacity interconnect.links_per_direction = {cap}")
-    # registers: a value lives on its producer PE from result until its last route departs,
-    # and on the consumer PE from arrival until use; each live value holds one register per
-    # overlapping iteration (ceil(lifetime / II)).
+
+
+def _check_registers(km: KernelMapping, arch, where: str, flits) -> None:
+    """A value lives on its producer PE from result until its last route departs, and on the
+    consumer PE from arrival until use; each live value holds one register per overlapping
+    iteration (ceil(lifetime / II))."""
+    k, ii = km.kernel, km.ii
+    hop = arch.interconnect.hop_latency_cycles
     regs = Counter()
     for r in km.routes:
         if is_immediate(k, r.src):
@@ -102,15 +136,19 @@ def check_kernel_mapping(km: KernelMapping, arch) -> None:
     for pe, n in regs.items():
         if n > arch.pe_array.register_file_entries:
             raise MappingError(f"{where}: PE {pe} needs {n} registers, more than "
-                               f"pe_array.register_file_entries = {arch.pe_array.register_file_entries}")
-    # SPM
+                               "pe_array.register_file_entries = "
+                               f"{arch.pe_array.register_file_entries}")
+
+
+def _check_spm(km: KernelMapping, arch, where: str) -> None:
+    """SPM buffers disjoint and within capacity; every tile's window within its allocation."""
     spans = []
     for a in km.allocations:
         spans.append((a.base, a.base + a.words, a.buffer))
         if a.base_alt is not None:
             spans.append((a.base_alt, a.base_alt + a.words, a.buffer))
     spans.sort()
-    for (a0, a1, an), (b0, b1, bn) in pairwise(spans):
+    for (_a0, a1, an), (b0, _b1, bn) in pairwise(spans):
         if b0 < a1:
             raise MappingError(f"{where}: SPM buffers {an!r} and {bn!r} overlap")
     if spans and spans[-1][1] > arch.spm.capacity_words:

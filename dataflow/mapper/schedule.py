@@ -31,6 +31,8 @@ from __future__ import annotations
 import math
 import random
 from collections import Counter
+from dataclasses import dataclass
+from enum import Enum
 from itertools import pairwise
 
 import networkx as nx
@@ -53,6 +55,26 @@ __all__ = ["Link", "anneal", "hop_distance", "is_immediate", "op_latency", "rec_
            "schedule_kernel", "shortest_path", "value_flits"]
 
 NEGOTIATION_ITERATIONS = 24
+# PathFinder gives up after this many iterations without a lower total overuse: by then the
+# history costs have stopped moving routes and more iterations only cost time
+NEGOTIATION_STALE_LIMIT = 6
+# growth of PathFinder's present-congestion factor per iteration: fast enough that overused
+# (link, slot)s empty within NEGOTIATION_ITERATIONS, slow enough that routes move a few at a time
+PRESENT_FACTOR_GROWTH = 1.6
+# Dijkstra detours a node may spend when the quick route fails: a few on the first attempt
+# (shortest paths first), more on each retry after a link failure, which needs wider detours
+ROUTE_SEARCHES_FIRST = 8
+ROUTE_SEARCHES_PER_ATTEMPT = 16
+# negotiated placement (attempts after the first) compares at most this many feasible PEs per
+# time step; more finds little and multiplies the route searches
+PLACEMENT_OPTIONS = 8
+# placement with overuse prices at most this many free PEs per time step (each costs a full
+# PathFinder search per input)
+OVERUSE_CANDIDATES = 6
+# hop counts standing in for a PE no path reaches: a large sort key puts it last among the
+# candidates; an impossibly large distance fails the arrival-time check outright
+UNREACHABLE_SORT_HOPS = 99
+UNREACHABLE_HOPS = 1 << 30
 
 
 def op_latency(arch: ArchSpec, op: Op) -> int:
@@ -125,6 +147,21 @@ def _order(kernel: Kernel) -> list[int]:
     return order
 
 
+class FailureCause(Enum):
+    """Why one placement attempt failed; `schedule_kernel` retries only on LINKS."""
+
+    NO_SLOT = "no free slot"  # a node found no PE with a free slot and instruction entry
+    LINKS = "links over capacity"  # negotiation and repair left (link, slot)s over capacity
+
+
+@dataclass(frozen=True)
+class ScheduleFailure:
+    """A failed attempt: its cause and the sentence (with the numbers) for the diagnostics."""
+
+    cause: FailureCause
+    message: str
+
+
 PLACEMENT_ATTEMPTS = 2
 
 
@@ -138,33 +175,96 @@ def schedule_kernel(kernel: Kernel, arch: ArchSpec, copies: int, ii: int,
     sentence naming the resource that ran out (with the numbers) is appended to `diag`."""
     history: Counter = Counter()
     for attempt in range(PLACEMENT_ATTEMPTS):
-        why: list[str] = []
-        got = _schedule_once(kernel, arch, copies, ii, why, history, attempt)
-        if got is not None:
+        got = _Attempt(kernel, arch, copies, ii, history, attempt).run()
+        if not isinstance(got, ScheduleFailure):
             return got
-        if not why or not why[0].startswith("links"):
+        if got.cause is not FailureCause.LINKS:
             break  # slots or entries ran out: placement order will not change that
     if diag is not None:
-        diag.extend(why)
+        diag.append(got.message)
     return None
 
 
-def _schedule_once(kernel, arch, copies, ii, diag, history: Counter, attempt: int):
-    st = RouteState(kernel, arch, ii)
-    st.history = history
-    hop = st.hop
-    limit = arch.pe_array.instruction_entries
-    pes = [(r, c) for r in range(arch.pe_array.rows) for c in range(arch.pe_array.cols)]
-    horizon = ii + 2 * (arch.pe_array.rows + arch.pe_array.cols) * hop + max(st.flits.values(), default=1)
-    where: dict[tuple[int, int], Placement] = {}
-    routes: dict[tuple[int, int, int], tuple[tuple, int, list]] = {}  # (copy, src, dst) -> (path, depart, keys)
+class _Attempt:
+    """One placement attempt: list scheduling of every copy, then negotiation of the links."""
 
-    def fail(msg: str):
-        if diag is not None:
-            diag.append(msg)
+    def __init__(self, kernel, arch, copies, ii, history: Counter, attempt: int):
+        self.kernel, self.arch, self.copies, self.ii = kernel, arch, copies, ii
+        self.history, self.attempt = history, attempt
+        self.st = RouteState(kernel, arch, ii)
+        self.st.history = history
+        self.limit = arch.pe_array.instruction_entries
+        self.pes = [(r, c) for r in range(arch.pe_array.rows) for c in range(arch.pe_array.cols)]
+        self.horizon = (ii + 2 * (arch.pe_array.rows + arch.pe_array.cols) * self.st.hop
+                        + max(self.st.flits.values(), default=1))
+        self.where: dict[tuple[int, int], Placement] = {}
+        # (copy, src, dst) -> (path, depart, keys)
+        self.routes: dict[tuple[int, int, int], tuple[tuple, int, list]] = {}
+        self.searches = 0  # Dijkstra detours left for the node being placed
 
-    def try_pe(pe, t, preds, searches):
+    def run(self):
+        """(placements, routes), or a ScheduleFailure."""
+        for copy in range(self.copies):
+            failed = self._place_copy(copy)
+            if failed is not None:
+                return failed
+        failed = self._clear_links()
+        if failed is not None:
+            return failed
+        out = [Route(src=s, dst=d, copy=c, links=tuple(pairwise(path)), depart=dep)
+               for (c, s, d), (path, dep, _) in self.routes.items()]
+        return list(self.where.values()), out
+
+    def _place_copy(self, copy: int) -> ScheduleFailure | None:
+        pes = self.pes
+        anchor = pes[(copy * len(self.kernel.nodes)) % len(pes)]
+        near = sorted(pes, key=lambda q: (abs(q[0] - anchor[0]) + abs(q[1] - anchor[1]), q))
+        for nid in _order(self.kernel):
+            node = self.kernel.nodes[nid]
+            preds = list({i: self.where[(copy, i)] for i in node.inputs}.values())
+            ready = max((p.time + p.latency for p in preds), default=0)
+            chosen, free_seen = self._place_legal(near, preds, node, ready)
+            if chosen is None and free_seen:
+                chosen = _place_with_overuse(self.st, near, preds, node, ready, self.horizon,
+                                             self.limit)
+            if chosen is None:
+                return self._no_slot(copy, nid, node)
+            self._commit(copy, nid, node, chosen)
+        return None
+
+    def _place_legal(self, near, preds, node, ready):
+        """(chosen, free_seen): the earliest time with a PE whose inputs route within capacity
+        (chosen = (pe, t, routes) or None), and whether any PE had a free slot at all."""
+        st, kernel = self.st, self.kernel
+        free_seen = False
+        self.searches = ROUTE_SEARCHES_FIRST + ROUTE_SEARCHES_PER_ATTEMPT * self.attempt
+        # candidate PEs closest to the producers first (then to the copy's anchor)
+        routed = [p for p in preds if not is_immediate(kernel, p.node)]
+        order = sorted(near, key=lambda q: sum(st.dist[p.pe].get(q, UNREACHABLE_SORT_HOPS)
+                                                for p in routed)) if routed else near
+        for t in range(ready, ready + self.horizon):
+            options = []
+            for pe in order:
+                if st.entries[pe] >= self.limit or not st.slot_free(pe, t, node.op):
+                    continue
+                free_seen = True
+                if any(st.dist[p.pe].get(pe, UNREACHABLE_HOPS) * st.hop + st.flits[p.node] - 1
+                       > t - p.time - p.latency for p in routed):
+                    continue
+                got = self._try_pe(pe, t, preds)
+                if got is not None:
+                    options.append((pe, t, got))
+                    if self.attempt == 0 or len(options) == PLACEMENT_OPTIONS:
+                        break
+            if options:
+                # negotiated placement: the least congested-history routes, then nearest
+                return min(options, key=lambda o: sum(
+                    self.history[k] for _, _, _, keys in o[2] for k in keys)), free_seen
+        return None, free_seen
+
+    def _try_pe(self, pe, t, preds):
         """Routes for every input into `pe` at `t`, jointly within capacity, or None."""
+        st, kernel = self.st, self.kernel
         extra: dict = {}
         got = [(p, (pe,), p.time + p.latency, []) for p in preds if is_immediate(kernel, p.node)]
         for p in preds:
@@ -173,8 +273,8 @@ def _schedule_once(kernel, arch, copies, ii, diag, history: Counter, attempt: in
             fl = st.flits[p.node]
             value = (p.copy, p.node)
             r = st.quick_route(p.pe, p.time + p.latency, pe, t, fl, value, extra)
-            if r is None and searches[0] > 0:
-                searches[0] -= 1
+            if r is None and self.searches > 0:
+                self.searches -= 1
                 r = st.search_route(p.pe, p.time + p.latency, pe, t, fl, True, value, extra)
                 r = r[:2] if r is not None else None
             if r is None:
@@ -185,71 +285,42 @@ def _schedule_once(kernel, arch, copies, ii, diag, history: Counter, attempt: in
             got.append((p, r[0], r[1], keys))
         return got
 
-    for copy in range(copies):
-        anchor = pes[(copy * len(kernel.nodes)) % len(pes)]
-        near = sorted(pes, key=lambda q: (abs(q[0] - anchor[0]) + abs(q[1] - anchor[1]), q))
-        for nid in _order(kernel):
-            node = kernel.nodes[nid]
-            lat = op_latency(arch, node.op)
-            preds = list({i: where[(copy, i)] for i in node.inputs}.values())
-            ready = max((p.time + p.latency for p in preds), default=0)
-            chosen = None
-            free_seen = False
-            searches = [8 + 16 * attempt]  # Dijkstra detours per node (shortest paths first)
-            # candidate PEs closest to the producers first (then to the copy's anchor)
-            routed = [p for p in preds if not is_immediate(kernel, p.node)]
-            order = sorted(near, key=lambda q: sum(st.dist[p.pe].get(q, 99) for p in routed)) \
-                if routed else near
-            for t in range(ready, ready + horizon):
-                options = []
-                for pe in order:
-                    if st.entries[pe] >= limit or not st.slot_free(pe, t, node.op):
-                        continue
-                    free_seen = True
-                    if any(st.dist[p.pe].get(pe, 1 << 30) * hop + st.flits[p.node] - 1
-                           > t - p.time - p.latency for p in routed):
-                        continue
-                    got = try_pe(pe, t, preds, searches)
-                    if got is not None:
-                        options.append((pe, t, got))
-                        if attempt == 0 or len(options) == 8:
-                            break
-                if options:
-                    # negotiated placement: the least congested-history routes, then nearest
-                    chosen = min(options, key=lambda o: sum(
-                        history[k] for _, _, _, keys in o[2] for k in keys))
-                    break
-            if chosen is None and free_seen:
-                chosen = _place_with_overuse(st, near, preds, node, ready, horizon, limit)
-            if chosen is None:
-                full = sum(1 for pe in pes if st.entries[pe] >= limit)
-                fu = arch.fu_for(node.op.value)
-                return fail(
-                    f"copy {copy} node %{nid} ({node.op.value}) found no free slot: "
-                    f"{full} of {len(pes)} PEs have all pe_array.instruction_entries = {limit} "
-                    f"used and the {fu.name!r} units (issue interval {fu.issue_interval_cycles}) "
-                    f"are busy in every slot of II = {ii}")
-            pe, t, got = chosen
-            st.occupy(pe, t, node.op, (copy, nid))
-            where[(copy, nid)] = Placement(node=nid, copy=copy, pe=pe, time=t, latency=lat)
-            for p, path, depart, keys in got:
-                st.reserve(keys, (copy, p.node))
-                routes[(copy, p.node, nid)] = (path, depart, keys)
-    if st.overused() and not _negotiate(st, where, routes) \
-            and not repair_placement(st, where, routes, random.Random(attempt)):
+    def _commit(self, copy, nid, node, chosen) -> None:
+        pe, t, got = chosen
+        lat = op_latency(self.arch, node.op)
+        self.st.occupy(pe, t, node.op, (copy, nid))
+        self.where[(copy, nid)] = Placement(node=nid, copy=copy, pe=pe, time=t, latency=lat)
+        for p, path, depart, keys in got:
+            self.st.reserve(keys, (copy, p.node))
+            self.routes[(copy, p.node, nid)] = (path, depart, keys)
+
+    def _no_slot(self, copy, nid, node) -> ScheduleFailure:
+        limit, pes = self.limit, self.pes
+        full = sum(1 for pe in pes if self.st.entries[pe] >= limit)
+        fu = self.arch.fu_for(node.op.value)
+        return ScheduleFailure(FailureCause.NO_SLOT, (
+            f"copy {copy} node %{nid} ({node.op.value}) found no free slot: "
+            f"{full} of {len(pes)} PEs have all pe_array.instruction_entries = {limit} "
+            f"used and the {fu.name!r} units (issue interval {fu.issue_interval_cycles}) "
+            f"are busy in every slot of II = {self.ii}"))
+
+    def _clear_links(self) -> ScheduleFailure | None:
+        """Negotiate, then repair, overused links; a LINKS failure (history raised) if both
+        fail."""
+        st = self.st
+        if not st.overused() or _negotiate(st, self.where, self.routes) \
+                or repair_placement(st, self.where, self.routes, random.Random(self.attempt)):
+            return None
         over = st.overused()
         for k, n in over.items():
-            history[k] += n
+            self.history[k] += n
         key, n = max(over.items(), key=lambda kv: kv[1])
         link, slot = st.describe(key)
-        return fail(f"links: {len(over)} (link, slot) pairs stay over capacity after "
-                    f"rip-up-and-reroute negotiation (worst: link {link[0]}->{link[1]} needs "
-                    f"{n + st.cap} values in slot {slot} of II = {ii}, capacity "
-                    f"interconnect.links_per_direction = {st.cap})")
-    placements = list(where.values())
-    out = [Route(src=s, dst=d, copy=c, links=tuple(pairwise(path)), depart=dep)
-           for (c, s, d), (path, dep, _) in routes.items()]
-    return placements, out
+        return ScheduleFailure(FailureCause.LINKS, (
+            f"links: {len(over)} (link, slot) pairs stay over capacity after "
+            f"rip-up-and-reroute negotiation (worst: link {link[0]}->{link[1]} needs "
+            f"{n + st.cap} values in slot {slot} of II = {self.ii}, capacity "
+            f"interconnect.links_per_direction = {st.cap})"))
 
 
 def _place_with_overuse(st: RouteState, near, preds, node, ready, horizon, limit):
@@ -261,10 +332,11 @@ def _place_with_overuse(st: RouteState, near, preds, node, ready, horizon, limit
         for pe in near:
             if st.entries[pe] >= limit or not st.slot_free(pe, t, node.op):
                 continue
-            if tried == 6:
+            if tried == OVERUSE_CANDIDATES:
                 break
             tried += 1
-            got = [(p, (pe,), p.time + p.latency, []) for p in preds if is_immediate(st.kernel, p.node)]
+            got = [(p, (pe,), p.time + p.latency, []) for p in preds
+                   if is_immediate(st.kernel, p.node)]
             total, extra = 0.0, {}
             for p in preds:
                 if is_immediate(st.kernel, p.node):
@@ -290,7 +362,7 @@ def _place_with_overuse(st: RouteState, near, preds, node, ready, horizon, limit
 def _negotiate(st: RouteState, where, routes) -> bool:
     """PathFinder: rip up routes through overused (link, slot)s, raise history and present
     costs, reroute; True once nothing is over capacity. Gives up after NEGOTIATION_ITERATIONS
-    or 6 iterations without progress."""
+    or NEGOTIATION_STALE_LIMIT iterations without progress."""
     best, stale = math.inf, 0
     for _ in range(NEGOTIATION_ITERATIONS):
         over = st.overused()
@@ -298,12 +370,12 @@ def _negotiate(st: RouteState, where, routes) -> bool:
             return True
         total = sum(over.values())
         best, stale = (total, 0) if total < best else (best, stale + 1)
-        if stale >= 6:
+        if stale >= NEGOTIATION_STALE_LIMIT:
             return False
         for k, n in over.items():
             st.history[k] += n
-        st.present_factor *= 1.6
-        for key, (path, depart, keys) in list(routes.items()):
+        st.present_factor *= PRESENT_FACTOR_GROWTH
+        for key, (_path, _depart, keys) in list(routes.items()):
             if not any(k in over for k in keys):
                 continue
             copy, s, d = key

@@ -131,6 +131,12 @@ def _modules():
     import torch
     from torch import nn
 
+    return _linear_class(torch, nn), _mha_class(torch, nn)
+
+
+def _linear_class(torch, nn):
+    """`UstLinear`, built on the lazily imported torch (passed in by `_modules`)."""
+
     class UstLinear(nn.Module):
         """y = x @ W^T + b with W a UST Tensor, run as W @ x^T on the configured backend.
 
@@ -185,15 +191,7 @@ def _modules():
             if key in state_dict:
                 w = state_dict.pop(key)  # not a buffer name: keep it out of `unexpected`
                 w = w.to_dense() if w.layout != torch.strided else w
-                shape = (self.out_features, self.in_features)
-                if tuple(w.shape) != shape:
-                    error_msgs.append(f"size mismatch for {key}: copying a param with shape "
-                                      f"{tuple(w.shape)}, the shape in current model is {shape}")
-                else:
-                    new = _weight_tensor(w.detach().cpu().numpy(),
-                                         "csr" if self._csr else "dense")
-                    self._set_weight(new)
-                    self.stats.nnz = int(np.count_nonzero(new.val))
+                _reload_weight(self, w, key, error_msgs)
             elif strict:
                 missing_keys.append(key)
             super()._load_from_state_dict(state_dict, prefix, local_metadata, strict,
@@ -208,11 +206,7 @@ def _modules():
             if cfg.backend == "sim":
                 op.plan(arch=cfg.arch, backend="sim", dataflow=cfg.dataflow, cache=cfg.cache)
             y = op.execute(cfg.backend).to_dense().T  # a Tensor, like W; tokens x out
-            self.stats.calls += 1
-            if op.last_result is not None:
-                self.stats.cycles += int(op.last_result.cycles)
-                self.stats.energy_pj += float(op.last_result.energy_total_pj)
-                self.stats.macs += int(op.last_result.macs)
+            _count_call(self.stats, op.last_result)
             out = torch.from_numpy(np.ascontiguousarray(y)).to(x.dtype)
             if self.bias is not None:
                 out = out + self.bias.to(x.dtype)
@@ -222,6 +216,12 @@ def _modules():
             return (f"in_features={self.in_features}, out_features={self.out_features}, "
                     f"format={self.stats.tensor_format}, nnz={self.stats.nnz}, "
                     f"backend={self.config.backend}")
+
+    return UstLinear
+
+
+def _mha_class(torch, nn):
+    """`UstMultiheadAttention`, built on the lazily imported torch (passed in by `_modules`)."""
 
     class UstMultiheadAttention(nn.Module):
         """`nn.MultiheadAttention` with its four projections as `UstLinear`s; the attention
@@ -286,7 +286,29 @@ def _modules():
                 return out, None
             return out, (weights.mean(dim=1) if average_attn_weights else weights)
 
-    return UstLinear, UstMultiheadAttention
+    return UstMultiheadAttention
+
+
+def _reload_weight(layer, w, key: str, error_msgs: list) -> None:
+    """Load the dense strided tensor `w` (state_dict `key`) into `layer`: its format kept, its
+    structure from the loaded zeros; a shape mismatch is reported as torch reports one."""
+    shape = (layer.out_features, layer.in_features)
+    if tuple(w.shape) != shape:
+        error_msgs.append(f"size mismatch for {key}: copying a param with shape "
+                          f"{tuple(w.shape)}, the shape in current model is {shape}")
+    else:
+        new = _weight_tensor(w.detach().cpu().numpy(), "csr" if layer._csr else "dense")
+        layer._set_weight(new)
+        layer.stats.nnz = int(np.count_nonzero(new.val))
+
+
+def _count_call(stats: LayerStats, result) -> None:
+    """One forward pass: a call, plus the engine's cycles, energy (pJ) and MACs if it ran."""
+    stats.calls += 1
+    if result is not None:
+        stats.cycles += int(result.cycles)
+        stats.energy_pj += float(result.energy_total_pj)
+        stats.macs += int(result.macs)
 
 
 _QKV = ("q_proj", "k_proj", "v_proj")
