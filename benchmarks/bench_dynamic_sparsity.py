@@ -85,13 +85,13 @@ def dense_variants(a, b, arch):
     mapper's choice of copies (`dataflow.simulate("gemm")`'s program), A padded as the sparse
     kernels store it, and padded with 8 copies. The baseline is the fastest, so no speedup
     comes from a poorly mapped dense kernel."""
-    from dataflow.workloads import finish
     from dataflow.dfg.lower import lower_gemm
     from dataflow.dynamic.lower import lower_dense_reference
     from dataflow.mapper.legality import check_mapping
     from dataflow.mapper.map import map_kernel
     from dataflow.mapper.mapping import Mapping
     from dataflow.pe_array.simulate import simulate_mapping
+    from dataflow.workloads import finish
 
     ref = (a.astype(np.float64) @ b).astype(np.float32)
     for name, prog, copies in (("A unpadded", lower_gemm(a, b), None),
