@@ -7,6 +7,7 @@ from pathlib import Path
 from dataflow.arch import ArchSpec, load_arch, preset_path, resolve_arch
 from dataflow.errors import UserError
 from dataflow.matmul_workloads import make_operands
+from dataflow.pe_array.simulate import ENGINES
 from dataflow.workloads import finish, get
 
 __all__ = ["DEFAULT_ARCH", "ROOT", "ArchSpec", "finish", "load_arch", "make_operands",
@@ -26,7 +27,7 @@ def simulate(workload: str, arch: ArchSpec | str | Path | None = None, *, seed: 
     `values_match_reference` and `max_abs_error` compare the engine's output with the numpy
     reference (float64 accumulate).
     """
-    if engine not in ("fast", "reference"):
+    if engine not in ENGINES:
         raise UserError(f"engine must be 'fast' or 'reference', got {engine!r}")
     w = get(workload)
     return w.run(resolve_arch(arch), engine=engine, seed=seed, trace=trace, **w.resolve(params))

@@ -381,7 +381,7 @@ def _load_points(b: _Body, shape: _GroupShape) -> list:
             x.append((re, None))
         elif spec.real_input and index == 0:
             # no imaginary part: matrix butterflies skip its terms; twiddles multiply a zero
-            x.append((re, None if spec.kind == "complex"
+            x.append((re, None if spec.kind == ButterflyKind.COMPLEX
                       else b.add(Op.CONST, value=0.0, name="0")))
         else:
             x.append((re, b.add(Op.LOAD, buffer=in_i, addr=shape.point_addr(m, index, 1),
@@ -402,7 +402,7 @@ def _apply_stages(b: _Body, shape: _GroupShape, x: list) -> dict[str, int]:
             if m & half:
                 continue
             lo, hi = x[m], x[m + half]
-            if spec.kind == "fft" and cb:
+            if spec.kind == ButterflyKind.FFT and cb:
                 # column pass: stage cb + k of the big FFT, twiddle index (P_lo mod 2^k) 2^cb + k1
                 # with k1 = kh L + bi; table layout `twiddle_position`
                 buf = f"{spec.prefix}C{cb + k}"
@@ -411,7 +411,7 @@ def _apply_stages(b: _Body, shape: _GroupShape, x: list) -> dict[str, int]:
                          if bit < k else 0, m, 1, {"kh": L, "bi": 1})
                 x[m], x[m + half] = _fft_pair(b, lo, hi, k, buf, tw, blk, (m << k0) % (1 << k))
                 coef_bufs[buf] = 2 * blk << k
-            elif spec.kind == "fft":
+            elif spec.kind == ButterflyKind.FFT:
                 # twiddle index: P_lo mod 2^k, 2 words (re, im) each; table layout
                 # `twiddle_position`
                 buf = f"{spec.prefix}T{k}"
@@ -420,7 +420,7 @@ def _apply_stages(b: _Body, shape: _GroupShape, x: list) -> dict[str, int]:
                 coef_bufs[buf] = 2 * (1 << k)
             else:
                 # pair number: P_lo with its bit k removed
-                words = 4 if spec.kind == "real" else 8
+                words = 4 if spec.kind == ButterflyKind.REAL else 8
                 base = lin(lambda bit, k=k: (1 << (bit - 1)) if bit > k
                            else ((1 << bit) if bit < k else 0), m, words)
                 buf = f"{spec.prefix}F{k}"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from enum import Enum
+
 import numpy as np
 
 from dataflow.arch.spec import PEKind
@@ -14,7 +16,19 @@ from dataflow.pe_array.result import ArrayResult, KernelResult, SimResult
 from dataflow.pe_array.system import run_system
 from dataflow.pe_array.systolic import run_systolic_fast, run_systolic_reference
 
-ENGINES = ("fast", "reference")
+
+class Engine(str, Enum):
+    """Which implementation runs the array: the vectorised one or the per-cycle stepper (held
+    to identical results). A str enum: callers may pass the word."""
+
+    FAST = "fast"
+    REFERENCE = "reference"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+ENGINES = tuple(e.value for e in Engine)
 
 
 def run_array(mapping: Mapping, engine: str = "fast", trace: bool = False) -> list[ArrayResult]:
@@ -27,9 +41,9 @@ def run_array(mapping: Mapping, engine: str = "fast", trace: bool = False) -> li
     results = []
     for km in mapping.kernels:
         if isinstance(km, SystolicMapping):
-            run = run_systolic_fast if engine == "fast" else run_systolic_reference
+            run = run_systolic_fast if engine == Engine.FAST else run_systolic_reference
             res = run(km, arch, data)
-        elif engine == "fast":
+        elif engine == Engine.FAST:
             res = run_kernel_fast(km, arch, data, dtype)
         else:
             res = run_kernel_reference(km, arch, data, dtype, trace=trace)

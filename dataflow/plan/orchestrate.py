@@ -44,6 +44,7 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 from dataclasses import dataclass
+from enum import Enum
 
 from dataflow.arch.spec import AddressMapping, ArchSpec, PEKind
 from dataflow.dfg.graph import Kernel
@@ -62,7 +63,20 @@ from dataflow.mapper.tiling import MIN_TILES
 from dataflow.plan.spm_layout import choose_layout
 from dataflow.plan.stage_mapping import MAPPER_EFFORT, instructions_per_pe, map_stage_kernel
 
-ORCHESTRATIONS = ("layer", "fused", "multilayer")
+
+class Orchestration(str, Enum):
+    """How a butterfly's stage kernels share the array (the module docstring). A str enum:
+    callers may pass the word."""
+
+    LAYER = "layer"
+    FUSED = "fused"
+    MULTILAYER = "multilayer"
+
+    def __str__(self) -> str:  # messages and notes print the word
+        return self.value
+
+
+ORCHESTRATIONS = tuple(o.value for o in Orchestration)
 MAX_STAGES_PER_KERNEL = None  # no explicit cap: the limits below decide
 
 
@@ -239,7 +253,7 @@ def _tile_plan(spec: ButterflySpec, arch: ArchSpec, mode: str, max_stages_per_ke
     S = spec.stages
     skew = 0
     lines = arch.spm.lines
-    if mode == "multilayer" and arch.spm.address_mapping == AddressMapping.INTERLEAVED \
+    if mode == Orchestration.MULTILAYER and arch.spm.address_mapping == AddressMapping.INTERLEAVED \
             and lines > 1 \
             and not lines & (lines - 1):
         # intermediates never cross DRAM: lay them out so a sub-butterfly's points (a power of
@@ -249,7 +263,7 @@ def _tile_plan(spec: ButterflySpec, arch: ArchSpec, mode: str, max_stages_per_ke
     # tile rows: at most the default (>= MIN_TILES tiles); fewer when the SPM needs it, and for
     # multilayer as many as still let every stage kernel be co-resident
     rows = default_tile_rows(spec)
-    want = S if mode == "multilayer" else 1
+    want = S if mode == Orchestration.MULTILAYER else 1
     while rows > 1 and spm_residency_limit(spec, arch, rows) < want:
         rows -= 1
     limit_c = spm_residency_limit(spec, arch, rows)
@@ -259,7 +273,7 @@ def _tile_plan(spec: ButterflySpec, arch: ArchSpec, mode: str, max_stages_per_ke
             f"{'complex ' if spec.complex_data else ''}words, double-buffered in and out, plus "
             f"{coefficient_words(spec)} coefficient words) does not fit the SPM of {arch.name!r}: "
             f"spm.lines x spm.capacity_words_per_line = {arch.spm.capacity_words} words")
-    if mode == "layer":
+    if mode == Orchestration.LAYER:
         f, limits, reason = 1, [("layer-by-layer", 1)], "layer-by-layer: one stage per kernel"
     else:
         f, limits, reason = choose_stages_per_kernel(spec, arch, max_stages_per_kernel)
@@ -275,7 +289,7 @@ def round_trips(spec: ButterflySpec, arch: ArchSpec, mode: str,
     tile fits."""
     tp = _tile_plan(spec, arch, mode, max_stages_per_kernel)
     kernels = -(-spec.stages // tp.stages_per_kernel)
-    return -(-kernels // tp.residency_limit) if mode == "multilayer" else kernels
+    return -(-kernels // tp.residency_limit) if mode == Orchestration.MULTILAYER else kernels
 
 
 def plan_orchestration(spec: ButterflySpec, arch: ArchSpec, mode: str,
@@ -291,7 +305,7 @@ def plan_orchestration(spec: ButterflySpec, arch: ArchSpec, mode: str,
         groups = split_stages(S, f)
         try:
             # co-resident kernels share the instruction entries: extra copies only within a share
-            budget = (arch.pe_array.instruction_entries // len(groups) if mode == "multilayer"
+            budget = (arch.pe_array.instruction_entries // len(groups) if mode == Orchestration.MULTILAYER
                       else None)
             _, kms = _map_groups(spec, arch, groups, rows, budget)
             break
@@ -304,7 +318,7 @@ def plan_orchestration(spec: ButterflySpec, arch: ArchSpec, mode: str,
             f -= 1
     c = 1
     segments = tuple((i,) for i in range(len(kms)))
-    if mode == "multilayer":
+    if mode == Orchestration.MULTILAYER:
         c, segments, why = _residencies(kms, arch, limit_c)
         reason += "; " + why
         limits.append(("co-resident kernels (spm)", limit_c))
