@@ -66,6 +66,10 @@ def _summary(r) -> str:
         "  stall cycles     " + ", ".join(f"{k} {v:,}" for k, v in st.items()),
         (f"  PE utilisation   {100 * r.pe_utilization:.1f}% busy, {100 * r.mac_utilization:.1f}% of peak MACs"
          f" ({r.macs:,} MACs)"),
+        *([f"  roofline         {r.roofline_cycles:,.0f} cycles ({r.bound} bound: compute "
+           f"{r.roofline.compute_cycles:,.0f}, DRAM {r.roofline.dram_cycles:,.0f}, SPM ports "
+           f"{r.roofline.spm_port_cycles:,.0f}); achieved {r.fraction_of_roofline:.3f} of it"]
+          if r.roofline else []),
         (f"  SPM              {r.spm_reads:,} row reads, {r.spm_writes:,} row writes, "
          f"{r.spm_conflict_cycles:,} conflict cycles"),
         f"  DRAM             {r.dram_bytes_read:,} B read, {r.dram_bytes_written:,} B written",

@@ -17,7 +17,8 @@ from dataflow.butterfly.reference import ButterflyError
 from dataflow.dfg.graph import BufferRole
 from dataflow.dfg.lower_butterfly import data_names, data_rows, is_skewed
 from dataflow.pe_array.common import dma_words
-from dataflow.pe_array.result import KernelResult, SimResult, TileResult
+from dataflow.pe_array.result import KernelResult, Roofline, SimResult, TileResult
+from dataflow.pe_array.roofline import kernel_roofline, program_roofline
 from dataflow.pe_array.simulate import array_counts, assemble_result, energy_breakdown, run_array
 from dataflow.pe_array.system import run_system
 from dataflow.plan.orchestrate import OrchestratedMapping, roofline
@@ -143,7 +144,8 @@ def simulate_orchestrated(om: OrchestratedMapping, engine: str = "fast",
     kernels = tuple(
         KernelResult(kernel=a.kernel, start_cycle=kernel_span[i][0], end_cycle=kernel_span[i][1],
                      compute_cycles=sum(t.compute_cycles for t in a.tiles), ii=km.ii, mii=km.mii,
-                     copies=km.copies, tiles=a.tiles)
+                     copies=km.copies, tiles=a.tiles,
+                     roofline=kernel_roofline(mapping.program, arch, i, a, own_dma=False))
         for i, (a, km) in enumerate(zip(arrays, mapping.kernels)))
     bounds = roofline(om, rd + wr)
     notes = (*om.notes,
@@ -159,7 +161,8 @@ def simulate_orchestrated(om: OrchestratedMapping, engine: str = "fast",
         stall_cycles_reconfiguration=tl.stall_cycles_reconfiguration,
         stall_cycles_dependency=tl.stall_cycles_dependency, macs=mapping.program.macs,
         dram_bytes_read=rd, dram_bytes_written=wr, kernels=kernels,
-        output=outputs[mapping.program.outputs[0][0]], notes=notes, mapping_summary=om.summary())
+        output=outputs[mapping.program.outputs[0][0]], notes=notes, mapping_summary=om.summary(),
+        roofline=program_roofline(mapping.program, arch, arrays))
     return OrchestratedRun(result=res, outputs=outputs, spans=tuple(spans), bounds=bounds, spec=spec)
 
 
@@ -194,7 +197,18 @@ def merge_results(parts: list[SimResult], workload: str, output, notes=()) -> Si
         dram_bytes_read=total("dram_bytes_read"), dram_bytes_written=total("dram_bytes_written"),
         energy_pj=tuple(energy.items()), kernels=tuple(kernels), output=output,
         notes=tuple(n for r in parts for n in r.notes) + tuple(notes),
-        mapping_summary="\n".join(r.mapping_summary for r in parts))
+        mapping_summary="\n".join(r.mapping_summary for r in parts),
+        roofline=_sum_rooflines([r.roofline for r in parts]))
+
+
+def _sum_rooflines(parts) -> Roofline | None:
+    """Programs back to back: their floors add. The hand-off between them (the corner turn of a
+    2-D FFT, the passes of a four-step split) counts as each program's compulsory traffic, so
+    this is the bound of the sequence as lowered, not of the op in one program."""
+    if any(r is None for r in parts):
+        return None
+    return Roofline(sum(r.compute_cycles for r in parts), sum(r.dram_cycles for r in parts),
+                    sum(r.spm_port_cycles for r in parts))
 
 
 def chain_runs(runs: list[OrchestratedRun], workload: str, outputs: dict, spec=None,

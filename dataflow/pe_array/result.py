@@ -3,8 +3,49 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 
 import numpy as np
+
+
+class Bound(str, Enum):
+    """The resource whose floor is highest."""
+
+    COMPUTE = "compute"
+    DRAM = "dram"
+    SPM_PORTS = "spm_ports"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """The three floors in cycles (fractional: a bound, not a schedule); computed by
+    `dataflow.pe_array.roofline`."""
+
+    compute_cycles: float
+    dram_cycles: float
+    spm_port_cycles: float
+
+    @property
+    def cycles(self) -> float:
+        return max(self.compute_cycles, self.dram_cycles, self.spm_port_cycles)
+
+    @property
+    def bound(self) -> Bound:
+        floors = {Bound.COMPUTE: self.compute_cycles, Bound.DRAM: self.dram_cycles,
+                  Bound.SPM_PORTS: self.spm_port_cycles}
+        return max(floors, key=floors.get)  # ties: compute first, then DRAM
+
+    def fraction(self, cycles: int) -> float:
+        """Bound over achieved cycles (0 for an empty run)."""
+        return self.cycles / cycles if cycles else 0.0
+
+    def to_dict(self) -> dict:
+        return {"compute": self.compute_cycles, "dram": self.dram_cycles,
+                "spm_ports": self.spm_port_cycles, "cycles": self.cycles,
+                "bound": str(self.bound)}
 
 
 @dataclass(frozen=True)
@@ -64,6 +105,16 @@ class KernelResult:
     mii: int
     copies: int
     tiles: tuple[TileResult, ...]
+    roofline: Roofline | None = None  # this kernel's floors (`pe_array.roofline`)
+
+    @property
+    def span_cycles(self) -> int:
+        return self.end_cycle - self.start_cycle
+
+    @property
+    def fraction_of_roofline(self) -> float | None:
+        """The kernel's bound over its span on the system timeline."""
+        return self.roofline.fraction(self.span_cycles) if self.roofline else None
 
 
 @dataclass(frozen=True)
@@ -102,6 +153,20 @@ class SimResult:
     # (kernel, copy, node, op, pe_row, pe_col, time, latency, ii) per placed op, for Gantt charts
     schedule: tuple[tuple, ...] = ()
     tile_spans: tuple[tuple[str, int, int, int], ...] = ()  # (kernel, tile, start, end) cycles
+    roofline: Roofline | None = None  # the run's floors (`pe_array.roofline`)
+
+    @property
+    def roofline_cycles(self) -> float | None:
+        return self.roofline.cycles if self.roofline else None
+
+    @property
+    def bound(self) -> Bound | None:
+        return self.roofline.bound if self.roofline else None
+
+    @property
+    def fraction_of_roofline(self) -> float | None:
+        """The roofline bound over the achieved cycles (1.0 = at the bound)."""
+        return self.roofline.fraction(self.cycles) if self.roofline else None
 
     @property
     def time_seconds(self) -> float:
@@ -180,12 +245,22 @@ class SimResult:
             "kernels": [
                 {"kernel": k.kernel, "start_cycle": k.start_cycle, "end_cycle": k.end_cycle,
                  "compute_cycles": k.compute_cycles, "ii": k.ii, "mii": k.mii,
-                 "copies": k.copies, "tiles": len(k.tiles)}
+                 "copies": k.copies, "tiles": len(k.tiles),
+                 **_roofline_fields(k.roofline, k.span_cycles)}
                 for k in self.kernels
             ],
+            **_roofline_fields(self.roofline, self.cycles),
             "notes": list(self.notes),
             "values_match_reference": self.values_match_reference,
             "max_abs_error": self.max_abs_error,
             "wall_seconds": self.wall_seconds,
             "mapping": self.mapping_summary,
         }
+
+
+def _roofline_fields(roofline: Roofline | None, cycles: int) -> dict:
+    """`roofline_cycles`, `bound`, `fraction_of_roofline` and the three floors, for JSON."""
+    if roofline is None:
+        return {"roofline_cycles": None, "bound": None, "fraction_of_roofline": None}
+    return {"roofline_cycles": roofline.cycles, "bound": str(roofline.bound),
+            "fraction_of_roofline": roofline.fraction(cycles), "roofline": roofline.to_dict()}

@@ -13,6 +13,7 @@ from dataflow.mapper.mapping import Mapping, SystolicMapping
 from dataflow.pe_array.fast import run_kernel_fast
 from dataflow.pe_array.reference import run_kernel_reference
 from dataflow.pe_array.result import ArrayResult, KernelResult, SimResult
+from dataflow.pe_array.roofline import kernel_roofline, program_roofline
 from dataflow.pe_array.system import run_system
 from dataflow.pe_array.systolic import run_systolic_fast, run_systolic_reference
 
@@ -150,8 +151,8 @@ def simulate_mapping(mapping: Mapping, engine: str = "fast", trace: bool = False
         KernelResult(kernel=a.kernel, start_cycle=s, end_cycle=e,
                      compute_cycles=sum(t.compute_cycles for t in a.tiles),
                      ii=km.ii, mii=getattr(km, "mii", 1), copies=getattr(km, "copies", 1),
-                     tiles=a.tiles)
-        for a, km, (s, e) in zip(arrays, mapping.kernels, timeline.kernel_spans))
+                     tiles=a.tiles, roofline=kernel_roofline(prog, arch, i, a))
+        for i, (a, km, (s, e)) in enumerate(zip(arrays, mapping.kernels, timeline.kernel_spans)))
     return assemble_result(
         arch, workload=workload or prog.name, engine=engine, counts=array_counts(arrays),
         energy_pj=energy_breakdown(arrays, arch, rd + wr, len(arrays)),
@@ -162,6 +163,7 @@ def simulate_mapping(mapping: Mapping, engine: str = "fast", trace: bool = False
         dram_bytes_read=rd, dram_bytes_written=wr, kernels=kernels, output=output,
         trace=_system_trace(arrays, timeline) if trace and arrays else None,
         schedule=_schedule_rows(mapping), tile_spans=timeline.tile_spans,
+        roofline=program_roofline(prog, arch, arrays),
     )
 
 

@@ -1,0 +1,82 @@
+"""The roofline bound of a run and of each kernel (docs/conventions.md#roofline).
+
+A run cannot finish in fewer cycles than the largest of three floors:
+
+- compute: useful MACs / the array's peak MACs per cycle (PEs x SIMD lanes);
+- DRAM: compulsory bytes / the DRAM's bytes per cycle, where compulsory means every operand read
+  once and every result written once -- intermediates handed from kernel to kernel are left out,
+  since a better compiler could keep them on chip;
+- SPM ports: the compulsory words read (and written) by the array, a row at a time, over all
+  lines' read (write) ports in one cycle.
+
+`fraction_of_roofline` = bound / cycles (1.0 is the bound itself). The run's bound counts the
+program's useful MACs (`Program.macs`, no padding). A kernel's bound counts the MACs that kernel
+issues (the engine's count: the program says which MACs are useful only as a whole) and its own
+inputs, each once, against the kernel's span on the system timeline; its write-backs are left
+out, since they drain behind the next kernel. An operand the kernels read only in part (an indirect DMA of the rows a
+gather touches, PIT's SRead) counts with the bytes the DMA moved for it, so the bound never
+claims bytes the lowering does not need.
+"""
+
+from __future__ import annotations
+
+import math
+
+from dataflow.arch.spec import ArchSpec, PEKind
+from dataflow.dfg.graph import BufferRole, Program
+from dataflow.pe_array.result import ArrayResult, Roofline
+
+
+def floors(arch: ArchSpec, macs: int, words_read: int, words_written: int) -> Roofline:
+    """The floors of `macs` useful MACs moving `words_read` in and `words_written` out once."""
+    pe = arch.pe_array
+    compute = macs / (pe.num_pes * pe.simd_lanes)
+    dram = (words_read + words_written) * arch.word_bytes / arch.dram.bytes_per_cycle
+    spm = 0.0
+    if pe.kind != PEKind.SYSTOLIC:  # a systolic array's operand SRAMs have no line ports
+        s = arch.spm
+        rows_in, rows_out = (math.ceil(w / s.words_per_row) for w in (words_read, words_written))
+        spm = max(rows_in / (s.lines * s.read_ports_per_line),
+                  rows_out / (s.lines * s.write_ports_per_line))
+    return Roofline(compute, dram, spm)
+
+
+def _moved_words(arrays: list[ArrayResult], word_bytes: int) -> dict[str, list[int]]:
+    """Words the DMA moved per buffer, one entry per kernel that moved it."""
+    moved: dict[str, list[int]] = {}
+    for a in arrays:
+        per: dict[str, int] = {}
+        for t in a.tiles:
+            for name, _, nbytes in t.dram_transfers:
+                per[name] = per.get(name, 0) + nbytes // word_bytes
+        for name, words in per.items():
+            moved.setdefault(name, []).append(words)
+    return moved
+
+
+def _compulsory(size: int, moved: list[int] | None) -> int:
+    """Once the whole operand, or what the DMA needed of it where that is less."""
+    return size if not moved else min(size, max(moved))
+
+
+def program_roofline(program: Program, arch: ArchSpec, arrays: list[ArrayResult]) -> Roofline:
+    """The run's floors: the program's useful MACs, its inputs read once, its outputs written
+    once (see the module docstring)."""
+    moved = _moved_words(arrays, arch.word_bytes)
+    read = sum(_compulsory(int(x.size), moved.get(name)) for name, x in program.inputs)
+    written = sum(math.prod(shape) for _, shape in program.outputs)
+    return floors(arch, program.macs, read, written)
+
+
+def kernel_roofline(program: Program, arch: ArchSpec, index: int, array: ArrayResult,
+                    own_dma: bool = True) -> Roofline:
+    """One kernel's floors: the MACs it issues, each of its inputs once (see the docstring).
+    `own_dma=False` for kernels co-resident on the array (butterfly residencies): their loads
+    are the residency's, issued before some of them start, so only the run's DRAM floor holds
+    and the kernel keeps its compute and SPM floors."""
+    kernel = program.kernels[index]
+    moved = _moved_words([array], arch.word_bytes)
+    read = sum(_compulsory(b.size, moved.get(b.name)) for b in kernel.buffers
+               if b.role == BufferRole.INPUT)
+    r = floors(arch, array.macs, read, 0)
+    return r if own_dma else Roofline(r.compute_cycles, 0.0, r.spm_port_cycles)
