@@ -127,7 +127,7 @@ def valid_formats(draw) -> str:
     props = st.lists(st.sampled_from(["nonunique", "unordered"]), unique=True, max_size=2)
     soa = draw(st.booleans())  # MLIR: only singleton levels take soa, and all of them or none
     levels, previous = [], None
-    for n, name in enumerate(names[:nbatch]):
+    for name in names[:nbatch]:
         levels.append(f"{name} : batch")
         previous = "batch"
     for position, (expr, role) in enumerate(order):
