@@ -8,7 +8,16 @@ Entry points: `load_arch(path)`, `simulate(workload, arch=..., **params) -> SimR
 from dataflow.api import load_arch, simulate
 from dataflow.attention import sparse_attention
 from dataflow.butterfly import butterfly_matmul, fft
+from dataflow.ust_frontend.format import TensorFormat
 from dataflow.ust_frontend.ops import matmul
 
 __version__ = "0.1.0"
-__all__ = ["butterfly_matmul", "fft", "load_arch", "matmul", "simulate", "sparse_attention"]
+__all__ = [
+    "TensorFormat",
+    "butterfly_matmul",
+    "fft",
+    "load_arch",
+    "matmul",
+    "simulate",
+    "sparse_attention",
+]

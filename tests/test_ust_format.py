@@ -124,9 +124,10 @@ def valid_formats(draw) -> str:
         chain = chains[draw(st.integers(0, len(chains) - 1))]
         order.append(chain.pop(0))
         chains = [c for c in chains if c]
-    props = st.lists(st.sampled_from(["nonunique", "unordered", "soa"]), unique=True, max_size=2)
+    props = st.lists(st.sampled_from(["nonunique", "unordered"]), unique=True, max_size=2)
+    soa = draw(st.booleans())  # MLIR: only singleton levels take soa, and all of them or none
     levels, previous = [], None
-    for n, name in enumerate(names[:nbatch]):
+    for name in names[:nbatch]:
         levels.append(f"{name} : batch")
         previous = "batch"
     for position, (expr, role) in enumerate(order):
@@ -144,13 +145,15 @@ def valid_formats(draw) -> str:
             text = f"delta({draw(st.integers(1, 16))})"
         if kind in ("compressed", "loose_compressed", "singleton", "delta"):
             chosen = draw(props)
+            if kind == "singleton" and soa:
+                chosen = [*chosen, "soa"]
             if chosen:
                 text += f"({', '.join(chosen)})"
         levels.append(f"{expr} : {text}")
         previous = kind
     if order and order[-1][1].startswith("mod") and all(
             lvl.split(" : ")[1] in ("dense", "batch") for lvl in levels[:-1]) \
-            and draw(st.booleans()):
+            and sum(" / " in lvl for lvl in levels) == 1 and draw(st.booleans()):
         m = int(order[-1][1][3:])
         n = draw(st.integers(1, m))
         levels[-1] = f"{order[-1][0]} : structured[{n}, {m}]"
@@ -223,7 +226,9 @@ def test_dim2lvl_examples_match_nvmath_docs():
     (NamedFormats.DenseMatrixLeft, "(i, j) -> (j : dense, i : dense)"),
     (NamedFormats.dense(3), "(a, b, c) -> (a : dense, b : dense, c : dense)"),
     (NamedFormats.DELTA(8), "(i, j) -> (i : dense, j : delta(8))"),
-    (NamedFormats.BatchedCSR, "(b, i, j) -> (b : batch, i : dense, j : compressed)"),
+    # issue 15: BatchedCSR is nvmath's (a dense batch level); the batch-level one is torch's
+    (NamedFormats.BatchedCSR, "(b, i, j) -> (b : dense, i : dense, j : compressed)"),
+    (NamedFormats.TorchBatchedCSR, "(b, i, j) -> (b : batch, i : dense, j : compressed)"),
 ])
 def test_named_formats_match_references(named, source):
     assert named == TensorFormat(source)
@@ -309,6 +314,34 @@ RULE_CASES = [
     ("(i, j) -> (i : dense, j % 2 : dense)", "mod-unmatched", "j % 2",
      "needs an earlier 'j / 2'"),
     ("#sparse_tensor.encoding<{ posWidth = 32 }>", "syntax", "{ posWidth", "no 'map"),
+    # issue 15: MLIR's rules and spellings
+    ("(i, j, k) -> (i : compressed(nonunique), j : singleton(soa, nonunique), k : singleton)",
+     "soa-mixed", "k : singleton", "must all be soa"),
+    ("(i, j) -> (i : compressed(nonunique, soa), j : singleton(soa))", "soa-singleton",
+     "i : compressed", "only singleton levels"),
+    ("(i, j, k) -> (i / 2 : dense, i % 2 : dense, j : dense, k / 4 : dense, "
+     "k % 4 : structured[2, 4])", "structured-one-block", "i / 2", "only its own dimension"),
+    ("(i, j) -> (i * j : dense, i : dense, j : compressed)", "mul-operands", "i * j",
+     "product of positive constants"),
+    ("(i, j) -> (i * 0 : dense, i : dense, j : compressed)", "mul-operands", "i * 0",
+     "positive"),
+    ("[s0](i, j) -> (i + s0 : dense, i : dense, j : compressed)", "symbol-use", "i + s0",
+     "only be a factor"),
+    ("{a, b} (i = a, j = a) -> (a = i : dense, b = j : compressed)", "binding-mismatch",
+     "j = a", "does not invert"),
+    ("{l0} (i, j) -> (l0 = i : dense, l1 = j : compressed)", "level-var-undeclared",
+     "l1 = j", "not declared"),
+    ("{l1, l0} (i, j) -> (l0 = i : dense, l1 = j : compressed)", "level-var-order",
+     "l0 = i", "declared as level 1"),
+    ("{l0, l1, l2} (i, j) -> (l0 = i : dense, l1 = j : compressed)", "level-var-count",
+     "-> (l0", "3 level variables declared but 2"),
+    ("(i : #sparse_tensor<slice(-1, ?, 1)>) -> (i : dense)", "slice-value", "-1, ?",
+     "offsets are >= 0"),
+    ("#sparse_tensor.encoding<{ map = (i) -> (i : dense), posWidth = 42 }>", "index-width",
+     "42 }", "one of 0, 8, 16, 32, 64"),
+    ("#sparse_tensor.encoding<{ key = 1 }>", "encoding-key", "key = 1", "unknown encoding key"),
+    ("(i) -> (" + "(" * 40 + "i" + ")" * 40 + " : dense)", "too-complex", "(" * 8,
+     "nested deeper"),
 ]
 
 

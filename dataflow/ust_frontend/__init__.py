@@ -1,8 +1,18 @@
 """UST frontend: the Universal Sparse Tensor format language, tensors and their conversions."""
 
 from .errors import FormatError
-from .format import TensorFormat
-from .levels import BinOp, Const, Dim, LevelFormat, LevelSpec, LevelType
+from .format import Dimension, TensorFormat
+from .levels import (
+    BinOp,
+    Const,
+    Dim,
+    DimSlice,
+    LevelFormat,
+    LevelProperty,
+    LevelSpec,
+    LevelType,
+    Sym,
+)
 from .named import NamedFormats
 from .ops import Elementwise, Matmul, Sddmm, add, matmul, multiply, sddmm
 from .plan import Plan, PlanMismatchError
@@ -13,10 +23,13 @@ __all__ = [
     "BinOp",
     "Const",
     "Dim",
+    "DimSlice",
+    "Dimension",
     "Elementwise",
     "FormatError",
     "LayoutError",
     "LevelFormat",
+    "LevelProperty",
     "LevelSpec",
     "LevelType",
     "Matmul",
@@ -24,6 +37,7 @@ __all__ = [
     "Plan",
     "PlanMismatchError",
     "Sddmm",
+    "Sym",
     "Tensor",
     "TensorFormat",
     "add",

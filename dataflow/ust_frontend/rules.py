@@ -8,16 +8,43 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from .errors import FormatError
-from .levels import COORDINATE_STORING, BinOp, Const, Dim, LevelFormat, LevelSpec
+from .levels import (
+    COORDINATE_STORING,
+    MAX_EXPR_DEPTH,
+    MAX_EXPR_NODES,
+    BinOp,
+    Const,
+    Dim,
+    LevelExpr,
+    LevelFormat,
+    LevelSpec,
+    Sym,
+    evaluate,
+    expr_shape,
+    expr_symbols,
+)
 
 _SINGLETON_PARENTS = frozenset({LevelFormat.COMPRESSED, LevelFormat.LOOSE_COMPRESSED,
                                 LevelFormat.SINGLETON, LevelFormat.DELTA})
 
 
-def validate(dims: Sequence[Dim], levels: Sequence[LevelSpec], source: str | None = None):
+#: Coordinates tried per dimension when checking MLIR's dimension bindings.
+_BINDING_SAMPLES = 13
+
+
+def validate(dims: Sequence[Dim], levels: Sequence[LevelSpec], source: str | None = None,
+             symbols: Sequence[Sym] = ()):
     """Raise FormatError on the first broken rule; return None for a valid format."""
-    walk = _Walk(dims, levels, source)
+    for index, level in enumerate(levels):
+        depth, nodes = expr_shape(level.expr)
+        if depth > MAX_EXPR_DEPTH or nodes > MAX_EXPR_NODES:
+            raise FormatError(rule="too-complex", detail=f"level {index}: expression too "
+                              f"complex (at most depth {MAX_EXPR_DEPTH} and {MAX_EXPR_NODES} "
+                              "nodes)", source=source, column=level.column)
+    walk = _Walk(dims, levels, source, symbols)
     for index, level in enumerate(levels):
         text = f"level {index} ({level})"
         walk.level_type(index, level, text)
@@ -25,12 +52,32 @@ def validate(dims: Sequence[Dim], levels: Sequence[LevelSpec], source: str | Non
     walk.all_closed()
 
 
+def check_bindings(dims: Sequence[Dim], levels: Sequence[LevelSpec],
+                   bindings: Sequence[LevelExpr | None], level_vars: Sequence[Dim],
+                   source: str | None = None):
+    """MLIR's dimension bindings (``{l0, l1} (i = l0 * 2 + l1) -> ...``) must invert the levels:
+    checked on a grid of sample coordinates (formats with symbols are not checked)."""
+    if not any(b is not None for b in bindings) or any(
+            expr_symbols(s.expr) for s in levels):
+        return
+    axes = np.meshgrid(*[np.arange(_BINDING_SAMPLES)] * len(dims), indexing="ij")
+    coords = {d.name: a.ravel() for d, a in zip(dims, axes)}
+    lvl = {v.name: evaluate(s.expr, coords) for v, s in zip(level_vars, levels)}
+    for dim, binding in zip(dims, bindings):
+        if binding is not None and not np.array_equal(evaluate(binding, lvl), coords[dim.name]):
+            raise FormatError(rule="binding-mismatch", detail=f"the binding of dimension "
+                              f"{dim.name!r} does not invert the level expressions",
+                              source=source, column=dim.column)
+
+
 class _Walk:
     """The left-to-right walk over the levels: what each dimension was used for so far, and
     which '+'/'-' and '/' levels still wait for their range and '%' partners."""
 
-    def __init__(self, dims: Sequence[Dim], levels: Sequence[LevelSpec], source: str | None):
+    def __init__(self, dims: Sequence[Dim], levels: Sequence[LevelSpec], source: str | None,
+                 symbols: Sequence[Sym] = ()):
         self.dims, self.levels, self.source = dims, levels, source
+        self.symbols = {s.name for s in symbols}
         self.names: dict[str, Dim] = {}
         for dim in dims:
             if dim.name in self.names:
@@ -41,6 +88,7 @@ class _Walk:
         self.open_addsub: dict[int, tuple[str, str]] = {}  # level index -> its two dimensions
         self.open_div: dict[str, tuple[int, int]] = {}  # dim -> (constant, level index)
         self.seen_non_batch = False
+        self.soa: tuple[int, bool] | None = None  # (first singleton level, its soa flag)
 
     def fail(self, rule: str, detail: str, column: int | None):
         raise FormatError(rule, detail, self.source, column)
@@ -59,6 +107,14 @@ class _Walk:
                                               or ltype.soa):
             self.fail("level-properties", f"{text}: only compressed, loose_compressed, singleton "
                       f"and delta levels take properties", col)
+        if ltype.soa and fmt is not LevelFormat.SINGLETON:
+            self.fail("soa-singleton", f"{text}: only singleton levels take 'soa'", col)
+        if fmt is LevelFormat.SINGLETON:
+            if self.soa is None:
+                self.soa = (index, ltype.soa)
+            elif self.soa[1] != ltype.soa:
+                self.fail("soa-mixed", f"{text}: singleton levels must all be soa or all not "
+                          f"(level {self.soa[0]} differs)", col)
         self.batch_order(index, level, text)
         if fmt is LevelFormat.SINGLETON and (
                 index == 0 or self.levels[index - 1].type.format not in _SINGLETON_PARENTS):
@@ -101,12 +157,24 @@ class _Walk:
                 and expr.rhs.value != m:
             self.fail("structured-block", f"{text}: the modulus {expr.rhs.value} must equal the "
                       f"block size m = {m}", col)
+        blocked = expr.lhs.name if isinstance(expr, BinOp) and isinstance(expr.lhs, Dim) else None
+        for earlier in self.levels[:index]:
+            e = earlier.expr
+            if isinstance(e, BinOp) and e.op == "/" and isinstance(e.lhs, Dim) \
+                    and e.lhs.name != blocked:
+                self.fail("structured-one-block", f"{text}: with a structured level, only its "
+                          f"own dimension may be blocked, not {e.lhs.name!r}", earlier.column)
 
     # -- level expression rules ----------------------------------------------------------
     def level_expr(self, index: int, level: LevelSpec, text: str) -> None:
         expr, col = level.expr, level.column
         if isinstance(expr, Const):
             self.fail("constant-level", f"{text}: a level expression needs a dimension", col)
+        if _has_mul(expr):
+            self.scaled(level, text)
+            return
+        if expr_symbols(expr):
+            self.fail("symbol-use", f"{text}: a symbol may only be a factor of '*'", col)
         if level.type.format is LevelFormat.RANGE:
             self.range_level(level, text)
         elif isinstance(expr, Dim):
@@ -119,6 +187,21 @@ class _Walk:
             self.addsub(index, level, text)
         else:
             self.divmod(index, level, text)
+
+    def scaled(self, level: LevelSpec, text: str) -> None:
+        """``d * f`` with f a product of positive constants and symbols (MLIR's ELL): the
+        level does not consume d, which a later level must still store."""
+        expr, col = level.expr, level.column
+        factors = _factors(expr.rhs) if isinstance(expr, BinOp) and expr.op == "*" else None
+        if not isinstance(expr.lhs, Dim) or factors is None or any(
+                isinstance(f, Const) and f.value <= 0 for f in factors):
+            self.fail("mul-operands", f"{text}: '*' takes a plain dimension on the left and a "
+                      "product of positive constants and symbols on the right", col)
+        self.declared(expr.lhs, level)
+        for factor in factors:
+            if isinstance(factor, Sym) and factor.name not in self.symbols:
+                self.fail("symbol-use", f"{text}: symbol {factor.name!r} is not declared",
+                          col)
 
     def range_level(self, level: LevelSpec, text: str) -> None:
         expr, col = level.expr, level.column
@@ -195,3 +278,18 @@ class _Walk:
             if dim.name not in self.used:
                 self.fail("unused-dimension", f"dimension {dim.name!r} is not used by any level",
                           dim.column)
+
+
+def _has_mul(expr: LevelExpr) -> bool:
+    return isinstance(expr, BinOp) and (expr.op == "*" or _has_mul(expr.lhs)
+                                        or _has_mul(expr.rhs))
+
+
+def _factors(expr: LevelExpr) -> list[LevelExpr] | None:
+    """The operands of a product of constants and symbols, or None for anything else."""
+    if isinstance(expr, (Const, Sym)):
+        return [expr]
+    if isinstance(expr, BinOp) and expr.op == "*":
+        lhs, rhs = _factors(expr.lhs), _factors(expr.rhs)
+        return None if lhs is None or rhs is None else lhs + rhs
+    return None
