@@ -389,6 +389,20 @@ def cupy_object(kind: str, extra: tuple, fmt: TensorFormat, shape, storage: Stor
     raise ValueError(kind)
 
 
+def tensor_to_device(tensor, device_id: int):
+    """A copy of a UST tensor with every buffer on CUDA device `device_id` (needs cupy)."""
+    try:
+        import cupy
+    except ImportError as e:
+        raise UserError(f"to(device_id={device_id}) needs cupy, which is not installed") from e
+    with cupy.cuda.Device(device_id):
+        host = tensor.to_host()
+        pos = [None if a is None else cupy.asarray(a) for a in host._storage.pos]
+        crd = [None if a is None else cupy.asarray(a) for a in host._storage.crd]
+        return type(tensor)(tensor.tensor_format, tensor.shape, pos, crd,
+                            cupy.asarray(host.val))
+
+
 def to_device_like(result, like):
     """`result` (numpy or scipy.sparse) copied to the GPU when `like` lives there."""
     if not is_cupy(like):
