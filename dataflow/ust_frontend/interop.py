@@ -19,7 +19,8 @@ from .levels import BinOp, Dim, LevelFormat, LevelSpec, LevelType
 from .named import NamedFormats
 from .storage import Storage
 
-# Deferred imports: torch and cupy are optional (the `torch` extra; cupy where installed): imported where a tensor of theirs is met.
+# Deferred imports: torch and cupy are optional (the `torch` extra; cupy where installed):
+# imported where a tensor of theirs is met.
 
 
 @dataclass(frozen=True)
