@@ -288,8 +288,11 @@ def test_numpy_views_share_memory():
     t = Tensor.from_package(f, NamedFormats.DenseMatrixLeft)
     assert np.shares_memory(t.val, f) and np.shares_memory(t.to_package(), f)
     assert_same_array(t.to_package(), a)
-    # a layout that disagrees is copied, not viewed
-    assert not np.shares_memory(Tensor.from_package(f).val, f)
+    # without a format the levels follow the memory order: a view (issue 15; this asserted a
+    # copy before), as in nvmath-python; a format that disagrees with the layout still copies
+    assert Tensor.from_package(f).tensor_format == NamedFormats.DenseMatrixLeft
+    assert np.shares_memory(Tensor.from_package(f).val, f)
+    assert not np.shares_memory(Tensor.from_package(f, NamedFormats.DenseMatrixRight).val, f)
 
 
 SCIPY_MAKERS = {

@@ -2,7 +2,10 @@
 
 matmul: dense x dense runs the tiled GEMM kernel; sparse A (any UST format, converted to CSR)
 x dense B runs the CSR SpMM kernel; a sparse B is densified first (as the sim backend does).
-Custom semirings have no CUDA kernel and say so. sddmm: the SDDMM kernel over the mask's CSR.
+Custom semirings have no CUDA kernel and say so. The kernels compute in float32; complex
+operands run as four real products (`Matmul.real_products`); the op then applies alpha,
+beta and c and casts to the operands' dtype, as on every backend. sddmm: the SDDMM kernel
+over the mask's CSR.
 """
 
 from __future__ import annotations
@@ -19,12 +22,18 @@ def matmul_executor(op) -> np.ndarray:
     if op.semiring is not None:
         raise NotImplementedError("matmul on cuda: only the plus-times semiring has a kernel; "
                                   "use backend='numpy' for custom semirings")
-    a, b = op.prologued_operands()
+    outs = [_real_matmul(a, b) for a, b in op.real_products()]
+    if len(outs) == 1:
+        return outs[0]
+    return (outs[0] - outs[1]) + 1j * (outs[2] + outs[3])
+
+
+def _real_matmul(a, b) -> np.ndarray:
     bd = np.asarray(b.to_dense(), np.float32)
     if is_dense(a):
         return ops.gemm(np.asarray(a.to_dense(), np.float32), bd)
     pos, crd, val = csr_arrays(a)
-    return ops.spmm(pos, crd, val, a.shape, bd)
+    return ops.spmm(pos, crd, np.asarray(val, np.float32), a.shape, bd)
 
 
 def sddmm_executor(op) -> np.ndarray:

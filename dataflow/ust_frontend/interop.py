@@ -19,7 +19,8 @@ from .levels import BinOp, Dim, LevelFormat, LevelSpec, LevelType
 from .named import NamedFormats
 from .storage import Storage
 
-# Deferred imports: torch and cupy are optional (the `torch` extra; cupy where installed): imported where a tensor of theirs is met.
+# Deferred imports: torch and cupy are optional (the `torch` extra; cupy where installed):
+# imported where a tensor of theirs is met.
 
 
 @dataclass(frozen=True)
@@ -55,9 +56,41 @@ def dense_permutation(fmt: TensorFormat) -> tuple[int, ...] | None:
     return tuple(fmt.dims.index(spec.expr.name) for spec in fmt.levels)
 
 
+def dense_format(order: tuple[int, ...]) -> TensorFormat:
+    """The all-dense format whose levels take the dimensions in `order` (outermost first)."""
+    rank, order = len(order), tuple(order)
+    if order == tuple(range(rank)):
+        return NamedFormats.dense(rank, "C")
+    if order == tuple(reversed(range(rank))):
+        return NamedFormats.dense(rank, "F")
+    dims = [Dim(d) for d in NamedFormats.dense(rank).dims]
+    levels = [LevelSpec(dims[k], LevelType(LevelFormat.DENSE)) for k in order]
+    return TensorFormat(dims, levels, name=None)
+
+
+def memory_order(x) -> tuple[int, ...] | None:
+    """The dimension order (outermost first) in which a strided array is contiguous, or None
+    when no order is (a strided slice with gaps). Ties (extent-1 dimensions) keep C order."""
+    strides = [int(s) for s in x.strides]
+    shape = [int(n) for n in x.shape]
+    order = tuple(sorted(range(len(shape)), key=lambda d: (-strides[d], d)))
+    expected = int(x.itemsize)
+    for d in reversed(order):
+        if shape[d] != 1 and strides[d] != expected:
+            return None
+        expected *= shape[d]
+    return order
+
+
 def _dense_view(xp, x, fmt: TensorFormat | None, package: str) -> PackageView:
-    """A dense array of array module `xp` (numpy or cupy) as UST storage in level order."""
-    fmt = fmt or NamedFormats.dense(x.ndim)
+    """A dense array of array module `xp` (numpy or cupy) as UST storage in level order.
+
+    Without a format, the levels follow the array's memory order, so a transposed (or any
+    permuted) array is a view too, as in nvmath-python; only an array contiguous in no order
+    (a slice with gaps) is copied, into row-major order."""
+    if fmt is None:
+        order = memory_order(x)
+        fmt = NamedFormats.dense(x.ndim) if order is None else dense_format(order)
     perm = dense_permutation(fmt)
     if perm is None:
         raise UserError(f"{fmt} is not a dense format; convert after from_package")
@@ -252,7 +285,10 @@ def torch_object(kind: str, extra: tuple, fmt: TensorFormat, shape, storage: Sto
     if kind == "torch.strided":
         return t(numpy_array(fmt, shape, val))
     if kind == "torch.sparse_coo":
-        return extra[0]  # torch keeps indices as one (rank, nnz) tensor: hand back the original
+        if extra:  # torch keeps indices as one (rank, nnz) tensor: hand back the original
+            return extra[0]
+        return torch.sparse_coo_tensor(t(np.stack([np.asarray(c, np.int64) for c in crd])),
+                                       t(val), size=tuple(shape))
     size = tuple(shape)
     if kind == "torch.sparse_csr":
         return torch.sparse_csr_tensor(t(pos[1]), t(crd[1]), t(val), size=size,
@@ -352,6 +388,20 @@ def cupy_object(kind: str, extra: tuple, fmt: TensorFormat, shape, storage: Stor
     if kind == "cupyx.coo":
         return cls((val, (crd[0], crd[1])), shape=tuple(shape), copy=False)
     raise ValueError(kind)
+
+
+def tensor_to_device(tensor, device_id: int):
+    """A copy of a UST tensor with every buffer on CUDA device `device_id` (needs cupy)."""
+    try:
+        import cupy
+    except ImportError as e:
+        raise UserError(f"to(device_id={device_id}) needs cupy, which is not installed") from e
+    with cupy.cuda.Device(device_id):
+        host = tensor.to_host()
+        pos = [None if a is None else cupy.asarray(a) for a in host._storage.pos]
+        crd = [None if a is None else cupy.asarray(a) for a in host._storage.crd]
+        return type(tensor)(tensor.tensor_format, tensor.shape, pos, crd,
+                            cupy.asarray(host.val))
 
 
 def to_device_like(result, like):

@@ -3,6 +3,8 @@ checked against) and the semirings the ops accept."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -19,8 +21,54 @@ SEMIRINGS: dict[str, dict] = {
 }
 
 
+class ScalarOrArray:
+    """A callable written for arrays or for one scalar (``math.sin``, ``max``): called on the
+    whole arrays first; when that raises (numpy's "only 0-dimensional arrays", "truth value
+    ... ambiguous") or does not keep the broadcast shape, applied element by element."""
+
+    def __init__(self, fn: Callable):
+        self.fn = fn
+        self._per_element = False
+
+    def __call__(self, *args):
+        arrays = [np.asarray(x) for x in args]
+        shape = np.broadcast_shapes(*(x.shape for x in arrays))
+        if not self._per_element:
+            try:
+                out = self.fn(*arrays)
+                if np.shape(out) == shape:
+                    return out
+            except (TypeError, ValueError):
+                pass
+            self._per_element = True
+        return np.vectorize(self.fn, otypes=[np.result_type(*arrays)])(*arrays)
+
+
+def elementwise(fn: Callable | None) -> Callable | None:
+    """`fn` as an elementwise array function (ufuncs as they are; see `ScalarOrArray`)."""
+    if fn is None or isinstance(fn, (np.ufunc, ScalarOrArray)):
+        return fn
+    if not callable(fn):
+        raise UserError(f"expected a callable (prolog, epilog or semiring op), got {fn!r}")
+    return ScalarOrArray(fn)
+
+
+def result_dtype(*dtypes) -> np.dtype:
+    """The dtype of a product of operands of these dtypes: numpy's promotion for floating and
+    complex operands (float16 stays float16), float64 for integer ones."""
+    dt = np.result_type(*dtypes)
+    return dt if np.issubdtype(dt, np.inexact) else np.dtype(np.float64)
+
+
+def accumulate_dtype(dt) -> np.dtype:
+    """The dtype the numpy reference accumulates in: complex128 or float64."""
+    return np.dtype(np.complex128 if np.issubdtype(dt, np.complexfloating) else np.float64)
+
+
 def resolve_semiring(semiring) -> dict | None:
-    """None for plus-times (the default), else a dict with "add", "mul" and "zero"."""
+    """None for plus-times (the default), else a dict with "add", "mul" and "zero" (nvmath's
+    extra "atomic_add" is accepted and not needed). The callables may be written for one
+    scalar (Python's ``max``): they are applied element by element then."""
     if semiring is None:
         return None
     if isinstance(semiring, str):
@@ -31,7 +79,9 @@ def resolve_semiring(semiring) -> dict | None:
     if not isinstance(semiring, dict) or not {"add", "mul"} <= set(semiring):
         raise UserError("a semiring needs 'add' and 'mul' callables (and 'zero', the "
                          "identity of add; default 0)")
-    return None if semiring is SEMIRINGS["plus_times"] else semiring
+    if semiring is SEMIRINGS["plus_times"]:
+        return None
+    return {**semiring, "add": elementwise(semiring["add"]), "mul": elementwise(semiring["mul"])}
 
 
 def is_dense(t: Tensor) -> bool:
@@ -53,22 +103,26 @@ def csr_arrays(a: Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def matmul_reference(a: Tensor, b: Tensor) -> np.ndarray:
-    """The definition: a @ b in float64 from the stored entries, returned as float32."""
+    """The definition: a @ b from the stored entries, accumulated in float64 (complex128 for
+    complex operands) and returned in the operands' dtype (`result_dtype`)."""
     _check_shapes(a, b)
-    ad = a.to_dense().astype(np.float64)
-    bd = b.to_dense().astype(np.float64)
-    return (ad @ bd).astype(np.float32)
+    out = result_dtype(a.dtype, b.dtype)
+    acc = accumulate_dtype(out)
+    return (a.to_dense().astype(acc) @ b.to_dense().astype(acc)).astype(out)
 
 
 def spgemm_reference(a: Tensor, b: Tensor) -> np.ndarray:
-    """Sparse x sparse through scipy (float64 accumulate), densified, as float32."""
+    """Sparse x sparse through scipy (float64 / complex128 accumulate), densified, in the
+    operands' dtype."""
 
     _check_shapes(a, b)
+    out = result_dtype(a.dtype, b.dtype)
     mats = []
     for t in (a, b):
         pos, crd, val = csr_arrays(t)
-        mats.append(sp.csr_matrix((np.asarray(val, np.float64), crd, pos), shape=t.shape))
-    return (mats[0] @ mats[1]).toarray().astype(np.float32)
+        mats.append(sp.csr_matrix((np.asarray(val, accumulate_dtype(out)), crd, pos),
+                                  shape=t.shape))
+    return (mats[0] @ mats[1]).toarray().astype(out)
 
 
 def _entries_csr(t: Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -81,12 +135,15 @@ def _entries_csr(t: Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return csr_arrays(t)
 
 
-def semiring_matmul(a: Tensor, b: Tensor, semiring: dict) -> np.ndarray:
+def semiring_matmul(a: Tensor, b: Tensor, semiring: dict, init: np.ndarray | None = None
+                    ) -> np.ndarray:
     """C[i, j] = add over stored k of mul(A[i, k], B[k, j]); absent entries are `zero`.
 
-    `add`/`mul` are elementwise numpy callables; rows of A with no entries give `zero`.
+    `add`/`mul` are elementwise callables; rows of A with no entries give `zero`. With `init`
+    (nvmath's in-place c) the fold starts from init[i, j] instead: c := add(c, mul(a, b)).
     Vectorised over rows: step t combines every row's t-th entry. Returns float64."""
     _check_shapes(a, b)
+    semiring = resolve_semiring(semiring) or SEMIRINGS["plus_times"]
     add, mul, zero = semiring["add"], semiring["mul"], float(semiring.get("zero", 0.0))
     k, n = b.shape
     if is_dense(b):
@@ -98,7 +155,8 @@ def semiring_matmul(a: Tensor, b: Tensor, semiring: dict) -> np.ndarray:
     pos, crd, val = _entries_csr(a)
     pos, crd, val = np.asarray(pos), np.asarray(crd), np.asarray(val, np.float64)
     counts = np.diff(pos)
-    out = np.full((a.shape[0], n), zero)
+    out = np.full((a.shape[0], n), zero) if init is None else \
+        np.array(init, np.float64).reshape(a.shape[0], n)
     for t in range(int(counts.max()) if counts.size else 0):
         rows = np.flatnonzero(counts > t)
         p = pos[rows] + t

@@ -18,6 +18,10 @@ from .levels import ENUMERATING, LevelFormat
 from .storage import LayoutError, Storage, build, decode_delta, entries, verify
 
 
+class PackageError(UserError, TypeError):
+    """An object no package view is defined for (a TypeError too, as before)."""
+
+
 class Tensor:
     """A universal sparse tensor.
 
@@ -73,8 +77,8 @@ class Tensor:
                 return cls.from_package(x).convert(tensor_format=fmt)
             view = interop.cupy_view(x, fmt)
         else:
-            raise TypeError(f"from_package takes numpy, scipy.sparse, torch or cupy objects, "
-                            f"not {type(x).__name__}")
+            raise PackageError(f"from_package takes numpy, scipy.sparse, torch or cupy "
+                               f"objects, not {type(x).__name__}")
         tensor = cls(view.tensor_format, view.shape, view.storage.pos, view.storage.crd,
                      view.storage.val, package=view.kind, package_extra=view.extra, base=x)
         if fmt is not None and fmt != tensor.tensor_format:
@@ -133,6 +137,16 @@ class Tensor:
         return self.shape
 
     @property
+    def size(self) -> int:
+        """Number of elements of the tensor's shape (stored or not), as numpy's ``size``."""
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def package(self) -> str | None:
+        """The package kind this tensor views ("numpy", "torch.strided", "scipy.csr", ...)."""
+        return self._package
+
+    @property
     def levels(self) -> tuple[int, ...]:
         """Extent of each level."""
         return self.tensor_format.level_sizes(self.shape)
@@ -150,6 +164,57 @@ class Tensor:
     def on_device(self) -> bool:
         """True when the buffers live in GPU memory (a view of a cupy object)."""
         return interop.is_device_array(self._storage.val)
+
+    @property
+    def device(self) -> str:
+        """"cpu" or "cuda", as nvmath-python names the memory space."""
+        return "cuda" if self.on_device else "cpu"
+
+    @property
+    def device_id(self) -> int | str:
+        """"cpu", or the CUDA ordinal of the device buffers."""
+        if not self.on_device:
+            return "cpu"
+        device = getattr(self._storage.val, "device", None)
+        return int(getattr(device, "id", 0))
+
+    def to(self, device_id: int | str = "cpu", stream=None) -> Tensor:
+        """This tensor on `device_id` ("cpu", or a CUDA ordinal): itself when it is there
+        already (nvmath-python's ``to``), else a copy. Moving to a GPU needs cupy."""
+        del stream  # host copies are synchronous here
+        if device_id == "cpu":
+            return self.to_host()
+        if not isinstance(device_id, int) or isinstance(device_id, bool) or device_id < 0:
+            raise UserError(f"device_id must be 'cpu' or a CUDA ordinal, got {device_id!r}")
+        if self.on_device and self.device_id == device_id:
+            return self
+        return interop.tensor_to_device(self, device_id)
+
+    def clone(self) -> Tensor:
+        """A copy with new buffers, of the same format, shape, dtypes and package kind."""
+        st = self._host_storage()
+        copy = [None if a is None else np.array(a) for a in st.pos], \
+            [None if a is None else np.array(a) for a in st.crd]
+        extra = () if self._package == "torch.sparse_coo" else self._package_extra
+        return Tensor(self.tensor_format, self.shape, copy[0], copy[1], np.array(st.val),
+                      package=self._package, package_extra=extra)
+
+    def copy_(self, src: Tensor, stream=None) -> Tensor:
+        """Copy `src`'s values into this tensor's buffers, in place (the package object this
+        tensor views sees them). `src` must have the same format, shape and structure."""
+        del stream
+        src = src if isinstance(src, Tensor) else Tensor.from_package(src)
+        if src.tensor_format != self.tensor_format or src.shape != self.shape \
+                or src.nse != self.nse:
+            raise UserError(f"copy_: src ({src.tensor_format}, shape {src.shape}, nse "
+                            f"{src.nse}) does not match this tensor ({self.tensor_format}, "
+                            f"shape {self.shape}, nse {self.nse})")
+        host = src._host_storage()
+        for mine, theirs in zip(self._storage.pos + self._storage.crd, host.pos + host.crd):
+            if mine is not None:
+                mine[...] = interop.to_numpy(theirs) if not self.on_device else theirs
+        self._storage.val[...] = host.val if not self.on_device else src.val
+        return self
 
     def to_host(self) -> Tensor:
         """This tensor with numpy buffers: itself when already on the host, else a copy of
@@ -185,6 +250,8 @@ class Tensor:
         in a group of a structured[n, m] level, or two coordinates under a singleton's parent).
         """
         fmt = as_format(tensor_format)
+        if index_type is None:  # nvmath keeps the source's index type unless asked
+            index_type = self.index_type
         coords, values = self.entries()
         if dtype is not None:
             values = values.astype(dtype)
@@ -280,6 +347,24 @@ class Tensor:
         lines.append(f"  val[{self.nse}] {self.dtype}   nse {self.nse}")
         return "\n".join(lines)
 
+    def __str__(self) -> str:
+        """What nvmath-python prints: format, shape, levels, index and value dtypes, nse,
+        sparsity, then the stored arrays."""
+        sparsity = 1.0 - self.nse / self.size if self.size else 0.0
+        lines = [f"tensor format: {self.tensor_format.name or self.tensor_format}",
+                 f"  {self.tensor_format}",
+                 f"extents: {self.shape}  levels: {self.levels}",
+                 f"index type: {self.index_type}  dtype: {self.dtype}  device: "
+                 f"{self.device_id}",
+                 f"nse: {self.nse}  sparsity: {100 * sparsity:.2f}%"]
+        host = self._host_storage()
+        for k in range(self.num_levels):
+            for label, array in (("pos", host.pos[k]), ("crd", host.crd[k])):
+                if array is not None:
+                    lines.append(f"{label}[{k}] = {np.array2string(np.asarray(array))}")
+        lines.append(f"val = {np.array2string(np.asarray(host.val))}")
+        return "\n".join(lines)
+
     def draw(self, ax=None, **kwargs):
         """A matplotlib Figure of the sparsity pattern, the levels and their storage arrays.
 
@@ -332,4 +417,4 @@ def _is_scipy_sparse(x) -> bool:
     return sp.issparse(x)
 
 
-__all__ = ["LayoutError", "Tensor"]
+__all__ = ["LayoutError", "PackageError", "Tensor"]

@@ -474,3 +474,78 @@ def prune_n_m(model, n: int = 2, m: int = 4) -> dict[str, float]:
 def prune_2_4(model) -> dict[str, float]:
     """2:4 structured sparsity (NVIDIA's sparse tensor core pattern); see `prune_n_m`."""
     return prune_n_m(model, 2, 4)
+
+
+# -- nvmath-python's torch interface -------------------------------------------------------
+
+
+class TorchUST:
+    """nvmath's `torch_interface.TorchUST`, reduced to what `reformat_model` needs: a UST
+    `Tensor` (`.ust`, a view of the torch buffers) made from a torch tensor. Unlike nvmath's,
+    it is not a `torch.Tensor` subclass: torch ops on it are not intercepted."""
+
+    __slots__ = ("ust",)
+
+    def __init__(self, ust: Tensor):
+        if not isinstance(ust, Tensor):
+            raise UserError(f"TorchUST wraps a UST Tensor, got {type(ust).__name__}")
+        self.ust = ust
+
+    @classmethod
+    def from_torch(cls, original_tensor) -> TorchUST:
+        """A view of a CPU torch tensor (strided, COO, CSR, CSC, BSR or BSC) as UST."""
+        return cls(Tensor.from_package(original_tensor))
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.ust.shape
+
+    def __repr__(self) -> str:
+        return f"TorchUST({self.ust!r})"
+
+
+def reformat_model(model, func, backend: str = "numpy", arch=None, *,
+                   dataflow: str | None = None, cache=None) -> InjectionReport:
+    """nvmath's `reformat_model`: for every `nn.Linear` of `model`, `func(weight)` returns a
+    `TorchUST` (or a UST `Tensor`) for the new weight, or None to keep the layer in torch.
+    Chosen layers become `UstLinear`s running on `backend` (default the numpy reference;
+    "sim" runs the engine on `arch`); a weight in a format other than dense or CSR is
+    converted to CSR (the formats `UstLinear` runs). Returns the `InjectionReport`."""
+    from torch import nn  # the torch extra: imported where a model is met
+
+    if not callable(func):
+        raise UserError(f"reformat_model: func must be callable, got {type(func).__name__}")
+    if backend not in ("numpy", "sim"):
+        get_executor("matmul", backend)
+    spec = resolve_arch(arch) if backend == "sim" else None
+    config = EngineConfig(backend, spec, dataflow, cache)
+    UstLinear, _ = _modules()
+    report = InjectionReport()
+
+    def walk(module, prefix):
+        for child_name, child in list(module.named_children()):
+            name = f"{prefix}{child_name}"
+            if not isinstance(child, nn.Linear):
+                walk(child, f"{name}.")
+                continue
+            chosen = func(child.weight.detach())
+            if chosen is None:
+                report.left_in_torch.append((name, "func returned None"))
+                continue
+            w = chosen.ust if isinstance(chosen, TorchUST) else chosen
+            if not isinstance(w, Tensor):
+                raise UserError(f"reformat_model: func returned {type(w).__name__} for "
+                                f"{name}; return a TorchUST, a UST Tensor or None")
+            if tuple(w.shape) != tuple(child.weight.shape):
+                raise UserError(f"reformat_model: {name}'s weight has shape "
+                                f"{tuple(child.weight.shape)}, func returned {w.shape}")
+            if not w.tensor_format.is_dense and w.tensor_format != NamedFormats.CSR:
+                w = w.convert(tensor_format=NamedFormats.CSR)
+            fmt = "dense" if w.tensor_format.is_dense else "CSR"
+            stats = LayerStats(name, tuple(w.shape), fmt, int(np.count_nonzero(w.val)),
+                               backend)
+            report.layers[name] = stats
+            setattr(module, child_name, UstLinear(w, child.bias, config, stats))
+
+    walk(model, "")
+    return report
