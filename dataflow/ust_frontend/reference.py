@@ -52,23 +52,34 @@ def csr_arrays(a: Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return csr.pos(1), csr.crd(1), csr.val
 
 
+def _stored_csr(t: Tensor) -> sp.csr_matrix:
+    """A sparse operand's stored entries as a float64 scipy CSR matrix (stored zeros kept)."""
+    pos, crd, val = csr_arrays(t)
+    return sp.csr_matrix((np.asarray(val, np.float64), np.asarray(crd), np.asarray(pos)),
+                         shape=t.shape)
+
+
 def matmul_reference(a: Tensor, b: Tensor) -> np.ndarray:
-    """The definition: a @ b in float64 from the stored entries, returned as float32."""
+    """The definition: a @ b in float64 from the stored entries, returned as float32.
+
+    Only stored entries multiply (docs/conventions.md, special values): an implicit zero of a
+    sparse operand contributes nothing, so an inf or NaN meets only the other operand's stored
+    entries; every entry of a dense operand is stored."""
     _check_shapes(a, b)
-    ad = a.to_dense().astype(np.float64)
-    bd = b.to_dense().astype(np.float64)
-    return (ad @ bd).astype(np.float32)
+    if is_dense(a) and is_dense(b):
+        out = a.to_dense().astype(np.float64) @ b.to_dense().astype(np.float64)
+    elif is_dense(b):
+        out = _stored_csr(a) @ b.to_dense().astype(np.float64)
+    elif is_dense(a):  # (B^T A^T)^T: scipy walks B's stored entries only
+        out = (_stored_csr(b).T @ a.to_dense().astype(np.float64).T).T
+    else:
+        out = (_stored_csr(a) @ _stored_csr(b)).toarray()
+    return np.asarray(out).astype(np.float32)
 
 
 def spgemm_reference(a: Tensor, b: Tensor) -> np.ndarray:
     """Sparse x sparse through scipy (float64 accumulate), densified, as float32."""
-
-    _check_shapes(a, b)
-    mats = []
-    for t in (a, b):
-        pos, crd, val = csr_arrays(t)
-        mats.append(sp.csr_matrix((np.asarray(val, np.float64), crd, pos), shape=t.shape))
-    return (mats[0] @ mats[1]).toarray().astype(np.float32)
+    return matmul_reference(a, b)
 
 
 def _entries_csr(t: Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
