@@ -45,7 +45,7 @@ def csr_row_softmax(pos, scores, probs, m):
             probs[p] = probs[p] / total
 
 
-def attention_fused(q, k, v, pos, crd, out, scale, d, dv, window, dilation):
+def attention_fused(q, k, v, pos, crd, out, scale, d, dv, window, dilation):  # noqa: C901
     """`window` < 0: the keys of row i are crd[pos[i]:pos[i + 1]] (any CSR pattern).
     `window` >= 0: a (dilated) sliding window, keys j = i + t * dilation for |t| <= window
     inside [0, seq): computed, no index arrays read (the GPU analogue of an affine DIA
