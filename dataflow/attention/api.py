@@ -21,6 +21,7 @@ from dataflow.attention.reference import attention_reference
 from dataflow.errors import UserError
 from dataflow.pe_array.simulate import simulate_mapping
 from dataflow.ust_frontend.backends import get_executor
+from dataflow.ust_frontend.extras import warn_if_grad
 from dataflow.ust_frontend.named import NamedFormats
 from dataflow.ust_frontend.ops import as_tensor, csr_arrays
 from dataflow.ust_frontend.tensor import Tensor
@@ -144,6 +145,7 @@ def sparse_attention(q, k, v, pattern="dense", backend: str = "numpy", arch=None
     default memory + disk cache, False to always plan afresh). `lowering` (sim): "csr" for
     any mask, "dia" for banded masks (window, dilated: affine, no gathers), "auto" to pick.
     """
+    warn_if_grad("sparse_attention", q, k, v)
     if backend not in BACKENDS:
         raise UserError(f"sparse_attention: backend must be one of {BACKENDS}, got {backend!r}")
     q, k, v = _as_matrix("q", q), _as_matrix("k", k), _as_matrix("v", v)

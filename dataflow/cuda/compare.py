@@ -19,7 +19,7 @@ import numpy as np
 
 from dataflow.arch import resolve_arch
 from dataflow.cuda import workloads as gw
-from dataflow.cuda.device import device_name, execution_mode, have_gpu
+from dataflow.cuda.device import device_name, execution_mode, have_gpu, host_launches
 from dataflow.cuda.gpu_spec import load_gpu
 from dataflow.cuda.roofline import GpuCost, measured_cost, model_cost
 from dataflow.cuda.runner import dry_run, measure
@@ -161,7 +161,9 @@ def gpu_cost(w, ops: dict, spec, *, measure_if_present: bool = True, repeats: in
             _, timing = measure(w.name, w.cuda, ops, repeats=repeats)
             return measured_cost(spec, timing, precision), None
         note = f"{spec.name}: this machine's GPU is {dev}, not this one; its time is modelled"
-    return model_cost(spec, dry_run(w.cuda, ops), precision), note
+    with host_launches():  # nothing runs: no numba-cuda needed
+        launches = dry_run(w.cuda, ops)
+    return model_cost(spec, launches, precision), note
 
 
 def compare(workload: str, arch=None, gpus=("jetson_xavier_nx",), *, seed: int = 0,

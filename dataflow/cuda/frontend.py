@@ -1,9 +1,9 @@
 """`backend="cuda"` for the UST frontend ops (`dataflow.ust_frontend.ops.register_backend`).
 
 matmul: dense x dense runs the tiled GEMM kernel; sparse A (any UST format, converted to CSR)
-x dense B runs the CSR SpMM kernel; a sparse B is densified first (as the sim backend does).
-Custom semirings have no CUDA kernel and say so. The kernels compute in float32; complex
-operands run as four real products (`Matmul.real_products`); the op then applies alpha,
+x dense B runs the CSR SpMM kernel; a sparse B runs it as C^T = B^T A^T (only stored entries
+multiply). Custom semirings have no CUDA kernel and say so. The kernels compute in float32;
+complex operands run as four real products (`Matmul.real_products`); the op then applies alpha,
 beta and c and casts to the operands' dtype, as on every backend. sddmm: the SDDMM kernel
 over the mask's CSR.
 """
@@ -11,6 +11,7 @@ over the mask's CSR.
 from __future__ import annotations
 
 import numpy as np
+import scipy.sparse as sp
 
 from dataflow.attention.patterns import AttentionPattern, resolve
 from dataflow.cuda import ops
@@ -18,7 +19,18 @@ from dataflow.ust_frontend.backends import register_backend
 from dataflow.ust_frontend.ops import csr_arrays, is_dense
 
 
+def _csr_t(t):
+    """(pos, crd, val, shape) of the transpose of sparse `t`, in CSR (stored zeros kept)."""
+    pos, crd, val = csr_arrays(t)
+    m = sp.csr_matrix((np.asarray(val, np.float32), np.asarray(crd), np.asarray(pos)),
+                      shape=t.shape).T.tocsr()
+    return m.indptr, m.indices, m.data, m.shape
+
+
 def matmul_executor(op) -> np.ndarray:
+    """Only stored entries multiply (docs/conventions.md, special values): the CSR SpMM kernel
+    walks the sparse side's stored entries, so a sparse B is the CSR side of C^T = B^T A^T
+    unless densifying it is exact (A sparse with finite stored values: x * 0 = 0)."""
     if op.semiring is not None:
         raise NotImplementedError("matmul on cuda: only the plus-times semiring has a kernel; "
                                   "use backend='numpy' for custom semirings")
@@ -29,11 +41,20 @@ def matmul_executor(op) -> np.ndarray:
 
 
 def _real_matmul(a, b) -> np.ndarray:
-    bd = np.asarray(b.to_dense(), np.float32)
-    if is_dense(a):
-        return ops.gemm(np.asarray(a.to_dense(), np.float32), bd)
-    pos, crd, val = csr_arrays(a)
-    return ops.spmm(pos, crd, np.asarray(val, np.float32), a.shape, bd)
+    """One real product on the kernels, multiplying stored entries only."""
+    if is_dense(a) and is_dense(b):
+        return ops.gemm(np.asarray(a.to_dense(), np.float32),
+                        np.asarray(b.to_dense(), np.float32))
+    if not is_dense(a) and (is_dense(b) or np.isfinite(np.asarray(a.val)).all()):
+        pos, crd, val = csr_arrays(a)
+        return ops.spmm(pos, crd, np.asarray(val, np.float32), a.shape,
+                        np.asarray(b.to_dense(), np.float32))
+    if not is_dense(a) and not np.isfinite(np.asarray(b.val)).all():
+        raise NotImplementedError("matmul on cuda: sparse A and sparse B that both store inf "
+                                  "or NaN have no kernel that multiplies stored entries only; "
+                                  "use backend='numpy' or 'sim'")
+    at = np.ascontiguousarray(np.asarray(a.to_dense(), np.float32).T)
+    return np.ascontiguousarray(ops.spmm(*_csr_t(b), at).T)
 
 
 def sddmm_executor(op) -> np.ndarray:

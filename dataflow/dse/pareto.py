@@ -21,6 +21,7 @@ import numpy as np
 from dataflow.dse.evaluate import MAXIMISED, METRICS, metric_name
 from dataflow.dse.store import ResultsStore
 from dataflow.errors import UserError
+from dataflow.ust_frontend.extras import require
 
 # Deferred imports: matplotlib and pyarrow are imported where a plot or a Parquet file is written (start-up; pyarrow is the `dse` extra).
 
@@ -248,7 +249,7 @@ def write_csv(rows: list[dict], path: str | Path) -> list[str]:
 
 def to_arrow(rows: list[dict]):
     """A pyarrow Table: bool, int64, float64 or string columns (nulls where no value)."""
-    import pyarrow as pa
+    pa = require("pyarrow", "dse", needed_for="Arrow and Parquet export")
 
     arrays = {}
     for c in columns(rows):
@@ -268,10 +269,7 @@ def to_arrow(rows: list[dict]):
 
 
 def write_parquet(rows: list[dict], path: str | Path):
-    try:
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise UserError("Parquet export needs pyarrow: pip install 'dataflow[dse]'") from None
+    pq = require("pyarrow.parquet", "dse", needed_for="Parquet export")
     table = to_arrow(rows)
     pq.write_table(table, path)
     return table

@@ -18,6 +18,7 @@ from dataflow.dse.points import Point, grid_points
 from dataflow.dse.store import ResultsStore
 from dataflow.dse.sweep import Sweep
 from dataflow.errors import UserError
+from dataflow.ust_frontend.extras import require
 
 # Deferred imports: Dask (`distributed`, the `dask` extra) and tqdm are imported where a runner needs them.
 
@@ -74,7 +75,7 @@ class DaskRunner:
     """Points as tasks on an existing Dask cluster (`tcp://HOST:PORT`)."""
 
     def __init__(self, address: str, timeout_s: float = 30):
-        from distributed import Client
+        Client = require("distributed", "dask", needed_for="--scheduler").Client
 
         try:
             self.client = Client(address, timeout=timeout_s)
@@ -84,7 +85,7 @@ class DaskRunner:
         self.name = f"dask {address} ({self.workers} threads)"
 
     def imap_unordered(self, payloads: Iterable[dict]) -> Iterator[dict]:
-        from distributed import as_completed
+        as_completed = require("distributed", "dask").as_completed
 
         todo = iter(payloads)
         pending = as_completed()

@@ -23,6 +23,7 @@ from dataflow.dse.runners import run_points
 from dataflow.dse.store import ResultsStore
 from dataflow.dse.sweep import Sweep
 from dataflow.errors import UserError
+from dataflow.ust_frontend.extras import require
 
 # Deferred imports: optuna and tqdm come with the `dse` extra: imported in the functions that use them.
 
@@ -69,7 +70,7 @@ def _suggest(trial, sweep: Sweep, mappings: list) -> tuple[dict[str, Any], tuple
 def _fail_interrupted(study) -> None:
     """Trials left RUNNING by a killed search never finish: close them as failed, marked so
     they do not count towards --trials."""
-    from optuna.trial import TrialState
+    TrialState = require("optuna.trial", "dse").TrialState
 
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         study._storage.set_trial_user_attr(t._trial_id, "interrupted", True)
@@ -77,7 +78,7 @@ def _fail_interrupted(study) -> None:
 
 
 def _finished(study) -> int:
-    from optuna.trial import TrialState
+    TrialState = require("optuna.trial", "dse").TrialState
 
     return sum(1 for t in study.get_trials(deepcopy=False,
                                            states=(TrialState.COMPLETE, TrialState.FAIL))
@@ -87,8 +88,8 @@ def _finished(study) -> int:
 def run_search(sweep: Sweep, store: ResultsStore, runner, trials: int, *,
                storage_url: str | None = None, progress: bool = False) -> SearchSummary:
     """Run NSGA-II studies until each has `trials` finished trials; store every point."""
-    import optuna
-    from optuna.trial import TrialState
+    optuna = require("optuna", "dse", needed_for="--search optuna")
+    TrialState = require("optuna.trial", "dse").TrialState
     from tqdm import tqdm
 
     if trials < 1:

@@ -14,6 +14,7 @@ import scipy.sparse as sp
 
 from dataflow.errors import UserError
 
+from .extras import require
 from .format import TensorFormat
 from .levels import BinOp, Dim, LevelFormat, LevelSpec, LevelType
 from .named import NamedFormats
@@ -234,7 +235,7 @@ def is_torch(x) -> bool:
 
 
 def torch_view(x) -> PackageView:
-    import torch
+    torch = require("torch", "torch")
 
     x = x.detach()
     if x.device.type != "cpu":
@@ -278,7 +279,7 @@ def torch_view(x) -> PackageView:
 
 
 def torch_object(kind: str, extra: tuple, fmt: TensorFormat, shape, storage: Storage):
-    import torch
+    torch = require("torch", "torch")
 
     t = torch.from_numpy
     pos, crd, val = storage.pos, storage.crd, storage.val

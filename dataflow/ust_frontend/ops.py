@@ -36,6 +36,7 @@ from dataflow.ust_frontend.backends import (
     unregister_backend,
 )
 from dataflow.ust_frontend.cache import PlanCache, default_cache
+from dataflow.ust_frontend.extras import warn_if_grad
 from dataflow.ust_frontend.interop import (
     is_cupy,
     is_device_array,
@@ -286,6 +287,7 @@ class Matmul(_StatefulOp):
         """New operand values (and alpha, beta); the plan stays valid while formats, shapes
         and structure do."""
         del stream
+        warn_if_grad("matmul", a, b, c)
         if a is not None or not hasattr(self, "a"):
             self._a_package, self.a = a, as_tensor(a, "a")
         if b is not None or not hasattr(self, "b"):
@@ -478,6 +480,7 @@ class Sddmm(_StatefulOp):
         self.reset_operands(a, b, mask)
 
     def reset_operands(self, a=None, b=None, mask=None) -> None:
+        warn_if_grad("sddmm", a, b)
         if a is not None:
             self.a = as_tensor(a)
         if b is not None:
@@ -563,6 +566,7 @@ class Elementwise(_StatefulOp):
 
     def reset_operands(self, a=None, b=None) -> None:
         """New operand values; the plan stays valid while formats, shapes and structure do."""
+        warn_if_grad("elementwise", a, b)
         if a is not None:
             self._a_package, self.a = a, as_tensor(a)
         if b is not None:

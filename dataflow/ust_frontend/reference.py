@@ -102,27 +102,38 @@ def csr_arrays(a: Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return csr.pos(1), csr.crd(1), csr.val
 
 
+def _stored_csr(t: Tensor, dtype) -> sp.csr_matrix:
+    """A sparse operand's stored entries as a scipy CSR matrix of `dtype` (stored zeros kept)."""
+    pos, crd, val = csr_arrays(t)
+    return sp.csr_matrix((np.asarray(val, dtype), np.asarray(crd), np.asarray(pos)),
+                         shape=t.shape)
+
+
 def matmul_reference(a: Tensor, b: Tensor) -> np.ndarray:
     """The definition: a @ b from the stored entries, accumulated in float64 (complex128 for
-    complex operands) and returned in the operands' dtype (`result_dtype`)."""
+    complex operands) and returned in the operands' dtype (`result_dtype`).
+
+    Only stored entries multiply (docs/conventions.md, special values): an implicit zero of a
+    sparse operand contributes nothing, so an inf or NaN meets only the other operand's stored
+    entries; every entry of a dense operand is stored."""
     _check_shapes(a, b)
     out = result_dtype(a.dtype, b.dtype)
     acc = accumulate_dtype(out)
-    return (a.to_dense().astype(acc) @ b.to_dense().astype(acc)).astype(out)
+    if is_dense(a) and is_dense(b):
+        r = a.to_dense().astype(acc) @ b.to_dense().astype(acc)
+    elif is_dense(b):
+        r = _stored_csr(a, acc) @ b.to_dense().astype(acc)
+    elif is_dense(a):  # (B^T A^T)^T: scipy walks B's stored entries only
+        r = (_stored_csr(b, acc).T @ a.to_dense().astype(acc).T).T
+    else:
+        r = (_stored_csr(a, acc) @ _stored_csr(b, acc)).toarray()
+    return np.asarray(r).astype(out)
 
 
 def spgemm_reference(a: Tensor, b: Tensor) -> np.ndarray:
     """Sparse x sparse through scipy (float64 / complex128 accumulate), densified, in the
     operands' dtype."""
-
-    _check_shapes(a, b)
-    out = result_dtype(a.dtype, b.dtype)
-    mats = []
-    for t in (a, b):
-        pos, crd, val = csr_arrays(t)
-        mats.append(sp.csr_matrix((np.asarray(val, accumulate_dtype(out)), crd, pos),
-                                  shape=t.shape))
-    return (mats[0] @ mats[1]).toarray().astype(out)
+    return matmul_reference(a, b)
 
 
 def _entries_csr(t: Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

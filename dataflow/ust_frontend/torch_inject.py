@@ -28,6 +28,7 @@ import numpy as np
 
 from dataflow.arch import resolve_arch
 from dataflow.errors import UserError
+from dataflow.ust_frontend.extras import require, warn_if_grad
 from dataflow.ust_frontend.named import NamedFormats
 from dataflow.ust_frontend.ops import Matmul, get_executor
 from dataflow.ust_frontend.tensor import Tensor
@@ -128,8 +129,8 @@ def _no_op_hook(module, args):
 
 
 def _modules():
-    import torch
-    from torch import nn
+    torch = require("torch", "torch", needed_for="UST PyTorch injection")
+    nn = require("torch.nn", "torch")
 
     return _linear_class(torch, nn), _mha_class(torch, nn)
 
@@ -198,6 +199,7 @@ def _linear_class(torch, nn):
                                           missing_keys, unexpected_keys, error_msgs)
 
         def forward(self, x):
+            warn_if_grad("UstLinear", x)
             lead = x.shape[:-1]
             xt = np.ascontiguousarray(
                 x.detach().reshape(-1, self.in_features).cpu().numpy().astype(np.float32).T)
@@ -254,6 +256,7 @@ def _mha_class(torch, nn):
 
         def forward(self, query, key, value, key_padding_mask=None, need_weights=True,
                     attn_mask=None, average_attn_weights=True, is_causal=False):
+            warn_if_grad("UstMultiheadAttention", query, key, value)
             if not self.batch_first:
                 query, key, value = (t.transpose(0, 1) for t in (query, key, value))
             q = self._heads(self.q_proj(query))
@@ -316,7 +319,7 @@ _QKV = ("q_proj", "k_proj", "v_proj")
 
 def _pack_in_proj(module, state_dict, prefix, local_metadata) -> None:
     """state_dict post-hook: q/k/v projections -> nn.MultiheadAttention's packed keys."""
-    import torch
+    torch = require("torch", "torch")
 
     packed = {}  # first q/k/v key -> (packed key, value); the other two are dropped
     for part in ("weight", "bias"):
@@ -364,7 +367,7 @@ def inject(model, backend: str = "sim", arch=None, prune=None, *, dataflow: str 
     `SPARSE_THRESHOLD` of a weight is zero), "csr" or "dense". `arch`: ArchSpec or YAML path
     for `sim`. `cache`: a `PlanCache` (None: the default one; False: plan every call).
     Returns the report whose counters fill in as the model runs."""
-    from torch import nn
+    nn = require("torch.nn", "torch", needed_for="UST PyTorch injection")
 
 
     if backend not in ("numpy", "sim"):
@@ -424,7 +427,7 @@ def inject(model, backend: str = "sim", arch=None, prune=None, *, dataflow: str 
 
 def _linear_weights(model):
     """(name, weight Parameter) of every Linear and packed MHA in_proj weight."""
-    from torch import nn
+    nn = require("torch.nn", "torch", needed_for="UST PyTorch injection")
 
     for name, mod in model.named_modules():
         if isinstance(mod, nn.Linear):
@@ -437,7 +440,7 @@ def prune_model(model, amount: float) -> dict[str, float]:
     """Magnitude pruning, in place: zero the `amount` fraction of smallest |w| of each linear
     weight (per layer; ties at the threshold may prune a few more). Returns name -> fraction
     of zeros after pruning."""
-    import torch
+    torch = require("torch", "torch", needed_for="pruning")
 
     if not 0.0 <= amount < 1.0:
         raise UserError(f"prune amount must be in [0, 1), got {amount}")
@@ -455,7 +458,7 @@ def prune_model(model, amount: float) -> dict[str, float]:
 def prune_n_m(model, n: int = 2, m: int = 4) -> dict[str, float]:
     """Structured N:M pruning, in place: in every group of `m` consecutive weights along the
     input dimension keep the `n` largest |w|. Every in_features must divide by m."""
-    import torch
+    torch = require("torch", "torch", needed_for="pruning")
 
     if not 0 < n <= m:
         raise UserError(f"N:M pruning needs 0 < n <= m, got {n}:{m}")

@@ -2,6 +2,9 @@
 over the stored entries p = (i, j_p) of row i (a row with no entries gives zeros); q and k are
 (., d), v is (., dv).
 
+Special values (docs/conventions.md): every maximum propagates NaN (a plain max, fmaxf on the
+GPU, would drop it), so a NaN or inf - inf score makes its row NaN as in the numpy reference.
+
 Unfused: `sparse.sddmm_csr` (scores, mask values = scale) -> `csr_row_softmax` -> `sparse.spmm_csr`.
 Fused (`attention_fused`): one block of ATT_THREADS threads per query row, walking the row's
 entries in chunks of ATT_CHUNK held in shared memory with an online (running-max) softmax, so
@@ -31,7 +34,8 @@ def csr_row_softmax(pos, scores, probs, m):
         hi = pos[i + 1]
         mx = float32(-math.inf)
         for p in range(lo, hi):
-            mx = max(mx, scores[p])
+            sc = scores[p]
+            mx = mx + sc if mx != mx or sc != sc else max(mx, sc)
         total = float32(0.0)
         for p in range(lo, hi):
             e = math.exp(scores[p] - mx)
@@ -41,7 +45,7 @@ def csr_row_softmax(pos, scores, probs, m):
             probs[p] = probs[p] / total
 
 
-def attention_fused(q, k, v, pos, crd, out, scale, d, dv, window, dilation):
+def attention_fused(q, k, v, pos, crd, out, scale, d, dv, window, dilation):  # noqa: C901
     """`window` < 0: the keys of row i are crd[pos[i]:pos[i + 1]] (any CSR pattern).
     `window` >= 0: a (dilated) sliding window, keys j = i + t * dilation for |t| <= window
     inside [0, seq): computed, no index arrays read (the GPU analogue of an affine DIA
@@ -75,22 +79,29 @@ def attention_fused(q, k, v, pos, crd, out, scale, d, dv, window, dilation):
                 dot += q[i, x] * k[kr, x]
             sc = dot * scale
             s[e] = sc
-            mx = max(mx, sc)
+            mx = mx + sc if mx != mx or sc != sc else max(mx, sc)
         red[t] = mx
         cuda.syncthreads()
         half = ATT_THREADS // 2
         while half > 0:
             if t < half:
-                red[t] = max(red[t], red[t + half])
+                a = red[t]
+                b = red[t + half]
+                red[t] = a + b if a != a or b != b else max(a, b)
             cuda.syncthreads()
             half //= 2
         old_max = stat[0]
-        new_max = max(old_max, red[0])
-        corr = math.exp(old_max - new_max)
+        b = red[0]
+        new_max = old_max + b if old_max != old_max or b != b else max(old_max, b)
+        # while every score so far is -inf, exponentiate against 0 (all weights 0, not the
+        # NaN of -inf - -inf), so a later finite chunk is not poisoned; an all -inf row ends
+        # with total 0 and its output 0 / 0 = NaN, as in the reference
+        ref = new_max if new_max != -math.inf else float32(0.0)
+        corr = math.exp(old_max - ref)
         cuda.syncthreads()  # everyone has read red[0] and stat[0]
         part = float32(0.0)
         for e in range(t, cn, ATT_THREADS):
-            w = math.exp(s[e] - new_max)
+            w = math.exp(s[e] - ref)
             s[e] = w
             part += w
         red[t] = part
@@ -114,7 +125,7 @@ def attention_fused(q, k, v, pos, crd, out, scale, d, dv, window, dilation):
         cuda.syncthreads()
     total = stat[1]
     for j in range(t, dv, ATT_THREADS):
-        if total > 0:
+        if hi > lo:  # a row with entries: a NaN total stays NaN
             out[i, j] = acc[j] / total
         else:
             out[i, j] = float32(0.0)
