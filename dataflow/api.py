@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from dataflow.arch import ArchSpec, load_arch, preset_path, resolve_arch
+from dataflow.arch.limits import gib, host_memory_bytes, shown
 from dataflow.errors import UserError
 from dataflow.matmul_workloads import make_operands
 from dataflow.pe_array.simulate import ENGINES
@@ -28,6 +31,16 @@ def simulate(workload: str, arch: ArchSpec | str | Path | None = None, *, seed: 
     reference (float64 accumulate).
     """
     if engine not in ENGINES:
-        raise UserError(f"engine must be 'fast' or 'reference', got {engine!r}")
+        raise UserError(f"--engine must be 'fast' or 'reference', got {shown(engine)}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise UserError(f"--seed must be a non-negative integer, got {shown(seed)}")
     w = get(workload)
-    return w.run(resolve_arch(arch), engine=engine, seed=seed, trace=trace, **w.resolve(params))
+    spec = resolve_arch(arch)
+    given = w.resolve(params)
+    try:
+        return w.run(spec, engine=engine, seed=int(seed), trace=trace, **given)
+    except MemoryError:
+        # the operand checks (`workloads.check_host_memory`) refuse sizes up front; this
+        # catches what they cannot foresee (the mapper's and the engine's own arrays)
+        raise UserError(f"workload {workload!r} ran out of host memory "
+                        f"({gib(host_memory_bytes())} available): use smaller sizes") from None

@@ -8,12 +8,19 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
-from dataflow.arch import ArchSpec
+from dataflow.arch import ArchSpec, PEKind
 from dataflow.errors import UserError
 from dataflow.mapper import map_program
 from dataflow.pe_array.simulate import simulate_mapping
 from dataflow.ust_frontend.ops import as_tensor, lower_matmul, matmul_reference
-from dataflow.workloads import Param, Workload, finish, register
+from dataflow.workloads import (
+    Param,
+    Workload,
+    check_host_memory,
+    dense_bytes,
+    finish,
+    register,
+)
 
 MATMUL_WORKLOADS = ("gemm", "spmm")
 
@@ -25,12 +32,17 @@ def make_operands(workload: str, m: int, k: int, n: int, density: float = 0.1, s
     for name, v in (("m", m), ("k", k), ("n", n)):
         if v <= 0:
             raise UserError(f"--{name} must be a positive integer, got {v}")
+    if workload == "spmm" and not 0.0 < density <= 1.0:
+        raise UserError(f"--density must be in (0, 1], got {density}")
+    # A (dense, or CSR at 12 bytes a nonzero: value, column, the generator's int64 draw),
+    # B and the dense C, twice over: the program's copies and the float64 reference
+    a_bytes = dense_bytes((m, k)) if workload == "gemm" else 12 * density * m * k
+    check_host_memory(f"{workload} operands (--m {m} --k {k} --n {n})",
+                      2 * (a_bytes + dense_bytes((k, n), (m, n))))
     rng = np.random.default_rng(seed)
     b = rng.standard_normal((k, n), dtype=np.float32)
     if workload == "gemm":
         return rng.standard_normal((m, k), dtype=np.float32), b
-    if not 0.0 < density <= 1.0:
-        raise UserError(f"--density must be in (0, 1], got {density}")
     a = sp.random(m, k, density=density, format="csr", dtype=np.float32, random_state=rng,
                   data_rvs=lambda size: rng.standard_normal(size).astype(np.float32))
     a.sort_indices()
@@ -42,6 +54,9 @@ def _run_matmul(workload: str):
             m: int = 256, k: int = 256, n: int = 64, density: float = 0.05,
             dataflow: str | None = None):
         t0 = time.perf_counter()
+        if dataflow is not None and spec.pe_array.kind != PEKind.SYSTOLIC:
+            raise UserError(f"--dataflow {dataflow} applies only to systolic arrays "
+                            f"(pe_array.kind: systolic); {spec.name} is {spec.pe_array.kind}")
         a, b = make_operands(workload, m, k, n, density, seed)
         ta, tb = as_tensor(a), as_tensor(b)
         mapping = map_program(lower_matmul(ta, tb), spec, dataflow=dataflow)

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from dataflow.arch.limits import gib, memory_budget_bytes, shown
 from dataflow.errors import UserError
 from dataflow.testing import max_abs_error, values_match
 
@@ -44,6 +46,38 @@ class Param:
     def flag(self) -> str:
         return "--" + self.name.replace("_", "-")
 
+    def coerce(self, value: Any) -> Any:
+        """`value` as this parameter's declared type: what the CLI would make of the same text
+        (`"32"` -> 32), an integral float as an int (`32.0` -> 32); floats must be finite.
+        Anything else raises a `UserError` naming the parameter. None (a default) stays."""
+        if value is None:
+            return None
+        where = f"{self.flag} (parameter {self.name!r})"
+        if self.type is int:
+            if isinstance(value, bool):
+                raise UserError(f"{where} must be an integer, got {value!r}")
+            if isinstance(value, float) and value.is_integer():
+                return int(value)
+            try:
+                if isinstance(value, (int, str)) or hasattr(value, "__index__"):
+                    return int(value)
+            except ValueError:
+                pass
+            raise UserError(f"{where} must be an integer, got {shown(value)}")
+        if self.type is float:
+            try:
+                out = float(value) if not isinstance(value, bool) else None
+            except (TypeError, ValueError):
+                out = None
+            if out is None:
+                raise UserError(f"{where} must be a number, got {shown(value)}")
+            if not math.isfinite(out):
+                raise UserError(f"{where} must be a finite number, got {shown(value)}")
+            return out
+        if self.type is str and not isinstance(value, str):
+            raise UserError(f"{where} must be a string, got {shown(value)}")
+        return value
+
 
 @dataclass(frozen=True)
 class Workload:
@@ -62,7 +96,7 @@ class Workload:
                              + (", ".join(p.flag for p in self.params) or "no parameters"))
         out = {}
         for p in self.params:
-            v = given.get(p.name, p.default)
+            v = p.coerce(given.get(p.name, p.default))
             if p.choices is not None and v not in p.choices:
                 raise UserError(f"{p.flag} must be one of {p.choices}, got {v!r}")
             out[p.name] = v
@@ -106,6 +140,20 @@ def all_params() -> dict[str, Param]:
         for p in w.params:
             out.setdefault(p.name, p)
     return out
+
+
+def check_host_memory(what: str, nbytes: float) -> None:
+    """Refuse, before allocating, operands and results of `nbytes` bytes that would not fit the
+    host's memory budget (`dataflow.limits.memory_budget_bytes`); a `UserError` naming both."""
+    budget = memory_budget_bytes()
+    if budget and nbytes > budget:
+        raise UserError(f"{what} need {gib(nbytes)} of host memory; the limit is {gib(budget)} "
+                        "(a quarter of the memory available on this machine): use smaller sizes")
+
+
+def dense_bytes(*shapes: tuple[int, ...], itemsize: int = 4) -> int:
+    """Bytes of dense arrays of these shapes (fp32 unless `itemsize` says otherwise)."""
+    return sum(math.prod(int(d) for d in s) for s in shapes) * itemsize
 
 
 def finish(res, reference, t0: float, mapping=None):

@@ -7,6 +7,7 @@ traceback from deep inside and never print-and-continue.
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from enum import Enum
@@ -16,6 +17,7 @@ from typing import Any
 import yaml
 
 from dataflow.arch.errors import ArchError
+from dataflow.arch.limits import MAX_YAML_NODES, cut, shown
 from dataflow.arch.spec import ArchSpec
 from dataflow.arch.validate import validate_arch
 
@@ -23,15 +25,16 @@ from dataflow.arch.validate import validate_arch
 def _build(cls: type, data: Any, source: str, path: str) -> Any:
     """Build dataclass `cls` from plain data, checking keys and types recursively."""
     if not isinstance(data, dict):
-        raise ArchError(source, path, f"expected a mapping for {cls.__name__}, got {type(data).__name__}")
+        raise ArchError(source, path,
+                        f"expected a mapping for {cls.__name__}, got {type(data).__name__}")
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.name != "source"}
     unknown = sorted(set(data) - set(fields))
     if unknown:
         key = unknown[0]
         raise ArchError(
-            source, _join(path, str(key)),
-            f"unknown key {key!r}; allowed keys here: {', '.join(sorted(fields))}",
+            source, _join(path, cut(key)),
+            f"unknown key {shown(key)}; allowed keys here: {', '.join(sorted(fields))}",
         )
     kwargs = {}
     for name, f in fields.items():
@@ -61,23 +64,34 @@ def _convert(tp: Any, value: Any, source: str, path: str) -> Any:
     if isinstance(tp, type) and issubclass(tp, Enum):
         allowed = tuple(member.value for member in tp)
         if not isinstance(value, str) or value not in allowed:
-            raise ArchError(source, path, f"must be one of {allowed}, got {value!r}")
+            raise ArchError(source, path, f"must be one of {allowed}, got {shown(value)}")
         return tp(value)
+    return _scalar(tp, value, source, path)
+
+
+def _scalar(tp: Any, value: Any, source: str, path: str) -> Any:
+    """A bool, int, float (finite) or str field's value, checked."""
     if tp is bool:
         if not isinstance(value, bool):
-            raise ArchError(source, path, f"expected true/false, got {value!r}")
+            raise ArchError(source, path, f"expected true/false, got {shown(value)}")
         return value
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ArchError(source, path, f"expected an integer, got {value!r}")
+            raise ArchError(source, path, f"expected an integer, got {shown(value)}")
         return value
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ArchError(source, path, f"expected a number, got {value!r}")
-        return float(value)
+            raise ArchError(source, path, f"expected a number, got {shown(value)}")
+        try:
+            number = float(value)
+        except OverflowError:
+            number = math.inf
+        if not math.isfinite(number):
+            raise ArchError(source, path, f"must be a finite number, got {shown(value)}")
+        return number
     if tp is str:
         if not isinstance(value, str):
-            raise ArchError(source, path, f"expected a string, got {value!r}")
+            raise ArchError(source, path, f"expected a string, got {shown(value)}")
         return value
     raise TypeError(f"unsupported field type {tp!r} at {path}")
 
@@ -102,19 +116,65 @@ def load_arch(path: str | Path) -> ArchSpec:
 
 
 def read_yaml(path: Path, error: type, what: str):
-    """The data of a YAML file; an unreadable, malformed or empty file raises
-    `error(file, "", message)` (ArchError and the sweep and GPU spec errors share this form)."""
+    """The data of a YAML file; an unreadable, undecodable, malformed or empty file, a key given
+    twice in one mapping, or aliases expanding past `MAX_YAML_NODES` nodes raise
+    `error(file, key_path, message)` (ArchError and the sweep and GPU spec errors share this
+    form)."""
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise error(str(path), "", f"cannot read {what}: not UTF-8 text (byte "
+                    f"0x{exc.object[exc.start]:02x} at offset {exc.start})") from None
     except OSError as exc:
         raise error(str(path), "", f"cannot read {what} ({exc.strerror})") from None
+    loader = yaml.SafeLoader(text)
     try:
-        data = yaml.safe_load(text)
+        node = loader.get_single_node()
+        if node is None:
+            raise error(str(path), "", "file is empty")
+        _check_nodes(node, str(path), error)
+        return loader.construct_document(node)
     except yaml.YAMLError as exc:
-        raise error(str(path), "", f"not valid YAML: {exc}") from None
-    if data is None:
-        raise error(str(path), "", "file is empty")
-    return data
+        raise error(str(path), "", f"not valid YAML: {cut(str(exc), 300)}") from None
+    except RecursionError:
+        raise error(str(path), "", "not valid YAML: nested too deeply") from None
+    finally:
+        loader.dispose()
+
+
+def _check_nodes(root: yaml.Node, source: str, error: type) -> None:
+    """Refuse a key given twice in one mapping (YAML would keep the last silently) and a
+    document whose aliases expand to more than `MAX_YAML_NODES` nodes (an alias bomb), without
+    expanding anything: each node is visited once, its expanded size memoised."""
+    size: dict[int, int] = {}
+
+    def visit(node: yaml.Node, path: str) -> int:
+        if id(node) in size:
+            return size[id(node)]
+        size[id(node)] = 1  # a cycle (an alias inside its own anchor) counts once
+        total = 1
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[object, int] = {}
+            for key_node, value_node in node.value:
+                key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+                here = _join(path, cut(key) if isinstance(key, str) else "?")
+                if key is not None and key != "<<":
+                    if key in seen:
+                        raise error(source, here, f"key given twice (lines {seen[key]} and "
+                                    f"{key_node.start_mark.line + 1}); YAML would keep only "
+                                    "the last")
+                    seen[key] = key_node.start_mark.line + 1
+                total += visit(key_node, here) + visit(value_node, here)
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                total += visit(item, f"{path}[{i}]")
+        size[id(node)] = total
+        if total > MAX_YAML_NODES:
+            raise error(source, path, f"aliases expand to more than {MAX_YAML_NODES:,} values; "
+                        "this file is refused (an alias bomb?)")
+        return total
+
+    visit(root, "")
 
 
 def arch_to_dict(spec: ArchSpec) -> dict:

@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
+import math
+
 from dataflow.arch.errors import ArchError
+from dataflow.arch.limits import (
+    MAX_RECONFIGURABLE_SIDE,
+    MAX_SIMD_LANES,
+    MAX_SPM_LINES,
+    MAX_SYSTOLIC_SIDE,
+    shown,
+)
 from dataflow.arch.spec import AddressMapping, ArchSpec, PEKind, Topology
 from dataflow.dfg.ops import Op
 
@@ -14,93 +23,131 @@ ADDRESS_MAPPINGS = tuple(m.value for m in AddressMapping)
 DTYPES = {"float32": 4, "float16": 2, "float64": 8, "int32": 4, "int8": 1}
 
 
+class _Checks:
+    """The checks of one spec: each failure is an `ArchError` naming its file and key path."""
+
+    def __init__(self, source: str):
+        self.source = source
+
+    def fail(self, key: str, msg: str) -> None:
+        raise ArchError(self.source, key, msg)
+
+    def positive(self, key: str, value: float) -> None:
+        if not value > 0:  # NaN fails every comparison
+            self.fail(key, f"must be > 0, got {value}")
+        if not math.isfinite(value):
+            self.fail(key, f"must be finite, got {value}")
+
+    def non_negative(self, key: str, value: float) -> None:
+        if not value >= 0:
+            self.fail(key, f"must be >= 0, got {value}")
+        if not math.isfinite(value):
+            self.fail(key, f"must be finite, got {value}")
+
+    def at_most(self, key: str, value: int, limit: int, why: str = "") -> None:
+        if value > limit:
+            self.fail(key, f"{value} is beyond the limit of {limit}{why} "
+                           "(docs/conventions.md#limits)")
+
+
 def validate_arch(spec: ArchSpec) -> None:
     """Raise `ArchError` (file + key path) on the first impossible value."""
-    def fail(key: str, msg: str) -> None:
-        raise ArchError(spec.source, key, msg)
+    c = _Checks(spec.source)
+    _check_pe_array(c, spec)
+    _check_interconnect(c, spec)
+    _check_spm(c, spec)
+    c.positive("dram.bytes_per_cycle", spec.dram.bytes_per_cycle)
+    c.non_negative("dram.latency_cycles", spec.dram.latency_cycles)
+    c.positive("dram.channels", spec.dram.channels)
+    c.positive("dram.dma_engines", spec.dram.dma_engines)
+    c.positive("clock_ghz", spec.clock_ghz)
+    if spec.dtype not in DTYPES:
+        c.fail("dtype", f"must be one of {sorted(DTYPES)}, got {spec.dtype!r}")
+    if DTYPES[spec.dtype] != spec.word_bytes:
+        c.fail("word_bytes",
+               f"{spec.dtype} words are {DTYPES[spec.dtype]} bytes, got {spec.word_bytes}")
+    c.non_negative("reconfiguration_cycles", spec.reconfiguration_cycles)
+    for name, value in vars(spec.energy).items():
+        c.non_negative(f"energy.{name}", value)
+    for name, value in vars(spec.area).items():
+        c.non_negative(f"area.{name}", value)
 
-    def positive(key: str, value: float) -> None:
-        if value <= 0:
-            fail(key, f"must be > 0, got {value}")
 
-    def non_negative(key: str, value: float) -> None:
-        if value < 0:
-            fail(key, f"must be >= 0, got {value}")
-
+def _check_pe_array(c: _Checks, spec: ArchSpec) -> None:
     pe = spec.pe_array
-    positive("pe_array.rows", pe.rows)
-    positive("pe_array.cols", pe.cols)
-    positive("pe_array.simd_lanes", pe.simd_lanes)
-    positive("pe_array.register_file_entries", pe.register_file_entries)
-    positive("pe_array.instruction_entries", pe.instruction_entries)
+    c.positive("pe_array.rows", pe.rows)
+    c.positive("pe_array.cols", pe.cols)
+    c.positive("pe_array.simd_lanes", pe.simd_lanes)
+    c.positive("pe_array.register_file_entries", pe.register_file_entries)
+    c.positive("pe_array.instruction_entries", pe.instruction_entries)
     if pe.kind not in PE_KINDS:
-        fail("pe_array.kind", f"must be one of {PE_KINDS}, got {pe.kind!r}")
+        c.fail("pe_array.kind", f"must be one of {PE_KINDS}, got {pe.kind!r}")
+    # sizes the mapper does not handle in reasonable time, refused before it starts
+    if pe.kind == PEKind.SYSTOLIC:
+        side, why = MAX_SYSTOLIC_SIDE, " for a systolic array"
+    else:
+        side, why = (MAX_RECONFIGURABLE_SIDE, " for a reconfigurable array (mapping a larger "
+                     "one takes minutes)")
+    c.at_most("pe_array.rows", pe.rows, side, why)
+    c.at_most("pe_array.cols", pe.cols, side, why)
+    c.at_most("pe_array.simd_lanes", pe.simd_lanes, MAX_SIMD_LANES)
     known_ops = {op.value for op in Op}
     seen: dict[str, str] = {}
     for i, fu in enumerate(pe.functional_units):
         key = f"pe_array.functional_units[{i}]"
-        positive(f"{key}.latency_cycles", fu.latency_cycles)
-        positive(f"{key}.issue_interval_cycles", fu.issue_interval_cycles)
+        c.positive(f"{key}.latency_cycles", fu.latency_cycles)
+        c.positive(f"{key}.issue_interval_cycles", fu.issue_interval_cycles)
         if not fu.ops:
-            fail(f"{key}.ops", "a functional unit must execute at least one op")
+            c.fail(f"{key}.ops", "a functional unit must execute at least one op")
         for op in fu.ops:
             if op not in known_ops:
-                fail(f"{key}.ops", f"unknown op {op!r}; known ops: {', '.join(sorted(known_ops))}")
+                c.fail(f"{key}.ops",
+                       f"unknown op {shown(op)}; known ops: {', '.join(sorted(known_ops))}")
             if op in seen:
-                fail(f"{key}.ops", f"op {op!r} is already executed by unit {seen[op]!r}")
+                c.fail(f"{key}.ops", f"op {op!r} is already executed by unit {seen[op]!r}")
             seen[op] = fu.name
     if pe.kind == PEKind.RECONFIGURABLE:
         for op in ("load", "store", "mul", "add", "mac"):
             if op not in seen:
-                fail("pe_array.functional_units", f"no functional unit executes {op!r}")
+                c.fail("pe_array.functional_units", f"no functional unit executes {op!r}")
 
-    ic = spec.interconnect
+
+def _check_interconnect(c: _Checks, spec: ArchSpec) -> None:
+    ic, pe = spec.interconnect, spec.pe_array
     if ic.topology not in TOPOLOGIES:
-        fail("interconnect.topology", f"must be one of {TOPOLOGIES}, got {ic.topology!r}")
-    positive("interconnect.hop_latency_cycles", ic.hop_latency_cycles)
-    positive("interconnect.link_width_words", ic.link_width_words)
-    positive("interconnect.links_per_direction", ic.links_per_direction)
+        c.fail("interconnect.topology", f"must be one of {TOPOLOGIES}, got {ic.topology!r}")
+    c.positive("interconnect.hop_latency_cycles", ic.hop_latency_cycles)
+    c.positive("interconnect.link_width_words", ic.link_width_words)
+    c.positive("interconnect.links_per_direction", ic.links_per_direction)
     for i, s in enumerate(ic.skip_hop_strides):
         if s < 2 or s >= max(pe.rows, pe.cols):
-            fail(f"interconnect.skip_hop_strides[{i}]",
-                 f"stride must be in [2, {max(pe.rows, pe.cols) - 1}] for a "
-                 f"{pe.rows}x{pe.cols} array, got {s}")
+            c.fail(f"interconnect.skip_hop_strides[{i}]",
+                   f"stride must be in [2, {max(pe.rows, pe.cols) - 1}] for a "
+                   f"{pe.rows}x{pe.cols} array, got {s}")
 
-    spm = spec.spm
-    positive("spm.lines", spm.lines)
-    positive("spm.words_per_row", spm.words_per_row)
-    positive("spm.capacity_words_per_line", spm.capacity_words_per_line)
-    positive("spm.read_ports_per_line", spm.read_ports_per_line)
-    positive("spm.write_ports_per_line", spm.write_ports_per_line)
-    positive("spm.access_latency_cycles", spm.access_latency_cycles)
+
+def _check_spm(c: _Checks, spec: ArchSpec) -> None:
+    spm, pe = spec.spm, spec.pe_array
+    c.positive("spm.lines", spm.lines)
+    c.at_most("spm.lines", spm.lines, MAX_SPM_LINES)
+    c.positive("spm.words_per_row", spm.words_per_row)
+    c.positive("spm.capacity_words_per_line", spm.capacity_words_per_line)
+    c.positive("spm.read_ports_per_line", spm.read_ports_per_line)
+    c.positive("spm.write_ports_per_line", spm.write_ports_per_line)
+    c.positive("spm.access_latency_cycles", spm.access_latency_cycles)
     if spm.write_queue_depth < 0:
-        fail("spm.write_queue_depth", f"must be >= 0, got {spm.write_queue_depth}")
+        c.fail("spm.write_queue_depth", f"must be >= 0, got {spm.write_queue_depth}")
     if spm.address_mapping not in ADDRESS_MAPPINGS:
-        fail("spm.address_mapping", f"must be one of {ADDRESS_MAPPINGS}, got {spm.address_mapping!r}")
+        c.fail("spm.address_mapping",
+               f"must be one of {ADDRESS_MAPPINGS}, got {spm.address_mapping!r}")
     if spm.address_mapping == AddressMapping.XOR and spm.lines & (spm.lines - 1):
-        fail("spm.address_mapping", f"'xor' needs a power-of-two number of lines, got spm.lines = "
-                                    f"{spm.lines}")
+        c.fail("spm.address_mapping", "'xor' needs a power-of-two number of lines, got "
+                                      f"spm.lines = {spm.lines}")
     if spm.capacity_words_per_line % spm.words_per_row:
-        fail("spm.capacity_words_per_line",
-             f"must be a multiple of spm.words_per_row ({spm.words_per_row}), "
-             f"got {spm.capacity_words_per_line}")
+        c.fail("spm.capacity_words_per_line",
+               f"must be a multiple of spm.words_per_row ({spm.words_per_row}), "
+               f"got {spm.capacity_words_per_line}")
     if pe.kind == PEKind.RECONFIGURABLE and spm.words_per_row < pe.simd_lanes:
-        fail("spm.words_per_row",
-             f"a row ({spm.words_per_row} words) must hold one SIMD vector "
-             f"(pe_array.simd_lanes = {pe.simd_lanes})")
-
-    positive("dram.bytes_per_cycle", spec.dram.bytes_per_cycle)
-    non_negative("dram.latency_cycles", spec.dram.latency_cycles)
-    positive("dram.channels", spec.dram.channels)
-    positive("dram.dma_engines", spec.dram.dma_engines)
-
-    positive("clock_ghz", spec.clock_ghz)
-    if spec.dtype not in DTYPES:
-        fail("dtype", f"must be one of {sorted(DTYPES)}, got {spec.dtype!r}")
-    if DTYPES[spec.dtype] != spec.word_bytes:
-        fail("word_bytes", f"{spec.dtype} words are {DTYPES[spec.dtype]} bytes, got {spec.word_bytes}")
-    non_negative("reconfiguration_cycles", spec.reconfiguration_cycles)
-    for name, value in vars(spec.energy).items():
-        non_negative(f"energy.{name}", value)
-    for name, value in vars(spec.area).items():
-        non_negative(f"area.{name}", value)
+        c.fail("spm.words_per_row",
+               f"a row ({spm.words_per_row} words) must hold one SIMD vector "
+               f"(pe_array.simd_lanes = {pe.simd_lanes})")

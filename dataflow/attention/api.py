@@ -25,7 +25,14 @@ from dataflow.ust_frontend.extras import warn_if_grad
 from dataflow.ust_frontend.named import NamedFormats
 from dataflow.ust_frontend.ops import as_tensor, csr_arrays
 from dataflow.ust_frontend.tensor import Tensor
-from dataflow.workloads import Param, Workload, finish, register
+from dataflow.workloads import (
+    Param,
+    Workload,
+    check_host_memory,
+    dense_bytes,
+    finish,
+    register,
+)
 
 BACKENDS = ("numpy", "sim", "cuda")  # cuda: dataflow.cuda kernels (GPU or simulator)
 
@@ -73,6 +80,11 @@ def make_inputs(pattern: str, seq: int, dim: int, seed: int = 0, **pattern_param
     for name, val in (("seq", seq), ("dim", dim)):
         if not isinstance(val, (int, np.integer)) or val < 1:
             raise UserError(f"--{name} must be a positive integer, got {val}")
+    # q, k, v and the output, twice over (the program's copies, the float64 reference); the
+    # attended pairs (scores, probabilities, coordinates) are at most seq x seq, bounded
+    # once the pattern is resolved
+    check_host_memory(f"attention operands (--seq {seq} --dim {dim})",
+                      2 * dense_bytes(*[(seq, dim)] * 4))
     given = {k: v for k, v in pattern_params.items() if v is not None}
     if pattern in ("bigbird", "nm"):
         given.setdefault("seed", seed)
@@ -126,7 +138,8 @@ def _as_matrix(name: str, x) -> np.ndarray:
         x = x.detach().cpu().numpy()
     a = np.asarray(x, dtype=np.float32)
     if a.ndim != 2:
-        raise UserError(f"sparse_attention: {name} must be a (seq, dim) matrix, got shape {a.shape}")
+        raise UserError(f"sparse_attention: {name} must be a (seq, dim) matrix, "
+                        f"got shape {a.shape}")
     return a
 
 
@@ -204,12 +217,17 @@ _PATTERN_PARAMS = (
     Param("pattern", str, "window", "attention sparsity pattern", choices=PATTERNS),
     Param("seq", int, 128, "sequence length (queries = keys)"),
     Param("dim", int, 32, "head dimension d of q, k and v"),
-    Param("window", int, None, f"window half-width in keys (window, dilated; default {DEFAULTS['window']})"),
-    Param("dilation", int, None, f"stride between attended keys (dilated; default {DEFAULTS['dilation']})"),
+    Param("window", int, None,
+          f"window half-width in keys (window, dilated; default {DEFAULTS['window']})"),
+    Param("dilation", int, None,
+          f"stride between attended keys (dilated; default {DEFAULTS['dilation']})"),
     Param("block", int, None, f"block edge in tokens (bigbird; default {DEFAULTS['block']})"),
-    Param("global_blocks", int, None, f"global blocks (bigbird; default {DEFAULTS['global_blocks']})"),
-    Param("window_blocks", int, None, f"block-band half-width (bigbird; default {DEFAULTS['window_blocks']})"),
-    Param("random_blocks", int, None, f"random blocks per block row (bigbird; default {DEFAULTS['random_blocks']})"),
+    Param("global_blocks", int, None,
+          f"global blocks (bigbird; default {DEFAULTS['global_blocks']})"),
+    Param("window_blocks", int, None,
+          f"block-band half-width (bigbird; default {DEFAULTS['window_blocks']})"),
+    Param("random_blocks", int, None,
+          f"random blocks per block row (bigbird; default {DEFAULTS['random_blocks']})"),
     Param("nm", str, None, f"N:M kept keys (nm; default {DEFAULTS['nm']})"),
     Param("lowering", str, "csr", "attention lowering: csr (any pattern), dia (window, dilated: "
           "affine, no gathers), auto", choices=("csr", "dia", "auto")),

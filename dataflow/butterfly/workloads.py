@@ -16,7 +16,14 @@ from dataflow.butterfly import reference as ref
 from dataflow.butterfly.ops import run_butterfly_matmul, run_fft, run_fnet_attention
 from dataflow.errors import UserError
 from dataflow.plan.orchestrate import ORCHESTRATIONS
-from dataflow.workloads import Param, Workload, finish, register
+from dataflow.workloads import (
+    Param,
+    Workload,
+    check_host_memory,
+    dense_bytes,
+    finish,
+    register,
+)
 
 ORCH = Param("orchestration", str, "multilayer",
              "butterfly stages: layer (DRAM round trip per stage), fused (several stages per "
@@ -41,10 +48,17 @@ def _positive(**kw):
             raise UserError(f"--{k} must be a positive integer, got {v}")
 
 
+def _check_memory(what: str, rows: int, cols: int) -> None:
+    """X and Y (complex: 16 bytes a value, with the float64 reference), four times over: the
+    stage buffers between kernels and the (real, imaginary) copies the value check makes."""
+    check_host_memory(what, 4 * dense_bytes((rows, cols), itemsize=16))
+
+
 def _run_butterfly(spec, *, engine="fast", seed=0, trace=False, n=64, batch=32,
                    orchestration="multilayer", complex=False):
     _positive(batch=batch)
     ref.log2_exact(n, "--n")
+    _check_memory(f"butterfly operands (--batch {batch} --n {n})", batch, n)
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((batch, n)).astype(np.float32)
@@ -58,6 +72,7 @@ def _run_fft(spec, *, engine="fast", seed=0, trace=False, n=64, batch=32,
              orchestration="multilayer"):
     _positive(batch=batch)
     ref.log2_exact(n, "--n")
+    _check_memory(f"fft operands (--batch {batch} --n {n})", batch, n)
     t0 = time.perf_counter()
     x = np.random.default_rng(seed).standard_normal((batch, n)).astype(np.float32)
     y, run = run_fft(x, spec, orchestration, engine)
@@ -68,6 +83,7 @@ def _run_fnet(spec, *, engine="fast", seed=0, trace=False, seq=128, dim=64,
               orchestration="multilayer"):
     ref.log2_exact(seq, "--seq")
     ref.log2_exact(dim, "--dim")
+    _check_memory(f"fnet-attention operands (--seq {seq} --dim {dim})", seq, dim)
     t0 = time.perf_counter()
     x = np.random.default_rng(seed).standard_normal((seq, dim)).astype(np.float32)
     y, res, _ = run_fnet_attention(x, spec, orchestration, engine)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dataflow.errors import UserError
+from dataflow.workloads import check_host_memory, dense_bytes
 
 #: micro-tile shapes (rows along m, columns along k), PIT's micro-benchmark granularities
 GRANULARITIES: dict[str, tuple[int, int]] = {"32x1": (32, 1), "1x64": (1, 64), "32x64": (32, 64)}
@@ -46,12 +47,16 @@ def check_shape(m: int, k: int, tile: tuple[int, int], granularity: str) -> None
                          f"got m={m}, k={k}")
 
 
-def random_mask(m: int, k: int, sparsity: float, granularity: str, rng: np.random.Generator) -> np.ndarray:
+def random_mask(m: int, k: int, sparsity: float, granularity: str,
+                rng: np.random.Generator) -> np.ndarray:
     """Boolean m x k keep-mask with a fraction `sparsity` of zeros: element-wise
     (`granularity="element"`) or in whole micro-tiles of that shape (PIT's micro-benchmark
     draws its patterns at the granularity being measured). Exactly round(sparsity * count)
     units are zero, so the measured sparsity is the one asked for."""
     check_sparsity(sparsity)
+    # the mask, then A drawn and masked (fp32, twice: the draw and the product)
+    check_host_memory(f"a {m} x {k} operand (--m {m} --k {k})",
+                      dense_bytes((m, k), itemsize=1 + 4 + 4))
     if granularity == "element":
         bh, bw = 1, 1
     else:

@@ -8,11 +8,13 @@ dynamic-sparsity workloads: which tokens reach which expert is known only at run
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from dataflow.errors import UserError
+from dataflow.workloads import check_host_memory, dense_bytes
 
 
 def check_moe_params(experts: int, top_k: int, tokens: int, dim: int, hidden: int) -> None:
@@ -69,8 +71,16 @@ def make_moe_operands(experts: int, tokens: int, dim: int, hidden: int, skew: fl
     """X (tokens x dim), the gate's weights Wg (dim x experts), its bias (-skew * e: skew > 0
     sends more tokens to the low-numbered experts) and the experts' W (experts x dim x hidden);
     fp32, seeded, scaled so logits and outputs are about unit size."""
+    if not math.isfinite(skew):
+        raise UserError(f"--skew must be a finite number, got {skew}")
     if skew < 0:
         raise UserError(f"--skew must be >= 0, got {skew}")
+    # X, Wg, W, the dispatched rows (top_k <= experts of them per token) and Y, twice over:
+    # the program's copies and the float64 reference
+    check_host_memory(f"moe operands (--experts {experts} --tokens {tokens} --dim {dim} "
+                      f"--hidden {hidden})",
+                      2 * dense_bytes((tokens, dim), (dim, experts), (experts, dim, hidden),
+                                      (tokens, experts, dim + hidden), (tokens, hidden)))
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((tokens, dim), dtype=np.float32)
     wg = (rng.standard_normal((dim, experts)) / np.sqrt(dim)).astype(np.float32)

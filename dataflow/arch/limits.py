@@ -1,0 +1,78 @@
+"""Limits on what a user may ask for, refused up front instead of hanging or running out of
+memory (docs/conventions.md#limits). It imports nothing from `dataflow`, so the loader, the
+workloads and the API share it; it sits in `dataflow.arch` so the plan caches' code fingerprint
+covers the array limits.
+
+The array sizes are what the mapper handles today, measured on a 64 x 64 x 64 GEMM: a
+reconfigurable 32 x 32 array maps in about 12 s, 64 x 64 takes minutes (placement and routing
+grow faster than the PE count); the systolic mapping is analytic and 1024 x 1024 takes
+milliseconds. The YAML bounds keep an alias bomb from expanding, and `shown` keeps any value
+echoed in an error message short.
+"""
+
+from __future__ import annotations
+
+import os
+import reprlib
+
+#: largest pe_array.rows and pe_array.cols of a reconfigurable (modulo-scheduled) array
+MAX_RECONFIGURABLE_SIDE = 32
+#: largest pe_array.rows and pe_array.cols of a systolic array
+MAX_SYSTOLIC_SIDE = 1024
+#: largest spm.lines and pe_array.simd_lanes
+MAX_SPM_LINES = 1024
+MAX_SIMD_LANES = 1024
+#: most YAML nodes (scalars, lists, mappings) a file may expand to once aliases are followed
+MAX_YAML_NODES = 100_000
+#: longest value text an error message echoes
+MAX_SHOWN_CHARS = 80
+#: share of the host's memory that operands and results may take (the rest: the simulator's
+#: own arrays, the numpy reference's float64 copies, everything else running)
+HOST_MEMORY_FRACTION = 0.25
+
+_repr = reprlib.Repr()
+_repr.maxstring = MAX_SHOWN_CHARS
+_repr.maxother = MAX_SHOWN_CHARS
+_repr.maxlist = _repr.maxtuple = _repr.maxdict = _repr.maxset = 6
+_repr.maxlevel = 3
+
+
+def shown(value: object) -> str:
+    """`repr(value)` cut to about `MAX_SHOWN_CHARS` characters (nested containers elided), for
+    error messages: never expands a large or self-sharing structure."""
+    text = _repr.repr(value)
+    if len(text) > MAX_SHOWN_CHARS + 10:
+        text = text[:MAX_SHOWN_CHARS] + "..."
+    return text
+
+
+def cut(text: str, limit: int = MAX_SHOWN_CHARS) -> str:
+    """`text` on one line, cut to `limit` characters (a key or a parser message echoed in an
+    error)."""
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def host_memory_bytes() -> int:
+    """Physical memory of this machine in bytes (MemAvailable of /proc/meminfo where there is
+    one, else the physical pages); 0 when it cannot be told."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, AttributeError):
+        return 0
+
+
+def memory_budget_bytes() -> int:
+    """Bytes operands and results may take: `HOST_MEMORY_FRACTION` of `host_memory_bytes`."""
+    return int(host_memory_bytes() * HOST_MEMORY_FRACTION)
+
+
+def gib(nbytes: float) -> str:
+    return f"{nbytes / 2**30:.3g} GiB"
