@@ -52,6 +52,12 @@ USES: dict[str, tuple[str, ...]] = {
     "nm": ("nm", "seed"),
 }
 
+#: The parameters that are integers, checked in this order; those in POSITIVE_PARAMS must be
+#: >= 1 (a stride or block edge of 0 is meaningless), the rest >= 0 (counts and seeds).
+INTEGER_PARAMS = ("window", "dilation", "block", "global_blocks", "window_blocks",
+                  "random_blocks", "seed")
+POSITIVE_PARAMS = ("dilation", "block")
+
 
 class PatternError(UserError):
     """A bad attention pattern or pattern parameter (the message names the parameter)."""
@@ -71,12 +77,24 @@ class AttentionPattern:
 
 
 def resolve(name: str, seq: int, **params) -> AttentionPattern:
-    """Check `name` and its parameters (defaults filled in); raise PatternError naming the bad one."""
+    """Check `name` and its parameters (defaults filled in); raise PatternError naming the bad
+    one."""
     if name not in PATTERNS:
         raise PatternError(f"unknown attention pattern {name!r}; choose one of {PATTERNS}")
     if not isinstance(seq, (int, np.integer)) or seq < 1:
         raise PatternError(f"seq must be a positive integer, got {seq!r}")
     seq = int(seq)
+    _check_param_names(name, params)
+    got = {k: params.get(k, DEFAULTS[k]) for k in USES[name]}
+    _check_integers(got)
+    _check_against_seq(name, seq, got)
+    if name == "nm":
+        got["nm"] = _parse_nm(got["nm"], seq)
+    return AttentionPattern(name, seq, tuple(got.items()))
+
+
+def _check_param_names(name: str, params) -> None:
+    """Every given parameter is known, and one that pattern `name` reads."""
     unknown = sorted(set(params) - set(DEFAULTS))
     if unknown:
         raise PatternError(f"unknown pattern parameter {unknown[0]!r}; known: {sorted(DEFAULTS)}")
@@ -84,15 +102,24 @@ def resolve(name: str, seq: int, **params) -> AttentionPattern:
     if unused:
         takes = ", ".join(USES[name]) or "no parameters"
         raise PatternError(f"pattern {name!r} does not take {unused[0]!r}; it takes {takes}")
-    got = {k: params.get(k, DEFAULTS[k]) for k in USES[name]}
-    for k in ("window", "dilation", "block", "global_blocks", "window_blocks", "random_blocks",
-              "seed"):
+
+
+def _check_integers(got: dict) -> None:
+    """The integer parameters in `got` are integers (not bools) at or above their minimum;
+    converted to int in place."""
+    for k in INTEGER_PARAMS:
         if k in got:
             v = got[k]
-            lo = 1 if k in ("dilation", "block") else 0
+            lo = 1 if k in POSITIVE_PARAMS else 0
             if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < lo:
                 raise PatternError(f"{k} must be an integer >= {lo}, got {v!r}")
             got[k] = int(v)
+
+
+def _check_against_seq(name: str, seq: int, got: dict) -> None:
+    """The bounds that depend on seq: window and dilation at most seq, BigBird's block
+    dividing it (and global/random block counts at most seq / block), butterfly's seq a power
+    of two."""
     if "window" in got and got["window"] > seq:
         raise PatternError(f"window must be <= seq ({seq}), got window={got['window']}")
     if "dilation" in got and got["dilation"] > seq:
@@ -110,9 +137,6 @@ def resolve(name: str, seq: int, **params) -> AttentionPattern:
                                f"got random_blocks={got['random_blocks']}")
     if name == "butterfly" and seq & (seq - 1):
         raise PatternError(f"the butterfly pattern needs seq a power of two, got seq={seq}")
-    if name == "nm":
-        got["nm"] = _parse_nm(got["nm"], seq)
-    return AttentionPattern(name, seq, tuple(got.items()))
 
 
 def _parse_nm(text, seq: int) -> str:

@@ -160,6 +160,17 @@ class Kernel:
     def verify(self) -> None:
         """Raise DFGError unless the kernel is well formed."""
         where = f"kernel {self.name!r}"
+        self._verify_ids_and_loops(where)
+        self._verify_vector_loop(where)
+        self._verify_no_read_after_write(where)
+        for n in self.nodes:
+            self._verify_node(where, n)
+        self._verify_fetch(where)
+        self._verify_carried(where)
+
+    def _verify_ids_and_loops(self, where: str) -> None:
+        """Node ids 0..n-1 in order; distinct loop variables; sparse loops name a known pos
+        array and an enclosing parent; dense extents are not negative."""
         ids = [n.id for n in self.nodes]
         if ids != list(range(len(ids))):
             raise DFGError(f"{where}: node ids must be 0..n-1 in order, got {ids}")
@@ -174,47 +185,73 @@ class Kernel:
                     raise DFGError(f"{where}: loop {lp.var!r} needs an enclosing parent loop")
             elif lp.extent < 0:
                 raise DFGError(f"{where}: loop {lp.var!r} has negative extent")
-        if self.vector_var is not None:
-            vl = [lp for lp in self.loops if lp.var == self.vector_var]
-            if not vl or not vl[0].is_dense or vl[0] is self.loops[0]:
-                raise DFGError(f"{where}: vector_var must be a dense loop inside the outermost")
-            if any(lp.parent == self.vector_var for lp in self.loops):
-                raise DFGError(f"{where}: no sparse loop may hang off the vector loop")
+
+    def _verify_vector_loop(self, where: str) -> None:
+        """The vector loop is dense, not the outermost, and no sparse loop hangs off it."""
+        if self.vector_var is None:
+            return
+        vl = [lp for lp in self.loops if lp.var == self.vector_var]
+        if not vl or not vl[0].is_dense or vl[0] is self.loops[0]:
+            raise DFGError(f"{where}: vector_var must be a dense loop inside the outermost")
+        if any(lp.parent == self.vector_var for lp in self.loops):
+            raise DFGError(f"{where}: no sparse loop may hang off the vector loop")
+
+    def _verify_no_read_after_write(self, where: str) -> None:
         written = {n.buffer for n in self.nodes if n.op.writes_spm}
         for n in self.nodes:
             if n.op in (Op.LOAD, Op.GATHER) and n.buffer in written:
                 raise DFGError(f"{where}: node %{n.id} loads {n.buffer!r}, which the kernel "
                                "also writes (read-after-write inside a kernel is not modelled)")
-        for n in self.nodes:
-            if len(n.inputs) != ARITY[n.op]:
-                raise DFGError(f"{where}: node %{n.id} {n.op.value} takes {ARITY[n.op]} inputs")
-            if any(i >= n.id for i in n.inputs):
-                raise DFGError(f"{where}: node %{n.id} uses a later node (body must be a DAG in order)")
-            if n.op.is_memory:
-                if n.buffer not in self.buffer_map or n.addr is None:
-                    raise DFGError(f"{where}: node %{n.id} needs a declared buffer and an address")
-                for v, _ in n.addr.terms:
-                    if v not in loop_vars:
-                        raise DFGError(f"{where}: node %{n.id} address uses unknown variable {v!r}")
-                if n.op.is_indirect != bool(n.addr.index_stride):
-                    raise DFGError(f"{where}: node %{n.id}: only gather/scatter/scatter_acc use an index")
-                if n.op is Op.SCATTER_ACC and self.nodes[n.inputs[0]].op not in (Op.LOAD, Op.GATHER):
-                    # the run of same-address iterations (one read-modify-write per run) is
-                    # decided from the next iteration's address, so its index must be loaded
-                    raise DFGError(f"{where}: node %{n.id} scatter_acc needs a loaded index "
-                                   f"(load or gather), got {self.nodes[n.inputs[0]].op.value}")
+
+    def _verify_node(self, where: str, n: Node) -> None:
+        """Arity, inputs from earlier nodes only, and (memory nodes) buffer and address."""
+        if len(n.inputs) != ARITY[n.op]:
+            raise DFGError(f"{where}: node %{n.id} {n.op.value} takes {ARITY[n.op]} inputs")
+        if any(i >= n.id for i in n.inputs):
+            raise DFGError(f"{where}: node %{n.id} uses a later node "
+                           "(body must be a DAG in order)")
+        if n.op.is_memory:
+            self._verify_memory_node(where, n)
+
+    def _verify_memory_node(self, where: str, n: Node) -> None:
+        if n.buffer not in self.buffer_map or n.addr is None:
+            raise DFGError(f"{where}: node %{n.id} needs a declared buffer and an address")
+        loop_vars = [lp.var for lp in self.loops]
+        for v, _ in n.addr.terms:
+            if v not in loop_vars:
+                raise DFGError(f"{where}: node %{n.id} address uses unknown variable {v!r}")
+        if n.op.is_indirect != bool(n.addr.index_stride):
+            raise DFGError(f"{where}: node %{n.id}: only gather/scatter/scatter_acc use "
+                           "an index")
+        index_op = self.nodes[n.inputs[0]].op if n.op is Op.SCATTER_ACC else None
+        if index_op is not None and index_op not in (Op.LOAD, Op.GATHER):
+            # the run of same-address iterations (one read-modify-write per run) is
+            # decided from the next iteration's address, so its index must be loaded
+            raise DFGError(f"{where}: node %{n.id} scatter_acc needs a loaded index "
+                           f"(load or gather), got {index_op.value}")
+
+    def _verify_fetch(self, where: str) -> None:
+        """fetch="gather" only for an input read only by gathers whose index is a load."""
         for b in self.buffers:
             if b.fetch == BufferFetch.WHOLE:
                 continue
-            users = [n for n in self.nodes if n.buffer == b.name]
-            if b.fetch != BufferFetch.GATHER or b.role != BufferRole.INPUT or not users or any(
-                    n.op is not Op.GATHER or self.nodes[n.inputs[0]].op is not Op.LOAD for n in users):
+            if (b.fetch != BufferFetch.GATHER or b.role != BufferRole.INPUT
+                    or not self._read_only_by_loaded_gathers(b)):
                 raise DFGError(f"{where}: buffer {b.name!r} fetch={str(b.fetch)!r}: 'gather' is "
                                "for an input read only by gathers whose index is a load; else "
                                "'whole'")
+
+    def _read_only_by_loaded_gathers(self, b: Buffer) -> bool:
+        users = [n for n in self.nodes if n.buffer == b.name]
+        return bool(users) and all(
+            n.op is Op.GATHER and self.nodes[n.inputs[0]].op is Op.LOAD for n in users)
+
+    def _verify_carried(self, where: str) -> None:
+        """Carried edges join existing nodes at distance >= 1; no cycle of distance 0."""
         g = self.graph()
         zero = nx.DiGraph([(u, v) for u, v, d in g.edges(data="distance") if d == 0])
-        if any(s >= len(self.nodes) or d >= len(self.nodes) or dist < 1 for s, d, dist in self.carried):
+        n_nodes = len(self.nodes)
+        if any(s >= n_nodes or d >= n_nodes or dist < 1 for s, d, dist in self.carried):
             raise DFGError(f"{where}: carried edges need existing nodes and distance >= 1")
         if not nx.is_directed_acyclic_graph(zero):
             raise DFGError(f"{where}: the body has a cycle of distance 0")

@@ -24,6 +24,16 @@ from dataflow.mapper.mapping import MappingError
 
 Link = tuple[tuple[int, int], tuple[int, int]]
 
+# hop count taken for a PE pair with no route (absent from the distance table): more than any
+# route may take, so the search skips it
+UNREACHABLE_HOPS = 1 << 30
+# cost per cycle a route waits before departing: a tie-breaker, far below one link's cost, so of
+# equally cheap routes the earliest departure wins
+DEPART_DELAY_COST = 0.01
+# cost of a flit that rides one of the same value already on that (link, slot) (multicast): not
+# zero, so of two shared routes the shorter still wins
+SHARED_FLIT_COST = 0.05
+
 
 def is_immediate(kernel: Kernel, node: int) -> bool:
     """A constant reaches its consumers as an immediate operand in their instruction words (as
@@ -222,48 +232,64 @@ class RouteState:
         best = None
         for depart in range(ready, ready + min(ii, max(1, t - ready + 1))):
             max_hops = (t - depart - (flits - 1)) // hop
-            if self.dist[src_pe].get(dst_pe, 1 << 30) > max_hops:
+            if self.dist[src_pe].get(dst_pe, UNREACHABLE_HOPS) > max_hops:
                 break
             if src_pe == dst_pe:
                 return (src_pe,), depart, 0.0
-            start = (0.01 * (depart - ready), 0, src_pe)
-            seen: dict = {}
-            heap = [start]
-            prev = {(src_pe, 0): None}
-            while heap:
-                cost, h, pe = heapq.heappop(heap)
-                if pe == dst_pe:
-                    path = [pe]
-                    node = (pe, h)
-                    while prev[node] is not None:
-                        node = prev[node]
-                        path.append(node[0])
-                    cand = (tuple(path[::-1]), depart, cost)
-                    if best is None or cost < best[2]:
-                        best = cand
-                    break
-                if seen.get((pe, h), math.inf) < cost or h >= max_hops:
-                    continue
-                for nb, lid in self.nbrs[pe]:
-                    if self.dist[nb].get(dst_pe, 1 << 30) > max_hops - h - 1:
-                        continue
-                    step = 0.0
-                    ok = True
-                    for j in range(flits):
-                        k = lid * ii + (depart + h * hop + j) % ii
-                        over = self.new_flit(k, value, extra)
-                        if over is None:  # rides a flit of the same value already there
-                            step += 0.05
-                            continue
-                        if over > 0 and strict:
-                            ok = False
-                            break
-                        step += (1.0 + self.history[k]) * (1.0 + self.present_factor * max(0, over))
-                    if not ok:
-                        continue
-                    c2 = cost + step
-                    if c2 < seen.get((nb, h + 1), math.inf):
-                        seen[(nb, h + 1)] = c2
-                        prev[(nb, h + 1)] = (pe, h)
-                        heapq.heappush(heap, (c2, h + 1, nb))
+            start_cost = DEPART_DELAY_COST * (depart - ready)
+            got = self._cheapest_path(src_pe, dst_pe, depart, start_cost, max_hops, flits,
+                                      strict, value, extra)
+            if got is not None and (best is None or got[1] < best[2]):
+                best = (got[0], depart, got[1])
         return best
+
+    def _cheapest_path(self, src_pe, dst_pe, depart, start_cost, max_hops, flits, strict,
+                       value, extra):
+        """Dijkstra over (PE, hops) for one departure cycle, at most `max_hops` hops;
+        (path, cost) or None when dst_pe is not reached."""
+        seen: dict = {}
+        heap = [(start_cost, 0, src_pe)]
+        prev = {(src_pe, 0): None}
+        while heap:
+            cost, h, pe = heapq.heappop(heap)
+            if pe == dst_pe:
+                return _backtrack(prev, (pe, h)), cost
+            if seen.get((pe, h), math.inf) < cost or h >= max_hops:
+                continue
+            for nb, lid in self.nbrs[pe]:
+                if self.dist[nb].get(dst_pe, UNREACHABLE_HOPS) > max_hops - h - 1:
+                    continue
+                step = self._hop_cost(lid, depart + h * self.hop, flits, strict, value, extra)
+                if step is None:
+                    continue
+                c2 = cost + step
+                if c2 < seen.get((nb, h + 1), math.inf):
+                    seen[(nb, h + 1)] = c2
+                    prev[(nb, h + 1)] = (pe, h)
+                    heapq.heappush(heap, (c2, h + 1, nb))
+        return None
+
+    def _hop_cost(self, lid, head, flits, strict: bool, value, extra) -> float | None:
+        """PathFinder cost of `value`'s flits crossing link `lid` from cycle `head` on; None
+        when strict and a flit would overuse its (link, slot)."""
+        ii = self.ii
+        step = 0.0
+        for j in range(flits):
+            k = lid * ii + (head + j) % ii
+            over = self.new_flit(k, value, extra)
+            if over is None:  # rides a flit of the same value already there
+                step += SHARED_FLIT_COST
+                continue
+            if over > 0 and strict:
+                return None
+            step += (1.0 + self.history[k]) * (1.0 + self.present_factor * max(0, over))
+        return step
+
+
+def _backtrack(prev, node) -> tuple:
+    """The PEs from the search's start to `node` = (PE, hops), following `prev`."""
+    path = [node[0]]
+    while prev[node] is not None:
+        node = prev[node]
+        path.append(node[0])
+    return tuple(path[::-1])

@@ -27,6 +27,7 @@ order is the same in every dataflow and both engines agree bit for bit.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numba
 import numpy as np
@@ -157,90 +158,143 @@ def run_systolic_reference(sm: SystolicMapping, arch: ArchSpec, inputs) -> Array
     a, b = _operands(sm, inputs)
     a = np.asarray(a, np.float32)
     b = np.asarray(b, np.float32)
-    R, C = sm.rows, sm.cols
     out = np.zeros((sm.m, sm.n), dtype=np.float32)
-    busy = np.zeros((R, C), dtype=np.int64)
-    _, _, T = systolic_dims(sm.dataflow, sm.m, sm.n, sm.k)
-    reads_if = reads_f = writes_o = 0
-    observed = []
-    for r0, r1, c0, c1 in folds(sm):
-        preload = 0 if sm.dataflow == "os" else R
-        # registers moving right (west->east) and down (north->south), with valid flags
-        h_val = np.zeros((R, C), np.float32)
-        h_ok = np.zeros((R, C), bool)
-        h_t = np.zeros((R, C), np.int64)
-        h_present = np.zeros((R, C), bool)
-        v_val = np.zeros((R, C), np.float32)
-        v_ok = np.zeros((R, C), bool)
-        stationary = np.zeros((R, C), np.float32)
-        cyc = 0
-        # preload: the stationary tile shifts in from the top, one row per cycle
-        for step in range(preload):
-            stationary[1:] = stationary[:-1].copy()
-            src_row = R - 1 - step  # the bottom row enters first
-            stationary[0] = 0
-            for c in range(C):
-                rr, cc = r0 + src_row, c0 + c
-                if rr < r1 and cc < c1:
-                    stationary[0, c] = _stationary_elem(sm, a, b, rr, cc)
-                    reads_f += sm.dataflow == "ws"
-                    reads_if += sm.dataflow == "is"
-            cyc += 1
-        acc = np.zeros((R, C), np.float32)  # os: outputs live in the PEs
-        while True:
-            # shift the moving operands one hop
-            for reg in (h_val, h_ok, h_t, h_present):
-                reg[:, 1:] = reg[:, :-1].copy()
-            if sm.dataflow == "os":
-                v_val[1:], v_ok[1:] = v_val[:-1].copy(), v_ok[:-1].copy()
-            # feed the west edge (and north edge for os), skewed by row / column
-            s = cyc - preload
-            for r in range(R):
-                t = s - r
-                # every row carries a token (a bubble on padded rows) so the wavefront's exit
-                # from the padded array is observed, not assumed
-                h_present[r, 0] = 0 <= t < T
-                h_t[r, 0] = t
-                h_ok[r, 0] = 0 <= t < T and r0 + r < r1
-                if h_ok[r, 0]:
-                    h_val[r, 0] = _streamed_elem(sm, a, b, r0 + r, t)
-                    reads_if += sm.dataflow != "is"
-                    reads_f += sm.dataflow == "is"
-            if sm.dataflow == "os":
-                for c in range(C):
-                    t = s - c
-                    v_ok[0, c] = 0 <= t < T and c0 + c < c1
-                    if v_ok[0, c]:
-                        v_val[0, c] = b[t, c0 + c]
-                        reads_f += 1
-            # every PE with both operands does one MAC
-            for r in range(R):
-                for c in range(C):
-                    if sm.dataflow == "os":
-                        if h_ok[r, c] and v_ok[r, c]:
-                            acc[r, c] = acc[r, c] + np.float32(h_val[r, c] * v_val[r, c])
-                            busy[r, c] += 1
-                    elif h_ok[r, c] and r0 + r < r1 and c0 + c < c1:
-                        # ws/is: partial sum of stream element t, reduced down column c in r order
-                        t = int(h_t[r, c])
-                        i, j = _output_of(sm, t, c0 + c)
-                        out[i, j] = out[i, j] + np.float32(h_val[r, c] * stationary[r, c])
-                        busy[r, c] += 1
-                        if r == r1 - r0 - 1:
-                            writes_o += 1
-            cyc += 1
-            # the fold ends when the last token of the bottom row has reached the last column
-            if h_present[R - 1, C - 1] and h_t[R - 1, C - 1] == T - 1:
-                break
-        if sm.dataflow == "os":
-            out[r0:r1, c0:c1] += acc[: r1 - r0, : c1 - c0]
-            writes_o += (r1 - r0) * (c1 - c0)
-        observed.append(cyc)
+    busy = np.zeros((sm.rows, sm.cols), dtype=np.int64)
+    counts = _SramCounts()
+    observed = [_step_fold(sm, a, b, fold, out, busy, counts) for fold in folds(sm)]
     total = sum(observed) - 1
-    expected = closed_form_cycles(sm.dataflow, sm.m, sm.n, sm.k, R, C)
+    expected = closed_form_cycles(sm.dataflow, sm.m, sm.n, sm.k, sm.rows, sm.cols)
     if total != expected:  # the stepper is the definition the closed form must equal
         raise AssertionError(f"systolic stepper observed {total} cycles, closed form {expected}")
-    return _result(sm, arch, out, busy, [reads_if, reads_f, 0], [0, 0, writes_o])
+    return _result(sm, arch, out, busy, [counts.reads_if, counts.reads_f, 0],
+                   [0, 0, counts.writes_o])
+
+
+@dataclass
+class _SramCounts:
+    """Word accesses the stepper observes: ifmap and filter SRAM reads, ofmap SRAM writes."""
+
+    reads_if: int = 0
+    reads_f: int = 0
+    writes_o: int = 0
+
+
+@dataclass
+class _Wires:
+    """The moving operand registers of every PE, R x C each: values moving right (west to
+    east) with their valid flag, stream index and token-present flag (a bubble on a padded
+    row is present but not valid), and values moving down (north to south, os only)."""
+
+    h_val: np.ndarray
+    h_ok: np.ndarray
+    h_t: np.ndarray
+    h_present: np.ndarray
+    v_val: np.ndarray
+    v_ok: np.ndarray
+
+
+def _empty_wires(rows: int, cols: int) -> _Wires:
+    shape = (rows, cols)
+    return _Wires(np.zeros(shape, np.float32), np.zeros(shape, bool), np.zeros(shape, np.int64),
+                  np.zeros(shape, bool), np.zeros(shape, np.float32), np.zeros(shape, bool))
+
+
+def _step_fold(sm: SystolicMapping, a, b, fold, out, busy, counts: _SramCounts) -> int:
+    """Step one fold (row_lo, row_hi, col_lo, col_hi) to its end, accumulating into `out`,
+    `busy` and `counts`; the cycles it took."""
+    r0, r1, c0, c1 = fold
+    R, C = sm.rows, sm.cols
+    _, _, T = systolic_dims(sm.dataflow, sm.m, sm.n, sm.k)
+    wires = _empty_wires(R, C)
+    stationary = _preload_stationary(sm, a, b, fold, counts)
+    preload = 0 if sm.dataflow == "os" else R
+    cyc = preload
+    acc = np.zeros((R, C), np.float32)  # os: outputs live in the PEs
+    while True:
+        _shift_wires(sm, wires)
+        _feed_edges(sm, a, b, fold, wires, cyc - preload, T, counts)
+        _mac_step(sm, fold, wires, stationary, acc, out, busy, counts)
+        cyc += 1
+        # the fold ends when the last token of the bottom row has reached the last column
+        if wires.h_present[R - 1, C - 1] and wires.h_t[R - 1, C - 1] == T - 1:
+            break
+    if sm.dataflow == "os":
+        out[r0:r1, c0:c1] += acc[: r1 - r0, : c1 - c0]
+        counts.writes_o += (r1 - r0) * (c1 - c0)
+    return cyc
+
+
+def _preload_stationary(sm: SystolicMapping, a, b, fold, counts: _SramCounts) -> np.ndarray:
+    """ws/is: the stationary tile shifts in from the top, one row per cycle (R cycles; none
+    for os)."""
+    r0, r1, c0, c1 = fold
+    R, C = sm.rows, sm.cols
+    preload = 0 if sm.dataflow == "os" else R
+    stationary = np.zeros((R, C), np.float32)
+    for step in range(preload):
+        stationary[1:] = stationary[:-1].copy()
+        src_row = R - 1 - step  # the bottom row enters first
+        stationary[0] = 0
+        for c in range(C):
+            rr, cc = r0 + src_row, c0 + c
+            if rr < r1 and cc < c1:
+                stationary[0, c] = _stationary_elem(sm, a, b, rr, cc)
+                counts.reads_f += sm.dataflow == "ws"
+                counts.reads_if += sm.dataflow == "is"
+    return stationary
+
+
+def _shift_wires(sm: SystolicMapping, w: _Wires) -> None:
+    """Move the operands one hop: right, and (os) down."""
+    for reg in (w.h_val, w.h_ok, w.h_t, w.h_present):
+        reg[:, 1:] = reg[:, :-1].copy()
+    if sm.dataflow == "os":
+        w.v_val[1:], w.v_ok[1:] = w.v_val[:-1].copy(), w.v_ok[:-1].copy()
+
+
+def _feed_edges(sm: SystolicMapping, a, b, fold, w: _Wires, s: int, T: int,
+                counts: _SramCounts) -> None:
+    """Feed the west edge (and the north edge for os) at stream step s, skewed by row
+    (column)."""
+    r0, r1, c0, c1 = fold
+    for r in range(sm.rows):
+        t = s - r
+        # every row carries a token (a bubble on padded rows) so the wavefront's exit
+        # from the padded array is observed, not assumed
+        w.h_present[r, 0] = 0 <= t < T
+        w.h_t[r, 0] = t
+        w.h_ok[r, 0] = 0 <= t < T and r0 + r < r1
+        if w.h_ok[r, 0]:
+            w.h_val[r, 0] = _streamed_elem(sm, a, b, r0 + r, t)
+            counts.reads_if += sm.dataflow != "is"
+            counts.reads_f += sm.dataflow == "is"
+    if sm.dataflow == "os":
+        for c in range(sm.cols):
+            t = s - c
+            w.v_ok[0, c] = 0 <= t < T and c0 + c < c1
+            if w.v_ok[0, c]:
+                w.v_val[0, c] = b[t, c0 + c]
+                counts.reads_f += 1
+
+
+def _mac_step(sm: SystolicMapping, fold, w: _Wires, stationary, acc, out, busy,
+              counts: _SramCounts) -> None:
+    """Every PE with both operands does one MAC: os into its own accumulator, ws/is into the
+    output its stream element and column reduce to (down column c in r order)."""
+    r0, r1, c0, c1 = fold
+    for r in range(sm.rows):
+        for c in range(sm.cols):
+            if sm.dataflow == "os":
+                if w.h_ok[r, c] and w.v_ok[r, c]:
+                    acc[r, c] = acc[r, c] + np.float32(w.h_val[r, c] * w.v_val[r, c])
+                    busy[r, c] += 1
+            elif w.h_ok[r, c] and r0 + r < r1 and c0 + c < c1:
+                t = int(w.h_t[r, c])
+                i, j = _output_of(sm, t, c0 + c)
+                out[i, j] = out[i, j] + np.float32(w.h_val[r, c] * stationary[r, c])
+                busy[r, c] += 1
+                if r == r1 - r0 - 1:
+                    counts.writes_o += 1
 
 
 def _stationary_elem(sm, a, b, rr, cc):
