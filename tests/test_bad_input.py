@@ -68,6 +68,8 @@ def test_gemm_too_large_for_host_memory_is_one_clear_error(monkeypatch):
     ("spmm", {"m": 10**12, "k": 64, "n": 64, "density": 0.5}),
     ("attention", {"seq": 2**40, "dim": 64}),
     ("dynamic-spmm", {"m": 2**40, "k": 64, "n": 64, "granularity": "32x1"}),
+    ("dynamic-spmm", {"m": 64, "k": 64, "n": 2**40, "granularity": "32x1"}),
+    ("relu-ffn", {"tokens": 2**30, "dim": 64, "hidden": 2**20}),
     ("moe", {"tokens": 2**40}),
     ("butterfly", {"n": 2**40}),
     ("fft", {"batch": 2**40}),

@@ -27,7 +27,7 @@ from dataflow.dynamic.stats import CHOICES, DynamicStats
 from dataflow.errors import UserError
 from dataflow.mapper import map_program
 from dataflow.pe_array.simulate import simulate_mapping
-from dataflow.workloads import finish
+from dataflow.workloads import check_host_memory, dense_bytes, finish
 
 
 def make_dynamic_operands(m: int, k: int, n: int, sparsity: float, mask_granularity: str,
@@ -39,6 +39,9 @@ def make_dynamic_operands(m: int, k: int, n: int, sparsity: float, mask_granular
                          f"got {mask_granularity!r}")
     if n <= 0:
         raise UserError(f"--n must be a positive integer, got {n}")
+    # A, its mask, B and the dense C, twice over (the reference's copies)
+    check_host_memory(f"dynamic-spmm operands (--m {m} --k {k} --n {n})",
+                      2 * dense_bytes((m, k), (m, k), (k, n), (m, n)))
     rng = np.random.default_rng(seed)
     keep = random_mask(m, k, check_sparsity(sparsity), mask_granularity, rng)
     a = rng.standard_normal((m, k), dtype=np.float32) * keep

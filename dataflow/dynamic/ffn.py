@@ -36,7 +36,7 @@ from dataflow.dynamic.stats import CHOICES, DynamicStats
 from dataflow.errors import UserError
 from dataflow.mapper import map_program
 from dataflow.pe_array.simulate import simulate_mapping
-from dataflow.workloads import Param, finish
+from dataflow.workloads import Param, check_host_memory, dense_bytes, finish
 
 DEAD_BIAS = -100.0
 
@@ -57,6 +57,10 @@ def make_ffn_operands(tokens: int, dim: int, hidden: int, sparsity: float, seed:
         if v <= 0:
             raise UserError(f"--{name} must be a positive integer, got {v}")
     check_sparsity(sparsity)
+    # X, W1, W2, the hidden activations and Y, twice over (the reference's copies)
+    check_host_memory(f"relu-ffn operands (--tokens {tokens} --dim {dim} --hidden {hidden})",
+                      2 * dense_bytes((tokens, dim), (dim, hidden), (hidden, dim),
+                                      (tokens, hidden), (tokens, dim)))
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((tokens, dim), dtype=np.float32)
     w1 = (rng.standard_normal((dim, hidden)) / np.sqrt(dim)).astype(np.float32)
