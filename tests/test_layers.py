@@ -30,7 +30,7 @@ LAYERS = (
     (6, ("dataflow.ust_frontend",)),
     (7, ("dataflow.workloads", "dataflow.matmul_workloads", "dataflow.butterfly",
          "dataflow.attention", "dataflow.dynamic", "dataflow.moe")),
-    (8, ("dataflow.api",)),
+    (8, ("dataflow.api", "dataflow.models")),
     (9, ("dataflow.cli", "dataflow.report", "dataflow.dse", "dataflow.cuda")),
     (10, ("dataflow",)),
 )
