@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import math
+import signal
+import sqlite3
 import sys
+import threading
 
 from dataflow.dse import pareto
 from dataflow.dse.points import grid_points
@@ -56,13 +60,32 @@ def add_parser(sub) -> None:
     p.set_defaults(func=pareto_command)
 
 
+def _check_flags(args: argparse.Namespace) -> None:
+    """Values argparse's types let through, refused before anything starts."""
+    if args.workers is not None and args.workers < 1:
+        raise UserError(f"--workers must be >= 1, got {args.workers}")
+    if not (math.isfinite(args.scheduler_timeout) and args.scheduler_timeout > 0):
+        raise UserError(f"--scheduler-timeout must be a positive number of seconds, got "
+                        f"{args.scheduler_timeout:g}")
+    if args.trials is not None and args.trials < 1:
+        raise UserError(f"--trials must be >= 1, got {args.trials}")
+    if args.search and not args.trials:
+        raise UserError("--search optuna needs --trials N")
+    if args.trials and not args.search:
+        raise UserError("--trials goes with --search optuna")
+
+
+def _sqlite_damage(exc: sqlite3.DatabaseError, path: str) -> str:
+    return f"{path}: the results database is damaged or unreadable ({exc})"
+
+
 def sweep_command(args: argparse.Namespace) -> int:
+    if threading.current_thread() is threading.main_thread():
+        # Ctrl-C stops a sweep even when started with SIGINT ignored (a shell's `cmd &`)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
+        _check_flags(args)
         sweep = load_sweep(args.sweep_file)
-        if args.search and not args.trials:
-            raise UserError("--search optuna needs --trials N")
-        if args.trials and not args.search:
-            raise UserError("--trials goes with --search optuna")
         if args.dry_run:
             if args.search:
                 print(f"{sweep.name}: search over a grid of {sweep.grid_size} points")
@@ -71,20 +94,29 @@ def sweep_command(args: argparse.Namespace) -> int:
                 print(f"{sweep.name}: {len(g.points)} points ({g.impossible_archs} impossible "
                       f"architectures skipped, {g.duplicates} duplicates merged)")
             return 0
-        runner = make_runner(args.workers, args.scheduler, args.serial, args.scheduler_timeout)
-        try:
-            with ResultsStore(args.out) as store:
+        # a bar on a terminal only: a log file or a pipe gets the one summary line
+        progress = not args.no_progress and sys.stderr.isatty()
+        # a bad --out, or one another sweep is writing to, is refused before workers start
+        with ResultsStore(args.out) as store, store.exclusive():
+            runner = make_runner(args.workers, args.scheduler, args.serial,
+                                 args.scheduler_timeout)
+            try:
                 if args.search:
-
-                    summary = run_search(sweep, store, runner, args.trials,
-                                         progress=not args.no_progress)
+                    summary = run_search(sweep, store, runner, args.trials, progress=progress)
                 else:
-                    summary = run_sweep(sweep, store, runner, progress=not args.no_progress,
+                    summary = run_sweep(sweep, store, runner, progress=progress,
                                         retry_failed=args.retry_failed)
-        finally:
+            except BaseException:
+                runner.abort()  # Ctrl-C or an error: workers stop now, none is left behind
+                raise
             runner.close()
     except USER_ERRORS as exc:
         print(f"dataflow: error: {exc}", file=sys.stderr)
+        return 2
+    except sqlite3.DatabaseError as exc:
+        if type(exc) is not sqlite3.DatabaseError:  # locked, bad SQL...: not the file's fault
+            raise
+        print(f"dataflow: error: {_sqlite_damage(exc, args.out)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"dataflow: interrupted; every finished point is stored in {args.out}: run the "
@@ -134,5 +166,10 @@ def pareto_command(args: argparse.Namespace) -> int:
             print(f"wrote {args.plot}")
     except USER_ERRORS as exc:
         print(f"dataflow: error: {exc}", file=sys.stderr)
+        return 2
+    except sqlite3.DatabaseError as exc:
+        if type(exc) is not sqlite3.DatabaseError:
+            raise
+        print(f"dataflow: error: {_sqlite_damage(exc, args.results)}", file=sys.stderr)
         return 2
     return 0

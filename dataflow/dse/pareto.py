@@ -23,7 +23,8 @@ from dataflow.dse.store import ResultsStore
 from dataflow.errors import UserError
 from dataflow.ust_frontend.extras import require
 
-# Deferred imports: matplotlib and pyarrow are imported where a plot or a Parquet file is written (start-up; pyarrow is the `dse` extra).
+# Deferred imports: matplotlib and pyarrow are imported where a plot or a Parquet file is
+# written (start-up; pyarrow is the `dse` extra).
 
 BASE_COLUMNS = ("point_id", "sweep", "workload", "group", "status", "error", *METRICS,
                 "values_match", "pareto_rank")

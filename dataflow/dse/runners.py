@@ -1,12 +1,21 @@
 """Where points are evaluated: serially, in local worker processes (the default), or on an
 existing Dask cluster. Every runner yields records as they finish; the caller stores each one
 in its own transaction before asking for the next, so an interruption loses no finished point.
+
+Interruption: local workers ignore SIGINT (Ctrl-C reaches the whole process group), so only the
+sweep's main process sees it; it stops taking records and calls `abort()`, which terminates and
+joins the workers. A worker whose sweep dies without that (SIGKILL, a crash) exits by itself
+at once (`_watch_sweep`).
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.forkserver
 import os
+import select
+import signal
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -20,7 +29,8 @@ from dataflow.dse.sweep import Sweep
 from dataflow.errors import UserError
 from dataflow.ust_frontend.extras import require
 
-# Deferred imports: Dask (`distributed`, the `dask` extra) and tqdm are imported where a runner needs them.
+# Deferred imports: Dask (`distributed`, the `dask` extra) and tqdm are imported where a runner
+# needs them.
 
 
 class SerialRunner:
@@ -34,6 +44,43 @@ class SerialRunner:
     def close(self) -> None:
         pass
 
+    def abort(self) -> None:
+        pass
+
+
+PARENT_POLL_S = 0.5
+
+
+def _worker_init(sweep_pid: int) -> None:
+    """Runs first in every local worker: leave Ctrl-C to the sweep, and exit when it is gone."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_watch_sweep, args=(sweep_pid, os.getppid()), daemon=True,
+                     name="dataflow-sweep-watch").start()
+
+
+def _watch_sweep(sweep_pid: int, parent: int) -> None:
+    """Exit the worker as soon as the sweep's process ends. The worker's parent is the
+    forkserver, which outlives the sweep as long as a worker does (each holds its alive pipe),
+    so neither PDEATHSIG nor the parent's pid would tell; a pidfd of the sweep becomes readable
+    the moment it exits, even while it is an unreaped zombie."""
+    try:
+        fd = os.pidfd_open(sweep_pid)
+    except ProcessLookupError:
+        os._exit(1)
+    except (AttributeError, OSError):  # not Linux >= 5.3: poll
+        fd = None
+    if fd is not None:
+        select.select([fd], [], [])
+        os._exit(1)
+    while True:
+        time.sleep(PARENT_POLL_S)
+        try:
+            os.kill(sweep_pid, 0)
+        except OSError:  # gone (or the pid reused by another user)
+            os._exit(1)
+        if os.getppid() != parent:
+            os._exit(1)
+
 
 class PoolRunner:
     """Local worker processes. Workers start from a forkserver that has already imported the
@@ -46,7 +93,17 @@ class PoolRunner:
         self.name = f"local pool ({self.workers} workers)"
         ctx = multiprocessing.get_context("forkserver")
         ctx.set_forkserver_preload(["dataflow.dse.evaluate", "dataflow.api"])
-        self.pool = ProcessPoolExecutor(self.workers, mp_context=ctx)
+        # The forkserver starts now, with SIGINT ignored: a Ctrl-C during its imports would kill
+        # it with a traceback; its workers inherit the setting (and _worker_init sets it too).
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN) \
+            if threading.current_thread() is threading.main_thread() else None
+        try:
+            multiprocessing.forkserver.ensure_running()
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
+        self.pool = ProcessPoolExecutor(self.workers, mp_context=ctx, initializer=_worker_init,
+                                        initargs=(os.getpid(),))
 
     def imap_unordered(self, payloads: Iterable[dict]) -> Iterator[dict]:
         todo = iter(payloads)
@@ -69,6 +126,18 @@ class PoolRunner:
 
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
+
+    def abort(self) -> None:
+        """Stop now: terminate the workers (their points in progress are lost, never stored
+        half) and join them."""
+        # the pool's own process table: Python < 3.14 has no public terminate_workers()
+        procs = list((self.pool._processes or {}).values())
+        for proc in procs:
+            if proc.is_alive():
+                proc.terminate()
+        self.pool.shutdown(wait=True, cancel_futures=True)
+        for proc in procs:
+            proc.join(5)
 
 
 class DaskRunner:
@@ -102,6 +171,9 @@ class DaskRunner:
 
     def close(self) -> None:
         self.client.close()
+
+    def abort(self) -> None:
+        self.client.close()  # the cluster's own workers stay; our tasks are released with us
 
 
 def make_runner(workers: int | None = None, scheduler: str | None = None, serial: bool = False,
@@ -174,14 +246,15 @@ def run_sweep(sweep: Sweep, store: ResultsStore, runner, *, progress: bool = Fal
     """Run every point of the grid not yet in `store` (failed ones too with `retry_failed`)."""
     t0 = time.perf_counter()
     grid = grid_points(sweep)
-    done = store.stored_ids(include_failed=not retry_failed)
-    pending = [p for p in grid.points if p.point_id not in done]
-    skipped = len(grid.points) - len(pending)
-    run_id = store.start_run(sweep.name, sweep.source, f"grid / {runner.name}",
-                             len(grid.points), skipped)
-    evaluated, failed, dups = run_points(pending, store, runner, run_id, progress=progress,
-                                         retry_failed=retry_failed, already_stored=skipped)
-    store.finish_run(run_id)
+    with store.exclusive():  # a second sweep on this file refuses instead of redoing it all
+        done = store.stored_ids(include_failed=not retry_failed)
+        pending = [p for p in grid.points if p.point_id not in done]
+        skipped = len(grid.points) - len(pending)
+        run_id = store.start_run(sweep.name, sweep.source, f"grid / {runner.name}",
+                                 len(grid.points), skipped)
+        evaluated, failed, dups = run_points(pending, store, runner, run_id, progress=progress,
+                                             retry_failed=retry_failed, already_stored=skipped)
+        store.finish_run(run_id)
     mismatch = store.conn.execute("SELECT COUNT(*) FROM dse_points WHERE run_id = ? AND "
                                   "values_match = 0", (run_id,)).fetchone()[0]
     return RunSummary(run_id, runner.name, len(grid.points), skipped, evaluated, failed, dups,

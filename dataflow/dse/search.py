@@ -25,7 +25,8 @@ from dataflow.dse.sweep import Sweep
 from dataflow.errors import UserError
 from dataflow.ust_frontend.extras import require
 
-# Deferred imports: optuna and tqdm come with the `dse` extra: imported in the functions that use them.
+# Deferred imports: optuna and tqdm come with the `dse` extra: imported in the functions that
+# use them.
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,14 @@ def _finished(study) -> int:
 
 def run_search(sweep: Sweep, store: ResultsStore, runner, trials: int, *,
                storage_url: str | None = None, progress: bool = False) -> SearchSummary:
-    """Run NSGA-II studies until each has `trials` finished trials; store every point."""
+    """Run NSGA-II studies until each has `trials` finished trials; store every point. One
+    search or sweep at a time per results file (`ResultsStore.exclusive`)."""
+    with store.exclusive():
+        return _search(sweep, store, runner, trials, storage_url, progress)
+
+
+def _search(sweep: Sweep, store: ResultsStore, runner, trials: int, storage_url: str | None,
+            progress: bool) -> SearchSummary:
     optuna = require("optuna", "dse", needed_for="--search optuna")
     TrialState = require("optuna.trial", "dse").TrialState
     from tqdm import tqdm

@@ -5,11 +5,19 @@ writing, and a killed writer loses at most the point it had not yet committed: e
 point survives, and a restarted sweep skips the ids it finds here. Only the sweep's main process
 writes; workers return plain records. Optuna's tables (guided search) live in the same file
 under their own names; ours all start with `dse_`.
+
+A file is checked before anything is written to it: a folder, an SQLite file of someone else's
+(tables, none of them ours) or a damaged one is refused with a `StoreError`, and a foreign file
+is left byte for byte as it was. One sweep at a time writes to a file (`ResultsStore.exclusive`):
+a second one started on it refuses up front instead of simulating every point again.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+import os
 import sqlite3
 import time
 import uuid
@@ -23,6 +31,8 @@ from dataflow.errors import UserError
 METRIC_COLUMNS = ("cycles", "time_s", "energy_pj", "area_mm2", "edp_pj_s", "pe_utilization",
                   "mac_utilization", "dram_bytes", "values_match", "max_abs_error", "wall_s")
 
+INTEGER_COLUMNS = ("cycles", "dram_bytes", "values_match")
+
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS dse_runs (
     run_id TEXT PRIMARY KEY, sweep TEXT, sweep_file TEXT, mode TEXT, started_at REAL,
@@ -30,11 +40,19 @@ CREATE TABLE IF NOT EXISTS dse_runs (
     failed INTEGER DEFAULT 0, duplicates INTEGER DEFAULT 0);
 CREATE TABLE IF NOT EXISTS dse_points (
     point_id TEXT PRIMARY KEY, run_id TEXT, sweep TEXT, workload TEXT, grp TEXT, status TEXT,
-    error TEXT, {", ".join(f"{c} {'INTEGER' if c in ('cycles', 'dram_bytes', 'values_match') else 'REAL'}"
+    error TEXT, {", ".join(f"{c} {'INTEGER' if c in INTEGER_COLUMNS else 'REAL'}"
                           for c in METRIC_COLUMNS)},
     worker TEXT, stored_at REAL, point_json TEXT, result_json TEXT);
 CREATE INDEX IF NOT EXISTS dse_points_sweep ON dse_points (sweep);
 """
+
+
+OUR_TABLES = frozenset({"dse_runs", "dse_points"})
+
+
+class StoreError(UserError):
+    """A results file that cannot be used: a folder, someone else's database, a damaged one,
+    or one another sweep is writing to."""
 
 
 class ResultsStore:
@@ -42,17 +60,68 @@ class ResultsStore:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
+        self._lock_depth = 0
+        if self.path.is_dir():
+            raise StoreError(f"{self.path}: is a folder; give a results file, e.g. "
+                             f"{self.path / 'results.db'}")
         if self.path.parent and not self.path.parent.exists():
             raise FileNotFoundError(f"{self.path}: folder {self.path.parent} does not exist")
+        existing = self.path.exists() and self.path.stat().st_size > 0
         self.conn = sqlite3.connect(str(self.path), timeout=60, isolation_level=None)
         try:
+            if existing:  # read-only checks first: nothing is written to a file we refuse
+                self._check_existing()
             self.conn.execute("PRAGMA journal_mode=WAL")
             # NORMAL is durable against a killed process (WAL); only an OS crash may lose the tail
             self.conn.execute("PRAGMA synchronous=NORMAL")
             self.conn.executescript(SCHEMA)
         except sqlite3.DatabaseError as exc:
             self.conn.close()
-            raise UserError(f"{self.path}: not a results database ({exc})") from None
+            raise StoreError(f"{self.path}: not a results database, or a damaged one ({exc})") \
+                from None
+        except UserError:
+            self.conn.close()
+            raise
+
+    def _check_existing(self) -> None:
+        tables = {r[0] for r in self.conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if tables and not OUR_TABLES <= tables:
+            raise StoreError(f"{self.path}: an SQLite database of something else (tables: "
+                             f"{', '.join(sorted(tables)[:5])}), not a results file; left "
+                             "unchanged: give a new file")
+        # a damaged page in the middle would otherwise surface hours later, from a query
+        problems = [r[0] for r in self.conn.execute("PRAGMA quick_check").fetchall()]
+        if problems != ["ok"]:
+            raise StoreError(f"{self.path}: the results database is damaged ({problems[0]}); "
+                             "restore it from a copy or start a new file")
+
+    @contextlib.contextmanager
+    def exclusive(self):
+        """Hold the file's one writer lock for a whole sweep; `StoreError` at once if another
+        sweep holds it. An flock on the database file itself: it is independent of SQLite's
+        POSIX locks on a local file system, and WAL mode already rules out network ones. The
+        kernel drops it when the holder dies, so a killed sweep never leaves a stale lock."""
+        if self._lock_depth:  # already ours (the CLI takes it before starting workers)
+            self._lock_depth += 1
+            try:
+                yield
+            finally:
+                self._lock_depth -= 1
+            return
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise StoreError(f"{self.path}: another sweep is writing to this results file; "
+                                 "wait for it to end (then run this one to add what it lacks) "
+                                 "or give another file") from None
+            self._lock_depth = 1
+            yield
+        finally:
+            self._lock_depth = 0
+            os.close(fd)
 
     def __enter__(self) -> ResultsStore:  # noqa: PYI034
         return self

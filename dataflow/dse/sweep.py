@@ -506,6 +506,10 @@ def _param_value(prm, v: Any, source: str, where: str) -> Any:
         if prm.type is not str and converted != v:
             raise SweepError(source, where, f"{v!r} is not a valid {prm.name!r} "
                              f"({getattr(prm.type, '__name__', prm.type)} expected)")
+    if prm.type is int and prm.choices is None and converted is not None and converted < 0:
+        # every integer parameter of a workload is a size or a count: refused here, before
+        # any point runs, rather than stored as one failed point per combination
+        raise SweepError(source, where, f"{prm.name} must be >= 0, got {v!r}")
     if prm.choices is not None and converted not in prm.choices:
         raise SweepError(source, where, f"{prm.name} must be one of {prm.choices}, got {v!r}")
     return converted
