@@ -48,10 +48,10 @@ from dataflow.arch import (
 from dataflow.arch.load import read_yaml
 from dataflow.dse.evaluate import METRICS, metric_name
 from dataflow.errors import KeyPathError
+from dataflow.pe_array.simulate import ENGINES
 from dataflow.workloads import get
 
 MAX_GRID_POINTS = 2_000_000
-ENGINES = ("fast", "reference")
 
 
 class SweepError(KeyPathError):
