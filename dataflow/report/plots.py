@@ -100,9 +100,12 @@ def spm_heatmap(data: dict, path) -> Path:
         labels.append("conflict cycles")
     m = np.asarray(m, dtype=float)
     fig, ax = plt.subplots(figsize=(max(4, 0.35 * m.shape[1] + 2), 2.6), layout="constrained")
-    im = ax.imshow(m / np.maximum(m.max(axis=1, keepdims=True), 1), cmap="magma", aspect="auto")
+    share = m / np.maximum(m.max(axis=1, keepdims=True), 1)
+    im = ax.imshow(share, cmap="magma", aspect="auto")
+    lightest = share.min() + 0.6 * (share.max() - share.min())  # where magma turns light
     for (r, c), v in np.ndenumerate(m):
-        ax.text(c, r, f"{int(v)}", ha="center", va="center", fontsize=5, color="cyan")
+        ax.text(c, r, f"{int(v)}", ha="center", va="center", fontsize=5,
+                color="black" if share[r, c] > lightest else "white")
     ax.set_yticks(range(len(labels)), labels)
     ax.set_xlabel("SPM line")
     ax.set_title("SPM traffic per line (colour: share of the busiest line)")
