@@ -10,13 +10,19 @@ it imports nothing from `dataflow`, so any layer may use it).
   imports, transitively.
 - `atomic_write_bytes`: write to a temporary name, then `os.replace`, so a reader sees the old
   file or the whole new one.
+- `frame_entry` / `unframe_entry`: the one framing of every cache file: a JSON header line
+  `{"fingerprint": <code fingerprint>, "format": "dataflow-<kind>/<version>", "sha256": <of the
+  payload>}\n`, then the payload. A file whose header or checksum does not match is never
+  handed to a loader, so a flipped byte costs a rebuild, never a wrong or crashing plan.
 - `BoundedCache`: a small LRU dict for process-wide memo tables (never unbounded).
 """
 
 from __future__ import annotations
 
 import contextlib
+import enum
 import hashlib
+import json
 import os
 import uuid
 from collections import OrderedDict
@@ -53,6 +59,71 @@ def code_fingerprint() -> str:
         h.update(str(p.relative_to(PACKAGE_ROOT)).encode())
         h.update(p.read_bytes())
     return h.hexdigest()[:16]
+
+
+class EntryFault(enum.Enum):
+    """Why a cache file was not used (the words callers keep in their discard reasons)."""
+
+    BAD_HEADER = "not a cache file of this kind (bad header)"
+    STALE = "stale: written by another version"
+    CORRUPT = "corrupt"
+
+
+class CacheEntryError(Exception):
+    """A cache file that must be discarded; `fault` says which kind of damage, `str()` why."""
+
+    def __init__(self, fault: EntryFault, detail: str = ""):
+        self.fault = fault
+        super().__init__(f"{fault.value} ({detail})" if detail else fault.value)
+
+
+def entry_prefix(kind: str, version: int) -> bytes:
+    """What every file of `kind` written by this code starts with: its header line up to the
+    checksum's value."""
+    return (f'{{"fingerprint": "{code_fingerprint()}", "format": "dataflow-{kind}/{version}", '
+            f'"sha256": "').encode()
+
+
+def frame_entry(kind: str, version: int, payload: bytes) -> bytes:
+    """One JSON header line (code fingerprint, kind and format version, SHA-256 of `payload`),
+    then `payload`."""
+    digest = hashlib.sha256(payload).hexdigest()
+    return entry_prefix(kind, version) + f'{digest}"}}\n'.encode() + payload
+
+
+def unframe_entry(kind: str, version: int, blob: bytes) -> bytes:
+    """The payload of a file written by `frame_entry`; CacheEntryError unless the header line
+    is byte for byte the one this code writes for that payload (kind, format version, code
+    fingerprint and checksum all match)."""
+    line, newline, payload = blob.partition(b"\n")
+    want = frame_entry(kind, version, payload).partition(b"\n")[0]
+    if newline and line == want:
+        return payload
+    if not blob.startswith(b'{"fingerprint": "'):
+        # the text header of format 1 plan files is an older version, anything else garbage
+        if blob.startswith(f"dataflow-{kind} ".encode()):
+            raise CacheEntryError(EntryFault.STALE, repr(line[:80].decode(errors="replace")))
+        raise CacheEntryError(EntryFault.BAD_HEADER)
+    written = _header_fields(line)
+    expected = (f"dataflow-{kind}/{version}", code_fingerprint())
+    if written is not None and written != expected:
+        raise CacheEntryError(EntryFault.STALE, f"{' '.join(written)!r}, expected "
+                                                f"{' '.join(expected)!r}")
+    if not newline or written is None:
+        raise CacheEntryError(EntryFault.CORRUPT, "malformed header line")
+    raise CacheEntryError(EntryFault.CORRUPT, "checksum mismatch")
+
+
+def _header_fields(line: bytes) -> tuple[str, str] | None:
+    """(format, fingerprint) of a well-formed header line, else None."""
+    try:
+        fields = json.loads(line)
+    except ValueError:  # also UnicodeDecodeError
+        return None
+    if not isinstance(fields, dict) or set(fields) != {"fingerprint", "format", "sha256"} or \
+            not all(isinstance(v, str) and v.isprintable() for v in fields.values()):
+        return None
+    return fields["format"], fields["fingerprint"]
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:

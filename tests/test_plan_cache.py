@@ -3,7 +3,6 @@ corrupt / truncated / stale / misplaced file ignored, deleted and rebuilt, and w
 does and does not depend on."""
 
 import os
-import pickle
 import shutil
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from dataflow.ust_frontend.cache import (
     code_fingerprint,
     default_cache,
     header,
+    plan_file_bytes,
 )
 from dataflow.ust_frontend.ops import Matmul
 from tests.archs import small_systolic, variant
@@ -116,7 +116,7 @@ def test_stale_code_fingerprint_is_deleted_and_rebuilt(tmp_path):
 def test_file_holding_another_key_is_rejected(tmp_path):
     a, b = operands()
     other = Matmul(a, b[:, :3]).plan(cache=False)
-    blob = header() + pickle.dumps(other)
+    blob = plan_file_bytes(other)  # a sound file (checksum and all) under the wrong name
     cache = _rebuilt_after(tmp_path, lambda p: p.write_bytes(blob))
     assert "another key" in cache.stats.discarded[0]
 

@@ -5,12 +5,13 @@ which index bit gets which skew weight (and which bits are flipped) is free, and
 `choose_layout` picks the permutation and flip mask per data buffer with the fewest SPM
 port-conflict stalls, measured by the engine on two tiles of the mapped schedules
 (`plan.orchestrate.plan_orchestration` calls it). The search costs seconds to minutes, so the
-choice is kept in memory and on disk beside the plan cache (fingerprinted; a corrupt file is
-ignored and rewritten).
+choice is kept in memory and on disk beside the plan cache (framed like a plan file: code
+fingerprint and checksum; a damaged or invalid file is deleted and rewritten).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -20,9 +21,11 @@ import numpy as np
 from dataflow.arch.spec import ArchSpec
 from dataflow.cachefiles import (
     BoundedCache,
+    CacheEntryError,
     atomic_write_bytes,
-    code_fingerprint,
+    frame_entry,
     resolve_cache_dir,
+    unframe_entry,
 )
 from dataflow.dfg.lower_butterfly import ButterflyKind, ButterflySpec, lower_butterfly
 from dataflow.mapper.mapping import Mapping
@@ -73,7 +76,7 @@ def choose_layout(spec: ButterflySpec, arch: ArchSpec, groups, rows: int, budget
     key = (_shape_spec(spec), arch, tuple(groups), rows, budget, n_cand)
     if key in _LAYOUTS:
         return _LAYOUTS.get(key)
-    stored = _layout_disk_get(key)
+    stored = _layout_disk_get(key, spec.stages, G + 1)
     if stored is not None:
         _LAYOUTS.put(key, stored)
         return stored
@@ -128,32 +131,63 @@ def choose_layout(spec: ButterflySpec, arch: ArchSpec, groups, rows: int, budget
     return out
 
 
+LAYOUT_KIND = "layout"
+LAYOUT_FORMAT_VERSION = 1
+
+
 def _layout_file(key):
     """The on-disk home of a layout choice: `<plan cache dir>/layouts/<hash of key>.json`
-    (the search costs seconds to minutes; a later process reuses it)."""
+    (the search costs seconds to minutes; a later process reuses it). The file is framed by
+    `cachefiles.frame_entry` (kind, version, code fingerprint, SHA-256), then JSON."""
     digest = hashlib.sha256(repr(key).encode()).hexdigest()[:32]
     return resolve_cache_dir() / "layouts" / f"{digest}.json"
 
 
-def _layout_disk_get(key):
-    """A stored layout choice, or None; a file that is unreadable, corrupt, written by other
-    mapper code (fingerprint) or for another key is ignored and rewritten after the search."""
+def _layout_disk_get(key, stages: int, buffers: int):
+    """A stored layout choice, or None. A file that is unreadable, fails its header or
+    checksum, is not JSON, is for another key, or holds no valid layout for `buffers` data
+    buffers of a `stages`-stage butterfly is deleted (the search then rewrites it)."""
+    path = _layout_file(key)
     try:
-        data = json.loads(_layout_file(key).read_text())
-        if data["fingerprint"] != code_fingerprint() or data["key"] != repr(key):
-            return None
-        perms = tuple(tuple(int(v) for v in p) for p in data["perms"])
-        return (perms, tuple(int(m) for m in data["masks"])), str(data["note"])
-    except (OSError, ValueError, KeyError, TypeError):
+        blob = path.read_bytes()
+    except OSError:
+        return None  # absent (or unreadable: the search's write says nothing either)
+    try:
+        data = json.loads(unframe_entry(LAYOUT_KIND, LAYOUT_FORMAT_VERSION, blob))
+        return _valid_layout(data, repr(key), stages, buffers)
+    except (CacheEntryError, ValueError, KeyError, TypeError):
+        with contextlib.suppress(OSError):
+            path.unlink(missing_ok=True)
         return None
+
+
+def _valid_layout(data, key_repr: str, stages: int, buffers: int):
+    """((perms, masks), note) from a layout file's JSON; ValueError on any other content."""
+    if not isinstance(data, dict) or data.get("key") != key_repr:
+        raise ValueError("a layout for another key")
+    perms, masks, note = data["perms"], data["masks"], data["note"]
+    if not (isinstance(perms, list) and isinstance(masks, list) and isinstance(note, str)):
+        raise ValueError("perms, masks and note must be two lists and a string")
+    if (perms, masks) == ([], []):
+        return ((), ()), note  # the identity layout won
+    if len(perms) != buffers or len(masks) != buffers:
+        raise ValueError(f"expected {buffers} permutations and masks")
+    if any(not isinstance(q, list) or sorted(q) != list(range(stages)) for q in perms):
+        raise ValueError(f"permutations must be of range({stages})")
+    if any(type(m) is not int or not 0 <= m < 1 << stages for m in masks):
+        raise ValueError(f"masks must lie in [0, 2**{stages})")
+    if any(type(v) is not int for q in perms for v in q):
+        raise ValueError("permutation entries must be integers")
+    return (tuple(tuple(q) for q in perms), tuple(masks)), note
 
 
 def _layout_disk_put(key, out) -> None:
     (perms, masks), note = out
+    payload = json.dumps({"key": repr(key), "perms": [list(p) for p in perms],
+                          "masks": list(masks), "note": note}).encode()
     try:
-        atomic_write_bytes(_layout_file(key), json.dumps(
-            {"fingerprint": code_fingerprint(), "key": repr(key), "perms": [list(p) for p in perms],
-             "masks": list(masks), "note": note}).encode())
+        atomic_write_bytes(_layout_file(key),
+                           frame_entry(LAYOUT_KIND, LAYOUT_FORMAT_VERSION, payload))
     except OSError:
         pass  # a read-only cache folder costs a repeated search, never a failure
 

@@ -1,10 +1,15 @@
 """Pictures of a simulation: Gantt chart of the modulo schedule, PE utilisation heatmap, SPM
 line heatmap, roofline. Each takes the plain data of a result file (`result_file.result_data`)
-and a path, draws with matplotlib's Agg backend and returns the path."""
+and a path, draws with matplotlib's Agg backend and returns the path.
+
+Every figure uses matplotlib's constrained layout, and a legend that would cover data sits
+outside the axes (`fig.legend(loc="outside ...")`), so nothing is drawn over the data or past
+the figure's edge at its saved size (`tests/test_report.py` checks every artist's extent)."""
 
 from __future__ import annotations
 
 import functools
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -42,7 +47,7 @@ def gantt(data: dict, path, kernel: str | None = None, iterations: int = 3) -> P
     ii = rows[0]["ii"]
     pes = sorted({(r["pe_row"], r["pe_col"]) for r in rows})
     y = {pe: i for i, pe in enumerate(pes)}
-    fig, ax = plt.subplots(figsize=(10, max(2.5, 0.28 * len(pes) + 1)))
+    fig, ax = plt.subplots(figsize=(10, max(2.5, 0.28 * len(pes) + 1)), layout="constrained")
     for w in range(iterations):
         for r in rows:
             start = r["time"] + w * ii
@@ -57,7 +62,8 @@ def gantt(data: dict, path, kernel: str | None = None, iterations: int = 3) -> P
     ax.set_title(f"{kernel}: modulo schedule, II = {ii}")
     handles = [plt.Rectangle((0, 0), 1, 1, color=OP_COLOURS.get(o, "#999")) for o in
                sorted({r['op'] for r in rows})]
-    ax.legend(handles, sorted({r["op"] for r in rows}), fontsize=6, loc="upper right")
+    # beside the axes: inside, it would cover the bars of the top PEs' late ops
+    fig.legend(handles, sorted({r["op"] for r in rows}), fontsize=6, loc="outside right upper")
     ax.invert_yaxis()
     return _save(fig, path)
 
@@ -68,10 +74,11 @@ def pe_heatmap(data: dict, path) -> Path:
     if busy.size == 0:
         raise UserError("the result holds no per-PE busy cycles (save it with --save)")
     cycles = max(1, data["result"]["cycles"])
-    fig, ax = plt.subplots(figsize=(4.5, 4))
+    fig, ax = plt.subplots(figsize=(4.5, 4), layout="constrained")
     im = ax.imshow(busy / cycles, cmap="viridis", vmin=0, vmax=1)
-    for (r, c), v in np.ndenumerate(busy / cycles):
-        ax.text(c, r, f"{100 * v:.0f}", ha="center", va="center", fontsize=6, color="white")
+    for (r, c), v in np.ndenumerate(busy / cycles):  # dark digits on viridis' light end
+        ax.text(c, r, f"{100 * v:.0f}", ha="center", va="center", fontsize=6,
+                color="black" if v > 0.6 else "white")
     fig.colorbar(im, ax=ax, label="fraction of cycles issuing an op")
     ax.set_title(f"PE utilisation ({100 * data['result'].get('pe_utilization', 0):.1f}% overall)")
     ax.set_xlabel("column")
@@ -92,10 +99,13 @@ def spm_heatmap(data: dict, path) -> Path:
         m.append(arr["spm_conflicts_per_line"])
         labels.append("conflict cycles")
     m = np.asarray(m, dtype=float)
-    fig, ax = plt.subplots(figsize=(max(4, 0.35 * m.shape[1] + 2), 2.6))
-    im = ax.imshow(m / np.maximum(m.max(axis=1, keepdims=True), 1), cmap="magma", aspect="auto")
+    fig, ax = plt.subplots(figsize=(max(4, 0.35 * m.shape[1] + 2), 2.6), layout="constrained")
+    share = m / np.maximum(m.max(axis=1, keepdims=True), 1)
+    im = ax.imshow(share, cmap="magma", aspect="auto")
+    lightest = share.min() + 0.6 * (share.max() - share.min())  # where magma turns light
     for (r, c), v in np.ndenumerate(m):
-        ax.text(c, r, f"{int(v)}", ha="center", va="center", fontsize=5, color="cyan")
+        ax.text(c, r, f"{int(v)}", ha="center", va="center", fontsize=5,
+                color="black" if share[r, c] > lightest else "white")
     ax.set_yticks(range(len(labels)), labels)
     ax.set_xlabel("SPM line")
     ax.set_title("SPM traffic per line (colour: share of the busiest line)")
@@ -115,24 +125,26 @@ def roofline(data: dict, path) -> Path:
     intensity = res["macs"] / max(1, res["dram_bytes"])
     achieved = res["macs"] / max(1, res["cycles"])
     x = np.logspace(-3, 4, 200)
-    fig, ax = plt.subplots(figsize=(5, 3.6))
-    ax.loglog(x, np.minimum(peak, bw * x), "k-", label=f"roof: min({peak} MAC/cyc, {bw:g} B/cyc x I)")
+    fig, ax = plt.subplots(figsize=(5, 4.4), layout="constrained")
+    ax.loglog(x, np.minimum(peak, bw * x), "k-",
+              label=f"roof: min({peak} MAC/cyc, {bw:g} B/cyc x I)")
     ax.loglog([intensity], [achieved], "o", color="#c44e52",
-              label=f"{res['workload']}: {achieved:.3g} MAC/cyc "
-                    f"({100 * achieved / min(peak, bw * intensity):.0f}% of roof)")
+              label=textwrap.fill(f"{res['workload']}: {achieved:.3g} MAC/cyc "
+                                  f"({100 * achieved / min(peak, bw * intensity):.0f}% of roof)",
+                                  80))
     ax.axvline(peak / bw, color="grey", ls=":", lw=0.8)
     ax.set_xlabel("operational intensity (MACs per DRAM byte)")
     ax.set_ylabel("MACs per cycle")
     ax.set_title(f"roofline: {res['arch']}")
-    ax.legend(fontsize=6, loc="lower right")
+    # below the axes: a workload's name (bigbird's parameters) is wider than the plot
+    fig.legend(fontsize=6, loc="outside lower center")
     return _save(fig, path)
 
 
 def _save(fig, path) -> Path:
     plt = _pyplot()
     path = Path(path)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path
 
@@ -144,7 +156,13 @@ PICTURES = (("gantt.png", gantt), ("pe_utilisation.png", pe_heatmap),
 def write_report(data: dict, out_dir) -> tuple[list[Path], list[str]]:
     """Every picture the data allows into `out_dir`; returns (written, skipped-with-reason)."""
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out}: is a file; name a folder for the pictures")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise UserError(f"--out {out}: cannot make the folder (a file stands in its "
+                        "path)") from None
     written, skipped = [], []
     for name, fn in PICTURES:
         try:

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from pathlib import Path
 
-from dataflow.errors import UserError
+from dataflow.errors import KeyPathError, UserError
 
 FORMAT = "dataflow-result/1"
 SCHEDULE_COLUMNS = ("kernel", "copy", "node", "op", "pe_row", "pe_col", "time", "latency", "ii")
@@ -42,30 +43,143 @@ def result_data(res) -> dict:
 
 
 def save_result(res, path: str | Path) -> Path:
+    """Write `res`'s result file to `path` (a file; its folder must exist)."""
     path = Path(path)
+    if path.is_dir():
+        raise UserError(f"--save {path}: is a folder; name the result file to write, "
+                        f"e.g. {path / 'result.json'}")
+    if not path.parent.is_dir():
+        raise UserError(f"--save {path}: folder {path.parent} does not exist")
     path.write_text(json.dumps(result_data(res)))
     return path
 
 
 def load_result(path: str | Path) -> dict:
-    """Read a result file (or a bare `--json` object); ValueError names the file and the key."""
+    """Read a result file (or a bare `--json` object), checked: every key the pictures read has
+    the right type and range (`KeyPathError` names the file and the key path)."""
     path = Path(path)
+    if path.is_dir():
+        raise UserError(f"{path}: is a folder, not a result file (written by "
+                        "`dataflow simulate --save FILE`)")
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
         raise FileNotFoundError(f"{path}: no such result file") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not a JSON result file (not UTF-8 text)") from None
     except json.JSONDecodeError as exc:
-        raise UserError(f"{path}: not a JSON result file ({exc.msg} at line {exc.lineno})") from None
+        raise UserError(f"{path}: not a JSON result file ({exc.msg} at line "
+                        f"{exc.lineno})") from None
     if not isinstance(data, dict):
-        raise UserError(f"{path}: expected a JSON object, got {type(data).__name__}")  # noqa: TRY004 - bad file content, a user error
+        raise KeyPathError(str(path), "", f"expected a JSON object, got {_kind(data)}")
     if "format" not in data:  # the bare object `dataflow simulate --json` prints
         data = {"format": FORMAT, "result": data, "arrays": {}, "schedule": [], "tile_spans": []}
-    if data["format"] != FORMAT:
-        raise UserError(f"{path}: format: expected {FORMAT!r}, got {data['format']!r}")
-    for key in ("workload", "arch", "cycles", "macs", "dram_bytes"):
-        if key not in data.get("result", {}):
-            raise UserError(f"{path}: result.{key}: required key is missing")
+    _check(data, _Checker(str(path)))
     return data
+
+
+class _Checker:
+    """Type and range checks that name the file and the key path of what they reject."""
+
+    def __init__(self, source: str):
+        self.source = source
+
+    def fail(self, where: str, message: str):
+        raise KeyPathError(self.source, where, message)
+
+    def member(self, obj: dict, key: str, where: str, required: bool = True):
+        at = f"{where}.{key}" if where else key
+        if key not in obj:
+            if required:
+                self.fail(at, "required key is missing")
+            return None, at
+        return obj[key], at
+
+    def typed(self, value, where: str, types: tuple[type, ...], name: str):
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            self.fail(where, f"expected {name}, got {_kind(value)}")
+        return value
+
+    def count(self, value, where: str, minimum: int = 0, integer: bool = True):
+        """A number >= `minimum` (an int unless `integer` is False)."""
+        types = (int,) if integer else (int, float)
+        self.typed(value, where, types, "an integer" if integer else "a number")
+        if not (math.isfinite(value) and value >= minimum):  # also NaN
+            self.fail(where, f"must be a finite number >= {minimum}, got {value}")
+        return value
+
+
+_RESULT_STRINGS = ("workload", "arch")
+_RESULT_COUNTS = ("cycles", "macs", "dram_bytes")
+_SCHEDULE_MINIMA = {"copy": 0, "node": 0, "pe_row": 0, "pe_col": 0, "time": 0, "latency": 0,
+                    "ii": 1}
+
+
+def _check(data: dict, ck: _Checker) -> None:
+    if data["format"] != FORMAT:
+        ck.fail("format", f"expected {FORMAT!r}, got {data['format']!r}")
+    res, _ = ck.member(data, "result", "")
+    ck.typed(res, "result", (dict,), "an object")
+    for key in (*_RESULT_STRINGS, *_RESULT_COUNTS):
+        ck.member(res, key, "result")
+    for key in _RESULT_STRINGS:
+        ck.typed(res[key], f"result.{key}", (str,), "a string")
+    for key in _RESULT_COUNTS:
+        ck.count(res[key], f"result.{key}")
+    util, at = ck.member(res, "pe_utilization", "result", required=False)
+    if util is not None and ck.count(util, at, integer=False) > 1:
+        ck.fail(at, f"a fraction must lie in [0, 1], got {util}")
+    for key in ("spm_reads_per_line", "spm_writes_per_line"):
+        _check_counts(ck, *ck.member(res, key, "result", required=False), depth=1)
+    arrays, at = ck.member(data, "arrays", "", required=False)
+    if arrays is not None:
+        ck.typed(arrays, at, (dict,), "an object")
+        _check_counts(ck, *ck.member(arrays, "pe_busy_cycles", at, required=False), depth=2)
+        for key in ("spm_reads_per_line", "spm_writes_per_line", "spm_conflicts_per_line"):
+            _check_counts(ck, *ck.member(arrays, key, at, required=False), depth=1)
+    _check_schedule(ck, *ck.member(data, "schedule", "", required=False))
+    roof, at = ck.member(data, "roofline", "", required=False)
+    if roof is not None:
+        ck.typed(roof, at, (dict,), "an object")
+        for key in ("peak_macs_per_cycle", "dram_bytes_per_cycle"):
+            value, where = ck.member(roof, key, at, required=False)
+            if value is not None:
+                ck.count(value, where, integer=False)
+
+
+def _check_counts(ck: _Checker, value, where: str, depth: int) -> None:
+    """A list (`depth` 1) or a list of equal-length lists (2) of non-negative numbers."""
+    if value is None:
+        return
+    ck.typed(value, where, (list,), "a list")
+    if depth == 1:
+        for i, v in enumerate(value):
+            ck.count(v, f"{where}[{i}]", integer=False)
+        return
+    for i, row in enumerate(value):
+        _check_counts(ck, row, f"{where}[{i}]", 1)
+        if len(row) != len(value[0]):
+            ck.fail(f"{where}[{i}]", f"expected {len(value[0])} entries like row 0, got {len(row)}")
+
+
+def _check_schedule(ck: _Checker, rows, where: str) -> None:
+    if rows is None:
+        return
+    ck.typed(rows, where, (list,), "a list")
+    for i, row in enumerate(rows):
+        at = f"{where}[{i}]"
+        ck.typed(row, at, (dict,), "an object")
+        for key in SCHEDULE_COLUMNS:
+            ck.member(row, key, at)
+        for key in ("kernel", "op"):
+            ck.typed(row[key], f"{at}.{key}", (str,), "a string")
+        for key, minimum in _SCHEDULE_MINIMA.items():
+            ck.count(row[key], f"{at}.{key}", minimum)
+
+
+def _kind(value) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "true/false",
+            type(None): "null"}.get(type(value), type(value).__name__)
 
 
 def write_trace(trace, path: str | Path) -> Path:
@@ -92,4 +206,5 @@ def read_trace(path: str | Path) -> list[tuple[int, int, int, str]]:
         with path.open() as f:
             return [(int(r["cycle"]), int(r["pe_row"]), int(r["pe_col"]), r["op"])
                     for r in csv.DictReader(f)]
-    return [tuple(json.loads(line)[c] for c in TRACE_COLUMNS) for line in path.read_text().splitlines()]
+    return [tuple(json.loads(line)[c] for c in TRACE_COLUMNS)
+            for line in path.read_text().splitlines()]

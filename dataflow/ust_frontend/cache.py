@@ -1,15 +1,18 @@
 """The plan cache: a dict in memory, backed by one pickle file per plan on disk.
 
 Directory: the `directory` argument, else `$DATAFLOW_CACHE_DIR`, else
-`~/.cache/dataflow/plans`. Each file is `<key>.plan`: one header line
-`dataflow-plan <FORMAT_VERSION> <code fingerprint>\\n`, then the pickled `Plan`. Files are
+`~/.cache/dataflow/plans`. Each file is `<key>.plan`: one JSON header line (code
+fingerprint, `dataflow-plan/<FORMAT_VERSION>`, SHA-256 of the pickle), then the pickled `Plan`
+(`dataflow.cachefiles.frame_entry`; format 1 files, with a text header, read as stale). Files are
 written to a temporary name and `os.replace`d, so readers never see half a file.
 
-A file that cannot be used -- truncated, garbage, unpickling error, another format version,
-written by a different version of the code (`dataflow.cachefiles.code_fingerprint` hashes
-every source a cached plan depends on), or holding a plan for another key -- is deleted and the
-plan rebuilt; the reason is kept in `stats.discarded`. Pickle runs code on load: the directory is trusted like
-`~/.cache` itself, so do not point it at files from elsewhere.
+A file that cannot be used -- truncated, garbage, a checksum that fails (one flipped byte),
+an unpickling error, another format version, written by a different version of the code
+(`dataflow.cachefiles.code_fingerprint` hashes every source a cached plan depends on), or
+holding a plan for another key -- is deleted and the plan rebuilt; the reason is kept in
+`stats.discarded`. The checksum guards against damage, not against an attacker: pickle runs
+code on load, so the directory is trusted like `~/.cache` itself; do not point it at files
+from elsewhere.
 """
 
 from __future__ import annotations
@@ -22,22 +25,39 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dataflow.cachefiles import ENV_VAR, atomic_write_bytes, code_fingerprint, resolve_cache_dir
+from dataflow.cachefiles import (
+    ENV_VAR,
+    CacheEntryError,
+    atomic_write_bytes,
+    code_fingerprint,
+    entry_prefix,
+    frame_entry,
+    resolve_cache_dir,
+    unframe_entry,
+)
 from dataflow.errors import UserError
 from dataflow.ust_frontend.plan import Plan
 
 __all__ = ["ENV_VAR", "CacheStats", "PlanCache", "code_fingerprint", "default_cache",
-           "resolve_cache_dir"]
+           "plan_file_bytes", "resolve_cache_dir"]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the header line carries the payload's SHA-256
+KIND = "plan"
 SUFFIX = ".plan"
-# what a truncated or corrupt pickle stream raises
+# what a corrupt pickle stream raises (only a file framed with a matching checksum gets here,
+# so this is a file written on purpose, or by a pickle of another Python)
 _UNPICKLE_ERRORS = (pickle.UnpicklingError, EOFError, AttributeError, ImportError, IndexError,
-                    KeyError, TypeError, ValueError, OverflowError, MemoryError)
+                    KeyError, TypeError, ValueError, OverflowError, MemoryError, RecursionError)
 
 
 def header() -> bytes:
-    return f"dataflow-plan {FORMAT_VERSION} {code_fingerprint()}\n".encode()
+    """What every plan file this code writes starts with (its header line up to the checksum)."""
+    return entry_prefix(KIND, FORMAT_VERSION)
+
+
+def plan_file_bytes(plan: Plan) -> bytes:
+    """The whole content of `plan`'s cache file."""
+    return frame_entry(KIND, FORMAT_VERSION, pickle.dumps(plan, protocol=pickle.HIGHEST_PROTOCOL))
 
 
 @dataclass
@@ -124,16 +144,11 @@ class PlanCache:
         except OSError as exc:
             self._discard(path, f"unreadable ({exc})")
             return None
-        want = header()
-        if not blob.startswith(want):
-            first = blob.split(b"\n", 1)[0][:80]
-            reason = ("stale: written by another version "
-                      f"({first.decode(errors='replace')!r}, expected {want.strip().decode()!r})"
-                      if first.startswith(b"dataflow-plan ") else "not a plan file (bad header)")
-            self._discard(path, reason)
-            return None
         try:
-            plan = pickle.loads(blob[len(want):])
+            plan = pickle.loads(unframe_entry(KIND, FORMAT_VERSION, blob))
+        except CacheEntryError as exc:
+            self._discard(path, str(exc))
+            return None
         except _UNPICKLE_ERRORS as exc:
             self._discard(path, f"corrupt: {type(exc).__name__}: {exc}")
             return None
@@ -150,7 +165,7 @@ class PlanCache:
     def _store(self, plan: Plan) -> None:
         final = self.path_for(plan.key)
         try:
-            atomic_write_bytes(final, header() + pickle.dumps(plan, protocol=pickle.HIGHEST_PROTOCOL))
+            atomic_write_bytes(final, plan_file_bytes(plan))
         except OSError as exc:
             raise OSError(f"plan cache: cannot write {final} ({exc}); point ${ENV_VAR} or "
                           "PlanCache(directory=...) at a writable folder, or use "
