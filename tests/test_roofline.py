@@ -1,5 +1,6 @@
 """Every result carries its roofline (issue 13 point 5): the closed form on a GEMM, the bound
-named, and no run or kernel ever faster than its floors (docs/conventions.md#roofline)."""
+named, and no run or kernel ever faster than its floors
+(docs/conventions.md#roofline-and-compulsory-bytes)."""
 
 from __future__ import annotations
 

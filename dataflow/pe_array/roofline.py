@@ -1,4 +1,5 @@
-"""The roofline bound of a run and of each kernel (docs/conventions.md#roofline).
+"""The roofline bound of a run and of each kernel
+(docs/conventions.md#roofline-and-compulsory-bytes).
 
 A run cannot finish in fewer cycles than the largest of three floors:
 
