@@ -170,6 +170,14 @@ class _Capture:
         kwargs = {k: self.arg(v) for k, v in node.kwargs.items()}
         out_shape = tuple(node.meta["val"].shape) if hasattr(node.meta.get("val"), "shape") \
             else ()
+        if getattr(node.target, "__name__", "") == "getitem":  # one part of unbind/split
+            self.env[node.name] = args[0][args[1]]
+            return
+        if name == "unbind" and isinstance(args[0], Feed):
+            dim = args[1] if len(args) > 1 else 0
+            self.env[node.name] = tuple(args[0].then("select", dim, i)
+                                        for i in range(node.args[0].meta["val"].shape[dim]))
+            return
         if name in VIEW_STEPS:
             x, rest = args[0], [list(a) if isinstance(a, (list, tuple)) else a
                                 for a in args[1:] if not _is_dtype(a)]
