@@ -5,6 +5,7 @@ GPU (`compare`), and explore design spaces (`sweep`, `pareto`)."""
 from __future__ import annotations
 
 import argparse
+import csv
 import importlib
 import json
 import sys
@@ -12,7 +13,10 @@ import traceback
 
 from dataflow.api import simulate
 from dataflow.arch import preset_names
+from dataflow.attention.patterns import PATTERNS
 from dataflow.errors import USER_ERRORS, UserError
+from dataflow.models import ModelResult
+from dataflow.models import simulate as simulate_model
 from dataflow.report import save_result, write_trace
 from dataflow.workloads import all_params, workloads
 
@@ -43,6 +47,13 @@ def _parser() -> argparse.ArgumentParser:
         # default None: the workload fills its own default, and only flags given are passed
         s.add_argument(prm.flag, dest=prm.name, type=prm.type, default=None,
                        help=f"{prm.help} [{', '.join(users)}]", **kw)
+    s.add_argument("--model", metavar="FILE", help="simulate a whole model file (models/*.yaml) "
+                   "layer by layer; --seq and the other size flags fill its sizes")
+    s.add_argument("--size", metavar="NAME=N", action="append", default=[],
+                   help="a model file's size by name, e.g. --size heads=2 (repeatable)")
+    s.add_argument("--attention-pattern", dest="attention_pattern", choices=PATTERNS,
+                   help="the pattern of every attention layer of --model")
+    s.add_argument("--csv", metavar="FILE", help="write the per-layer table of --model as CSV")
     s.add_argument("--engine", choices=("fast", "reference"), default="fast")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--json", action="store_true", help="print one JSON object")
@@ -88,9 +99,75 @@ def _summary(r) -> str:
     return "\n".join(lines)
 
 
+def _model_sizes(args, params: dict) -> dict[str, int]:
+    """--size NAME=N and the size flags given (a flag the file lacks is the loader's error)."""
+    sizes = {k: v for k, v in params.items() if k != "dataflow"}
+    for item in args.size:
+        name, sep, value = item.partition("=")
+        if not sep or not value.strip().lstrip("-").isdigit():
+            raise UserError(f"--size {item}: expected NAME=INTEGER")
+        sizes[name.strip()] = int(value)
+    return sizes
+
+
+def _model_source(args):
+    """What `dataflow.models.simulate` takes, from the flags: a model file. (A second source,
+    e.g. a topology CSV, is one more branch here.)"""
+    if args.model:
+        return args.model
+    raise UserError("no model given: use --model FILE")
+
+
+def _model_table(r: ModelResult) -> list[str]:
+    head = (f"  {'layer':<22} {'kind':<11} {'cycles':>11} {'compute':>10} {'stalls':>10} "
+            f"{'MACs':>12} {'DRAM B':>11} {'roofline':>8} {'values':>6} {'act':>6}")
+    rows = [head]
+    for lr in r.layers:
+        d = lr.row()
+        frac = d["fraction_of_roofline"]
+        match = {True: "ok", False: "DIFF", None: "-"}[d["values_match_reference"]]
+        rows.append(f"  {d['name'][:22]:<22} {d['kind']:<11} {d['cycles']:>11,} "
+                    f"{d['compute_cycles']:>10,} {sum(d['stall_cycles'].values()):>10,} "
+                    f"{d['macs']:>12,} {d['dram_bytes']:>11,} "
+                    f"{'-' if frac is None else f'{frac:.3f}':>8} {match:>6} {d['activation']:>6}")
+    return rows
+
+
+def _model_summary(r: ModelResult) -> str:
+    err = f" (max abs error {r.max_abs_error:.3g})" if r.max_abs_error is not None else ""
+    frac = r.fraction_of_roofline
+    lines = [f"dataflow simulate: model {r.model.name} ({len(r.layers)} layers) on {r.arch}",
+             f"  cycles           {r.cycles:,}", f"  compute cycles   {r.compute_cycles:,}",
+             "  stall cycles     " + ", ".join(f"{k} {v:,}" for k, v in r.stall_cycles.items()),
+             f"  MACs             {r.macs:,}", f"  DRAM             {r.dram_bytes:,} B",
+             f"  energy           {r.energy_total_pj / 1e6:,.3f} uJ",
+             *([f"  roofline         achieved {frac:.3f} of it"] if frac is not None else []),
+             f"  values           {'match' if r.values_match_reference else 'DO NOT MATCH'} "
+             f"the reference{err}", "  per layer", *_model_table(r)]
+    lines += [f"  note             {n}" for n in r.notes]
+    return "\n".join(lines)
+
+
+def _simulate_model_command(args, params: dict) -> int:
+    if args.trace or args.save:
+        raise UserError("--trace and --save apply to one workload, not to --model")
+    r = simulate_model(_model_source(args), arch=args.arch, engine=args.engine,
+                       dataflow=params.get("dataflow"), seed=args.seed,
+                       attention_pattern=args.attention_pattern, **_model_sizes(args, params))
+    if args.csv:
+        with open(args.csv, "w", newline="", encoding="utf-8") as fh:
+            csv.writer(fh).writerows(r.csv_rows())
+    print(json.dumps(r.to_dict()) if args.json else _model_summary(r))
+    return 0 if r.values_match_reference else 1
+
+
 def _simulate_command(args) -> int:
     params = {name: getattr(args, name) for name in all_params()
               if getattr(args, name, None) is not None}
+    if args.model:
+        return _simulate_model_command(args, params)
+    if args.csv or args.attention_pattern or args.size:
+        raise UserError("--csv, --attention-pattern and --size apply to --model")
     if args.trace and args.engine != "reference":
         raise UserError("--trace needs --engine reference (the fast engine keeps no "
                         "per-cycle trace)")
