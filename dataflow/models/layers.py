@@ -25,7 +25,8 @@ class LayerKind(str, Enum):
     GEMM = "gemm"  # sizes m, k, n: (m x k) @ (k x n); a Linear layer, a projection
     CONV2D = "conv2d"  # sizes h, w, r, s, c, k, stride (and padding): NCHW / SCALE-Sim rows
     ATTENTION = "attention"  # sizes seq, heads, head_dim; op = the sparsity pattern
-    ELEMENTWISE = "elementwise"  # op = relu | gelu | silu | add | mul | layernorm | softmax
+    # op = relu | gelu | silu | add | mul | layernorm | softmax | maxpool | global_avgpool
+    ELEMENTWISE = "elementwise"
     EMBEDDING = "embedding"  # sizes vocab, dim, tokens: a table lookup
     MOE = "moe"  # sizes tokens, dim, hidden, experts, top_k
 
