@@ -16,7 +16,8 @@ schedule (fewer write-port conflicts); its stalls before/after are in each run's
 Literature, not fitted (docs/references.md#mlx): MLX reports 52-84% of roofline and ~90%
 compute utilisation; the multi-layer dataflow butterfly paper 9.29x mean over a Jetson Xavier NX.
 
-    python benchmarks/bench_butterfly.py [--arch arch_configs/mlx_4x4.yaml] [--quick] [--seqs 256 512]
+    python benchmarks/bench_butterfly.py [--arch arch_configs/mlx_4x4.yaml] [--quick]
+        [--seqs 256 512]
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ MODES = ("layer", "fused", "multilayer")
 
 
 def machine() -> str:
-    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    return (f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+            f"Python {platform.python_version()}")
 
 
 def dense_model(arch, seq: int, dim: int) -> dict:
@@ -80,14 +82,16 @@ def main(argv=None) -> int:
     ap.add_argument("--dim", type=int, default=512)
     ap.add_argument("--seqs", type=int, nargs="+", default=[256, 512, 1024, 2048, 4096])
     ap.add_argument("--quick", action="store_true", help="seq 64 and 128 at hidden 64 (smoke run)")
-    ap.add_argument("--no-dense-sim", action="store_true", help="skip the dense GEMM simulation check")
+    ap.add_argument("--no-dense-sim", action="store_true",
+                    help="skip the dense GEMM simulation check")
     args = ap.parse_args(argv)
     if args.quick:
         args.seqs, args.dim = [64, 128], 64
     arch = dataflow.load_arch(args.arch)
     print(f"machine: {machine()}")
     print(f"array: {arch.name} ({arch.pe_array.rows}x{arch.pe_array.cols} PEs, SIMD "
-          f"{arch.pe_array.simd_lanes}, {arch.dram.bytes_per_cycle} B/cycle DRAM), hidden {args.dim}")
+          f"{arch.pe_array.simd_lanes}, {arch.dram.bytes_per_cycle} B/cycle DRAM), "
+          f"hidden {args.dim}")
     rows = []
     for seq in args.seqs:
         x = np.random.default_rng(seq).standard_normal((seq, args.dim)).astype(np.float32)
@@ -105,7 +109,8 @@ def main(argv=None) -> int:
                              "spm": res.spm_reads + res.spm_writes, "util": res.pe_utilization,
                              "roofline": bound / res.cycles, "wall": wall,
                              "reason": runs[1].result.notes[0],
-                             "split": next((n for n in runs[1].result.notes if "four-step" in n), "")}
+                             "split": next((n for n in runs[1].result.notes
+                                            if "four-step" in n), "")}
         except MappingError as exc:  # a size the array cannot hold: say so, keep the others
             print(f"{seq:5d} does not fit {arch.name}: {exc}")
             continue

@@ -4,12 +4,13 @@ Part 1 -- dynamic sparsity (docs/references.md#pit: 4096^3 fp32 at sparsity 0.5 
 0.99 with 32x1, 1x64 and 32x64 granularity): C = A @ B with M = K = N = --size (default 1024),
 A's zeros laid out element-wise or in 32x1 / 1x64 micro-tiles, each matrix run through the
 three kernels (PIT micro-tiles 32x1 and 1x64, block-sparse 32x64) and dense GEMM (the fastest
-of three dense mappings, see `dense_variants`), all in this run. Reported per point: simulated cycles, MACs wasted on zeros (from the engine's operation
-counts on the real data), DRAM bytes read, and speedup over dense. With --compare (default
-"matched") the 1x64 kernel and each kernel on zeros at its own granularity also run in the old
-model (1x64 as packed rows with an overwriting SWrite; gathered operands DMA'd whole) in the
-same run, so the effect of SCATTER_ACC (PIT's scatter-add per k-block) and of the gather DMA
-(only the selected tiles leave DRAM) is a ratio measured side by side.
+of three dense mappings, see `dense_variants`), all in this run. Reported per point: simulated
+cycles, MACs wasted on zeros (from the engine's operation counts on the real data), DRAM bytes
+read, and speedup over dense. With --compare (default "matched") the 1x64 kernel and each
+kernel on zeros at its own granularity also run in the old model (1x64 as packed rows with an
+overwriting SWrite; gathered operands DMA'd whole) in the same run, so the effect of
+SCATTER_ACC (PIT's scatter-add per k-block) and of the gather DMA (only the selected tiles
+leave DRAM) is a ratio measured side by side.
 
 How N = 1024 is simulated: the B operand does not fit the SPM whole, so the program runs B in
 column blocks of --col-block (64) columns one after another. The run-time index is built once
@@ -75,7 +76,8 @@ def scaled(res, stats, blocks: int) -> dict:
     return {"cycles": stats.index_cycles + blocks * stats.compute_cycles,
             "dram_read_bytes": dram_read(res, True) + blocks * dram_read(res, False),
             "index_cycles": stats.index_cycles,
-            "computed_macs": blocks * stats.computed_macs, "useful_macs": blocks * stats.useful_macs,
+            "computed_macs": blocks * stats.computed_macs,
+            "useful_macs": blocks * stats.useful_macs,
             "wasted_macs": blocks * stats.wasted_macs, "tile_density": stats.tile_density,
             "values_ok": bool(res.values_match_reference)}
 
@@ -138,7 +140,8 @@ def run_dynamic(size: int, col_block: int, sparsities, patterns, arch, seed: int
                 if old_model(pattern, g, compare):
                     # the same point in the model before this change: 1x64 as packed rows + an
                     # overwriting SWrite, and every gathered operand DMA'd whole
-                    ores, ost = simulate_dynamic_matmul(a, b, g, arch, scheme="packed", fetch="whole")
+                    ores, ost = simulate_dynamic_matmul(a, b, g, arch, scheme="packed",
+                                                        fetch="whole")
                     old = scaled(ores, ost, blocks)
                     row["old_speedup"] = dense["cycles"] / old["cycles"]
                     row["old_dram_read_bytes"] = old["dram_read_bytes"]
@@ -146,8 +149,10 @@ def run_dynamic(size: int, col_block: int, sparsities, patterns, arch, seed: int
                 rows.append(row)
                 was = f" (old model {row['old_speedup']:.2f}x)" if row["old_speedup"] else ""
                 log(f"  zeros {pattern:7} s={s:<5} kernel {g:5}: {row['cycles']:>12,} cycles, "
-                    f"speedup {row['speedup']:6.2f}x{was}, wasted {100 * row['wasted_fraction']:5.1f}%, "
-                    f"DRAM read {row['dram_read_bytes'] / 1e6:.1f} MB ({time.perf_counter() - t1:.1f} s)")
+                    f"speedup {row['speedup']:6.2f}x{was}, "
+                    f"wasted {100 * row['wasted_fraction']:5.1f}%, "
+                    f"DRAM read {row['dram_read_bytes'] / 1e6:.1f} MB "
+                    f"({time.perf_counter() - t1:.1f} s)")
     return dense, rows
 
 
@@ -164,7 +169,8 @@ def table_dynamic(rows, size, col_block) -> str:
         odram = f" ({r['old_dram_read_bytes'] / 1e6:.1f})" if r["old_dram_read_bytes"] else ""
         out.append(f"| {r['pattern']} | {r['sparsity']} | {r['kernel']} | "
                    f"{100 * r['tile_density']:.1f}% | {r['cycles']:,} | {r['index_cycles']:,} | "
-                   f"{r['computed_macs']:,} | {r['wasted_macs']:,} ({100 * r['wasted_fraction']:.1f}%) | "
+                   f"{r['computed_macs']:,} | "
+                   f"{r['wasted_macs']:,} ({100 * r['wasted_fraction']:.1f}%) | "
                    f"{r['dram_read_bytes'] / 1e6:.1f}{odram} | {r['speedup']:.2f}x | {old} | "
                    f"{'ok' if r['values_ok'] else 'WRONG'} |")
     out += ["", ("old model: the same point before SCATTER_ACC and gather DMA (1x64 as packed "
@@ -320,7 +326,8 @@ def write_csv(rows, path: Path) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="256^3 and seq 256, 512 (a smoke run)")
     ap.add_argument("--size", type=int, default=1024, help="M = K = N (default 1024)")
     ap.add_argument("--col-block", type=int, default=64)
@@ -331,7 +338,8 @@ def main(argv=None) -> int:
     ap.add_argument("--dim", type=int, default=64)
     ap.add_argument("--exact-nnz", type=int, default=600_000,
                     help="simulate attention whole up to this many mask entries")
-    ap.add_argument("--rows", type=int, default=256, help="query rows per block of row-blocked dense / N:M")
+    ap.add_argument("--rows", type=int, default=256,
+                    help="query rows per block of row-blocked dense / N:M")
     ap.add_argument("--compare", choices=("matched", "all", "none"), default="matched",
                     help="also run points in the old model (packed 1x64, whole-panel DMA): the "
                          "1x64 kernel and each kernel on zeros at its own granularity (matched)")

@@ -82,7 +82,8 @@ def engine_speed(quick: bool):
         res, wall = timed(wl, arch, repeats=1 if "SpMM" in name or "butterfly" in name else 2,
                           **params)
         rows.append({"case": name, "cycles": res.cycles, "macs": res.macs, "wall_s": wall,
-                         "macs_per_s": res.macs / wall, "values_ok": bool(res.values_match_reference)})
+                     "macs_per_s": res.macs / wall,
+                     "values_ok": bool(res.values_match_reference)})
     print(f"\n{'workload':44} {'cycles':>12} {'MACs':>13} {'wall s':>8} {'sim MAC/s':>10} values")
     for r in rows:
         print(f"{r['case']:44} {r['cycles']:>12,} {r['macs']:>13,} {r['wall_s']:>8.3f} "
@@ -113,7 +114,8 @@ def timed_map_and_simulate(arch, m, n, k, df, repeats=3) -> float:
 
 def scalesim_comparison(quick: bool, use_scalesim: bool):
     systolic = load_arch(ROOT / "arch_configs" / "systolic_32x32.yaml")
-    shapes = [(256, 256, 256, "os"), (256, 256, 256, "ws")] + ([] if quick else [(512, 512, 512, "ws")])
+    shapes = ([(256, 256, 256, "os"), (256, 256, 256, "ws")]
+              + ([] if quick else [(512, 512, 512, "ws")]))
     python = None
     if use_scalesim:
         try:
@@ -141,10 +143,10 @@ def scalesim_comparison(quick: bool, use_scalesim: bool):
             ss_wall = RECORDED_SCALESIM.get((m, n, k, df))
             how = "recorded"
         rows.append({"gemm": f"{m}x{n}x{k} {df}", "cycles": res.compute_cycles,
-                         "scalesim_cycles": ss_cycles, "identical": res.compute_cycles == ss_cycles,
-                         "wall_s": wall, "core_s": core, "scalesim_wall_s": ss_wall, "scalesim": how,
-                         "speedup": (ss_wall / core) if ss_wall else None,
-                         "speedup_end_to_end": (ss_wall / wall) if ss_wall else None})
+                     "scalesim_cycles": ss_cycles, "identical": res.compute_cycles == ss_cycles,
+                     "wall_s": wall, "core_s": core, "scalesim_wall_s": ss_wall, "scalesim": how,
+                     "speedup": (ss_wall / core) if ss_wall else None,
+                     "speedup_end_to_end": (ss_wall / wall) if ss_wall else None})
     print(f"\n{'GEMM (32x32 systolic)':22} {'dataflow cyc':>13} {'SCALE-Sim cyc':>14} {'same':>5} "
           f"{'map+sim s':>10} {'simulate() s':>13} {'SCALE-Sim s':>12} {'speedup':>8} {'(e2e)':>7}")
     for r in rows:
@@ -154,12 +156,12 @@ def scalesim_comparison(quick: bool, use_scalesim: bool):
         print(f"{r['gemm']:22} {r['cycles']:>13,} {r['scalesim_cycles']!s:>14} "
               f"{'yes' if r['identical'] else 'NO':>5} {r['core_s']:>10.4f} {r['wall_s']:>13.4f} "
               f"{ssw:>12} {sp:>8} {sp2:>7}")
-    print("speedup = SCALE-Sim wall / dataflow lower+map+simulate; (e2e) = against dataflow.simulate(), "
-          "which also draws operands and checks values against numpy")
+    print("speedup = SCALE-Sim wall / dataflow lower+map+simulate; (e2e) = against "
+          "dataflow.simulate(), which also draws operands and checks values against numpy")
     if not python:
-        print("SCALE-Sim not run (--no-scalesim or not installed): its cycles are the golden file's (or the closed form that "
-              "reproduces them), its wall times the ones recorded in benchmarks/scalesim/README.md "
-              "(labelled 'rec')")
+        print("SCALE-Sim not run (--no-scalesim or not installed): its cycles are the golden "
+              "file's (or the closed form that reproduces them), its wall times the ones "
+              "recorded in benchmarks/scalesim/README.md (labelled 'rec')")
     return rows
 
 
@@ -173,7 +175,8 @@ def corpus(quick: bool):
     archs = {"default-8x8": variant(), "4x4": variant(**{"pe_array.rows": 4, "pe_array.cols": 4}),
              "torus-skip": variant(**{"interconnect.topology": "torus",
                                       "interconnect.skip_hop_strides": [2]})}
-    runs = [("gemm", {"m": 32, "k": 16, "n": 16}), ("spmm", {"m": 64, "k": 64, "n": 16, "density": 0.1}),
+    runs = [("gemm", {"m": 32, "k": 16, "n": 16}),
+            ("spmm", {"m": 64, "k": 64, "n": 16, "density": 0.1}),
             ("attention", {"seq": 32, "dim": 16}),
             ("moe", {"tokens": 16, "dim": 16, "hidden": 16, "experts": 4}),
             ("dynamic-spmm", {"m": 64, "k": 64, "n": 16}),
@@ -208,7 +211,7 @@ def corpus(quick: bool):
         map_module.map_kernel = orig
         orch_module.map_kernel = saved_orch
     last = {}  # the last call per kernel wins: orchestration retries a failed one with more slack
-    for label, kernel, arch, a, kw in captured:
+    for label, kernel, arch, _a, kw in captured:
         last[(label, len(kernel.nodes))] = ("workload", label, kernel, arch, kw)
     items = list(last.values())
     for s in range(10 if quick else 30):
@@ -232,10 +235,10 @@ def mapper_stats(quick: bool):
                              "ii": None, "mii": None, "seconds": time.perf_counter() - t0})
             continue
         dt = time.perf_counter() - t0
-        rows.append({"group": group, "kernel": label, "nodes": len(kernel.nodes), "copies": km.copies,
-                         "ii": km.ii, "mii": km.mii, "res_mii": km.res_mii, "rec_mii": km.rec_mii,
-                         "seconds": dt, "length": km.schedule_length,
-                         "hops": sum(len(r.links) for r in km.routes)})
+        rows.append({"group": group, "kernel": label, "nodes": len(kernel.nodes),
+                     "copies": km.copies, "ii": km.ii, "mii": km.mii, "res_mii": km.res_mii,
+                     "rec_mii": km.rec_mii, "seconds": dt, "length": km.schedule_length,
+                     "hops": sum(len(r.links) for r in km.routes)})
     times = np.array([r["seconds"] for r in rows])
     print(f"\nmapper corpus: {len(rows)} kernels")
     print(f"{'kernel':44} {'nodes':>5} {'copies':>6} {'II':>3} {'MII':>4} {'seconds':>8}")
@@ -254,7 +257,8 @@ def mapper_stats(quick: bool):
                               "unmapped": sum(r["ii"] is None for r in sel),
                               "mean_ii_over_mii": float(np.mean([r["ii"] / r["mii"] for r in sel
                                                               if r["ii"] is not None])),
-                              "p50_s": float(np.percentile(t, 50)), "p90_s": float(np.percentile(t, 90)),
+                              "p50_s": float(np.percentile(t, 50)),
+                              "p90_s": float(np.percentile(t, 90)),
                               "max_s": float(t.max())}
     print(f"\n{'group':10} {'kernels':>7} {'unmapped':>8} {'II=MII':>7} {'mean II/MII':>12} "
           f"{'p50 s':>7} {'p90 s':>7} {'max s':>7}")
@@ -265,7 +269,8 @@ def mapper_stats(quick: bool):
     print("targets: II = MII on >= 90 % of kernels; p90 mapping time < 5 s (CGRA-ME: 7.9 s)")
     # the annealing pass on the random kernels: schedule length and link hops before/after
     ann = []
-    for group, label, kernel, arch, _ in [i for i in items if i[0] == "random"][: 6 if quick else 12]:
+    randoms = [i for i in items if i[0] == "random"]
+    for _group, label, kernel, arch, _ in randoms[: 6 if quick else 12]:
         base = map_module.map_kernel(kernel, arch)
         t0 = time.perf_counter()
         imp = map_module.map_kernel(kernel, arch, improve="anneal")
@@ -278,8 +283,9 @@ def mapper_stats(quick: bool):
         la = sum(a["length"][1] for a in ann)
         hb = sum(a["hops"][0] for a in ann)
         ha = sum(a["hops"][1] for a in ann)
-        print(f"\nimprove='anneal' on {len(ann)} random kernels: total schedule length {lb} -> {la}, "
-              f"link hops {hb} -> {ha}, mean {np.mean([a['seconds'] for a in ann]):.2f} s per kernel")
+        print(f"\nimprove='anneal' on {len(ann)} random kernels: "
+              f"total schedule length {lb} -> {la}, link hops {hb} -> {ha}, "
+              f"mean {np.mean([a['seconds'] for a in ann]):.2f} s per kernel")
     return rows, summary, ann, times
 
 
@@ -324,8 +330,8 @@ def main(argv=None) -> int:
     plot(speed, ss, rows, times)
     OUT.mkdir(exist_ok=True)
     (OUT / "bench_engine.json").write_text(json.dumps(
-        {"machine": machine(), "engine": speed, "scalesim": ss, "mapper": rows, "mapper_summary": summary,
-             "anneal": ann}, indent=1, default=str))
+        {"machine": machine(), "engine": speed, "scalesim": ss, "mapper": rows,
+         "mapper_summary": summary, "anneal": ann}, indent=1, default=str))
     print(f"\nwrote {OUT / 'bench_engine.png'} and {OUT / 'bench_engine.json'}")
     return 0 if all(r["values_ok"] for r in speed) and all(r["identical"] for r in ss) else 1
 

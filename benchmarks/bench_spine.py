@@ -24,7 +24,8 @@ from dataflow.api import DEFAULT_ARCH, ROOT
 
 
 def machine() -> str:
-    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    return (f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+            f"Python {platform.python_version()}")
 
 
 def run_dataflow(workload, arch, repeats=3, **params):

@@ -23,7 +23,8 @@ def variant(**changes) -> object:
         for p in path:
             node = node[p]
         node[last] = value
-    return arch_from_dict(d, source="<variant " + ", ".join(f"{k}={v}" for k, v in changes.items()) + ">")
+    return arch_from_dict(d, source="<variant "
+                          + ", ".join(f"{k}={v}" for k, v in changes.items()) + ">")
 
 
 def small_systolic(rows: int, cols: int):

@@ -87,7 +87,10 @@ def random_kernel(rng: np.random.Generator, name: str, inputs: dict[str, np.ndar
         values.append(add(Op.GATHER, (ix,), buffer=tname, addr=gaddr, name="gather"))
     for _ in range(int(rng.integers(1, 7))):
         op = ARITH[int(rng.integers(0, len(ARITH)))]
-        pick = lambda: values[int(rng.integers(0, len(values)))]
+
+        def pick():
+            return values[int(rng.integers(0, len(values)))]
+
         if op is Op.CONST:
             values.append(add(op, value=float(rng.integers(-2, 3)) / 2))
         elif op in (Op.EXP, Op.ROUTE):

@@ -75,7 +75,8 @@ def test_each_pattern_is_stored_in_its_own_ust_format():
             for name in PATTERNS}
     assert fmts["dense"] == "(i, j) -> (i : dense, j : dense)"
     assert fmts["window"] == fmts["dilated"] == "(i, j) -> (j - i : compressed, i : range)"
-    assert fmts["bigbird"] == "(i, j) -> (i / 8 : dense, j / 8 : compressed, i % 8 : dense, j % 8 : dense)"
+    assert fmts["bigbird"] == ("(i, j) -> (i / 8 : dense, j / 8 : compressed, i % 8 : dense, "
+                               "j % 8 : dense)")
     assert fmts["butterfly"] == "(i, j) -> (i : dense, j : compressed)"
     assert fmts["nm"] == "(i, j) -> (i : dense, j / 4 : dense, j % 4 : structured[2, 4])"
     # DIA stores one value per (diagonal, row): 2w+1 diagonals of 64

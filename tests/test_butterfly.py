@@ -185,7 +185,8 @@ def test_butterfly_matmul_sim_equals_numpy(mlx, cplx):
     x = rng.standard_normal((2, 3, 16)).astype(np.float32)   # leading axes are batch
     fs = ref.random_factors(16, rng, complex_=cplx)
     want = dataflow.butterfly_matmul(x, fs, backend="numpy")
-    assert_close(dataflow.butterfly_matmul(x, fs, backend="sim", arch=mlx, orchestration="fused"), want)
+    assert_close(dataflow.butterfly_matmul(x, fs, backend="sim", arch=mlx, orchestration="fused"),
+                 want)
 
 
 def test_butterfly_ffn_and_fnet_sim(mlx):
@@ -328,7 +329,8 @@ def test_permuted_and_flipped_layouts_keep_values_in_both_engines(mlx):
     plan = plan_orchestration(spec, mlx, "multilayer", 2)
     G = len(plan.groups)
     spec = dataclasses.replace(spec, skew_lines=plan.choice.skew_lines,
-                               skew_perm=tuple(tuple((q + i + 1) % 5 for q in range(5)) for i in range(G + 1)),
+                               skew_perm=tuple(tuple((q + i + 1) % 5 for q in range(5))
+                                               for i in range(G + 1)),
                                skew_flip=tuple((7 * i + 5) % 32 for i in range(G + 1)))
     om = map_butterfly(lower_butterfly(spec, plan.groups, x), spec, mlx, plan)
     fast, slow = simulate_orchestrated(om, "fast"), simulate_orchestrated(om, "reference")
@@ -403,7 +405,8 @@ def test_bad_input_names_the_parameter(mlx):
     with pytest.raises(ValueError, match="last axis"):
         dataflow.fft(np.ones((2, 12)), backend="sim", arch=mlx)
     with pytest.raises(ValueError, match=r"factors\[1\]"):
-        dataflow.butterfly_matmul(np.ones(8), [np.ones((4, 2, 2)), np.ones((3, 2, 2)), np.ones((4, 2, 2))])
+        dataflow.butterfly_matmul(np.ones(8),
+                                  [np.ones((4, 2, 2)), np.ones((3, 2, 2)), np.ones((4, 2, 2))])
     with pytest.raises(ValueError, match="orchestration"):
         dataflow.fft(np.ones(8), backend="sim", orchestration="pipelined")
     with pytest.raises(ValueError, match="backend"):
@@ -448,7 +451,8 @@ def test_layout_choice_is_kept_on_disk_and_survives_a_corrupt_file(mlx, monkeypa
     monkeypatch.setattr(spm_layout, "layout_stalls",
                         lambda *a, **k: pytest.fail("searched again despite the stored layout"))
     y, again = run_fft(x, mlx, "multilayer")
-    assert (again.spec.skew_perm, again.spec.skew_flip) == (first.spec.skew_perm, first.spec.skew_flip)
+    assert ((again.spec.skew_perm, again.spec.skew_flip)
+            == (first.spec.skew_perm, first.spec.skew_flip))
     assert_close(y, np.fft.fft(x))
 
     monkeypatch.undo()
@@ -456,5 +460,6 @@ def test_layout_choice_is_kept_on_disk_and_survives_a_corrupt_file(mlx, monkeypa
     monkeypatch.setattr(spm_layout, "_LAYOUTS", BoundedCache(8))
     files[0].write_text("{not json")
     _, rebuilt = run_fft(x, mlx, "multilayer")
-    assert (rebuilt.spec.skew_perm, rebuilt.spec.skew_flip) == (first.spec.skew_perm, first.spec.skew_flip)
+    assert ((rebuilt.spec.skew_perm, rebuilt.spec.skew_flip)
+            == (first.spec.skew_perm, first.spec.skew_flip))
     assert files[0].read_text().startswith("{\"fingerprint\"")

@@ -59,8 +59,9 @@ def test_bad_sizes_are_clear(capsys):
 
 
 def test_console_script_runs():
-    out = subprocess.run([sys.executable, "-m", "dataflow.cli", "simulate", "--m", "16", "--k", "16",
-                          "--n", "8", "--json"], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-m", "dataflow.cli", "simulate",
+                          "--m", "16", "--k", "16", "--n", "8", "--json"],
+                         capture_output=True, text=True, check=True)
     assert json.loads(out.stdout)["values_match_reference"] is True
 
 

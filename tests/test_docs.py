@@ -115,7 +115,8 @@ def test_docs_pages_exist():
 
 
 def test_nothing_cites_notes_outside_the_repository(texts):
-    bad = [f"{_where(p, t, f)}: cites {f!r}" for p, t in texts.items() for f in forbidden_citations(t)]
+    bad = [f"{_where(p, t, f)}: cites {f!r}"
+           for p, t in texts.items() for f in forbidden_citations(t)]
     assert not bad, "citations of files outside the repository:\n" + "\n".join(bad)
 
 

@@ -107,7 +107,8 @@ def test_bad_sweep_files_name_file_and_key_path(tmp_path, case):
 
 
 def test_cli_reports_a_bad_sweep_as_one_line(tmp_path, capsys):
-    path = write(tmp_path, GOOD.replace("spm.lines: [4, 8]", "spm.lines: {start: 4, stop: 8, step: 0}"))
+    path = write(tmp_path, GOOD.replace("spm.lines: [4, 8]",
+                                        "spm.lines: {start: 4, stop: 8, step: 0}"))
     assert main(["sweep", str(path), "--out", str(tmp_path / "r.db"), "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
@@ -182,7 +183,8 @@ def test_area_is_the_simulators_area_model(default_arch):
     area = area_breakdown_mm2(arch_to_dict(default_arch))
     pes, lines, t = 8 * 8, 16, default_arch.area
     ports = default_arch.spm.read_ports_per_line + default_arch.spm.write_ports_per_line
-    assert area == pytest.approx({"pe_array": pes * t.pe_mm2, "spm": lines * t.spm_line_mm2 * ports / 2,
+    assert area == pytest.approx({"pe_array": pes * t.pe_mm2,
+                                  "spm": lines * t.spm_line_mm2 * ports / 2,
                                   "interconnect": pes * t.router_mm2})
     r = dataflow.simulate("gemm", arch=default_arch, m=8, k=8, n=8)
     assert dict(r.area_mm2) == pytest.approx(area)

@@ -55,7 +55,8 @@ def test_points_are_stored_with_checked_values_and_area(tiny_db):
         ports = spm["read_ports_per_line"] + spm["write_ports_per_line"]
         links = (1 + len(ic["skip_hop_strides"])) * ic["links_per_direction"]
         assert r["area_mm2"] == pytest.approx(  # pe_array.simulate.area_breakdown's model
-            pes * (a["pe_mm2"] + a["router_mm2"] * links) + spm["lines"] * a["spm_line_mm2"] * ports / 2)
+            pes * (a["pe_mm2"] + a["router_mm2"] * links)
+            + spm["lines"] * a["spm_line_mm2"] * ports / 2)
         assert r["energy_pj"] == pytest.approx(r["result"]["energy_total_pj"])
         assert r["time_s"] == pytest.approx(r["cycles"] / (arch["clock_ghz"] * 1e9))
         assert r["cycles"] >= r["result"]["compute_cycles"] > 0
@@ -109,7 +110,8 @@ def test_impossible_mapping_is_a_failed_point_not_a_crash(tmp_path, capsys):
         rows = {r["point"]["arch_overrides"]["pe_array.rows"]: r for r in store.rows()}
     # a 1x1 array holding 2 instructions cannot hold a GEMM body: the mapper says so
     assert rows[1]["status"] == "failed" and rows[1]["cycles"] is None
-    assert rows[1]["error"].startswith("MappingError:") and "instruction_entries" in rows[1]["error"]
+    assert (rows[1]["error"].startswith("MappingError:")
+            and "instruction_entries" in rows[1]["error"])
     assert rows[4]["status"] == "ok" and rows[4]["values_match"] is True
     # pareto ranks the successful point and reports the failed one
     assert main(["pareto", str(db)]) == 0
@@ -132,7 +134,8 @@ def test_killed_sweep_resumes_without_losing_or_repeating_points(tmp_path):
     sweep_file = tmp_path / "kill.yaml"
     sweep_file.write_text(KILL_SWEEP)
     db = tmp_path / "killed.db"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    env = dict(os.environ,
+               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.Popen(
         [sys.executable, "-m", "dataflow.cli", "sweep", str(sweep_file), "--out", str(db),
          "--workers", "2", "--no-progress"],

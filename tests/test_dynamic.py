@@ -230,11 +230,13 @@ def test_pit_1x64_scatter_adds_per_k_block_and_shares_b(default_arch):
 def test_gather_dma_moves_only_the_selected_tiles(default_arch):
     """At 99% zeros in 1x64 tiles the compute kernel's DMA of A is exactly the nonzero tiles
     (64 words each, burst-aligned), about 1% of the dense panel; its other reads are the index
-    (one word per tile) and the blocks of B that hold a nonzero tile. With whole-panel DMA the same run moves all of
-    A; values and array cycles are the same, only DRAM traffic (and its waits) differ."""
+    (one word per tile) and the blocks of B that hold a nonzero tile. With whole-panel DMA the
+    same run moves all of A; values and array cycles are the same, only DRAM traffic (and its
+    waits) differ."""
     m, k, n = 128, 512, 8
     a, b = make_dynamic_operands(m, k, n, 0.99, "1x64", seed=8)
-    runs = {f: simulate_dynamic_matmul(a, b, "1x64", default_arch, fetch=f) for f in ("gather", "whole")}
+    runs = {f: simulate_dynamic_matmul(a, b, "1x64", default_arch, fetch=f)
+            for f in ("gather", "whole")}
     index = build_index(a, (1, 64))
     wb = default_arch.word_bytes
     panel = m * (k + ROW_PAD) * wb

@@ -35,7 +35,8 @@ def small_spm():
 
 
 def _spec(n, batch, cplx):
-    return ButterflySpec(n=n, batch=batch, lanes=8, kind="fft", bitrev_input=True, real_input=not cplx)
+    return ButterflySpec(n=n, batch=batch, lanes=8, kind="fft", bitrev_input=True,
+                         real_input=not cplx)
 
 
 def _x(rng, batch, n, cplx):
@@ -209,7 +210,8 @@ def test_trivial_twiddles_need_no_multiply():
     assert sum(1 for nd in k.nodes if nd.op is Op.MAC and nd.value < 0) == 2
     assert ops.count(Op.BFLY) == 3 * 4 * 2 * 2  # stages x pairs x (up, down) x (re, im)
     assert not any(nd.op is Op.LOAD and nd.buffer.startswith("T") for nd in k.nodes)
-    x = np.random.default_rng(0).standard_normal((8, 8)) + 1j * np.random.default_rng(1).standard_normal((8, 8))
+    x = (np.random.default_rng(0).standard_normal((8, 8))
+         + 1j * np.random.default_rng(1).standard_normal((8, 8)))
     run = run_fft_spec(spec, x.astype(np.complex64), mlx_variant(), "fused")
     assert values_match(run.outputs["Yr"].reshape(8, 8).T + 1j * run.outputs["Yi"].reshape(8, 8).T,
                         np.fft.fft(x, axis=-1))

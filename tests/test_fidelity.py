@@ -118,7 +118,7 @@ def test_conflict_free_tiles_equal_the_closed_form(seed):
     for km, kr in zip(mapping.kernels, res.kernels):
         lanes = roomy.pe_array.simd_lanes
         total = 0
-        for tile, tr in zip(km.tiles, kr.tiles):
+        for _tile, tr in zip(km.tiles, kr.tiles):
             n = num_iterations(km.kernel, lanes) if len(km.tiles) == 1 else tr.iterations
             waves = math.ceil(n / km.copies)
             expected = (waves - 1) * km.ii + km.schedule_length if n else 0

@@ -202,7 +202,10 @@ def test_torus_and_skip_hops_shorten_distances():
     assert hop_distance(skip)[(0, 0)][(0, 7)] == 3  # 4 + 2 + 1
     # routes on the torus only use links the torus has, wrap-around ones included
     km = map_kernel(gemm_kernel(8, 8, 16), torus, copies=16)
-    ring = lambda x, y: min(abs(x - y), 8 - abs(x - y))  # distance on an 8-ring
+
+    def ring(x, y):  # distance on an 8-ring
+        return min(abs(x - y), 8 - abs(x - y))
+
     for r in km.routes:
         for a, b in r.links:
             assert ring(a[0], b[0]) + ring(a[1], b[1]) == 1, (a, b)
@@ -226,7 +229,8 @@ def test_fu_latency_lengthens_schedule():
     fus = variant().pe_array.functional_units
     slow = tuple(dataclasses.replace(f, latency_cycles=8) if f.name == "mul" else f for f in fus)
     arch = variant()
-    arch = dataclasses.replace(arch, pe_array=dataclasses.replace(arch.pe_array, functional_units=slow))
+    arch = dataclasses.replace(arch, pe_array=dataclasses.replace(arch.pe_array,
+                                                                  functional_units=slow))
     a = run(variant(), _gemm(), copies=4)
     b = run(arch, _gemm(), copies=4)
     assert b[0].kernels[0].schedule_length == a[0].kernels[0].schedule_length + 6
@@ -237,7 +241,8 @@ def test_fu_issue_interval_raises_ii():
     arch = variant()
     fus = tuple(dataclasses.replace(f, issue_interval_cycles=3) if f.name == "mul" else f
                 for f in arch.pe_array.functional_units)
-    arch = dataclasses.replace(arch, pe_array=dataclasses.replace(arch.pe_array, functional_units=fus))
+    arch = dataclasses.replace(arch, pe_array=dataclasses.replace(arch.pe_array,
+                                                                  functional_units=fus))
     km = map_kernel(gemm_kernel(8, 8, 16), arch, copies=4)
     assert km.ii >= 3 and km.res_mii >= 3
 
@@ -262,7 +267,8 @@ def test_register_file_too_small_names_registers():
 def test_missing_functional_unit_names_it():
     arch = variant()
     fus = tuple(f for f in arch.pe_array.functional_units if f.name != "sfu")
-    arch = dataclasses.replace(arch, pe_array=dataclasses.replace(arch.pe_array, functional_units=fus))
+    arch = dataclasses.replace(arch, pe_array=dataclasses.replace(arch.pe_array,
+                                                                  functional_units=fus))
     prog = next(p for p in map(random_program, range(40))
                 if any(n.op is Op.EXP for n in p.kernels[0].nodes))
     with pytest.raises(MappingError, match=r"no functional unit for op 'exp'"):

@@ -111,7 +111,8 @@ def test_imports_point_down_the_layers():
 def test_imports_sit_at_module_top():
     bad = [f"{a}:{ln} imports {b} inside a function"
            for a, b, ln, top in import_edges()
-           if not top and not any(a == m and (b == t or b.startswith(t + ".")) for m, t in DEFERRED)]
+           if not top and not any(a == m and (b == t or b.startswith(t + "."))
+                                  for m, t in DEFERRED)]
     assert not bad, "function-level imports of dataflow modules:\n" + "\n".join(bad)
 
 

@@ -63,7 +63,8 @@ def test_workload_too_big_for_spm_names_capacity(tmp_path):
     rng = np.random.default_rng(0)
     prog = lower_spmm_csr((4, 64), np.array([0, 1, 2, 3, 4]), np.array([0, 1, 2, 3]),
                           np.ones(4, np.float32), rng.standard_normal((64, 8), dtype=np.float32))
-    with pytest.raises(MappingError, match=r"does not fit the SPM.*spm.lines x spm.capacity_words_per_line"):
+    with pytest.raises(MappingError,
+                       match=r"does not fit the SPM.*spm.lines x spm.capacity_words_per_line"):
         map_program(prog, small)
 
 

@@ -24,7 +24,8 @@ def fly4() -> Kernel:
         nodes.append(Node(len(nodes), Op.ADD if len(nodes) % 2 else Op.SUB, (a, b)))
     for j, v in enumerate(range(8, 12)):
         nodes.append(Node(len(nodes), Op.STORE, (v,), buffer="Y", addr=Addr((("i", 4),), const=j)))
-    return Kernel("fly4", (Loop("i", 64),), tuple(nodes), (Buffer("X", 256), Buffer("Y", 256, "output")))
+    return Kernel("fly4", (Loop("i", 64),), tuple(nodes),
+                  (Buffer("X", 256), Buffer("Y", 256, "output")))
 
 
 ONE_LINK = {"interconnect.links_per_direction": 1}
@@ -62,7 +63,10 @@ def test_anneal_is_legal_and_never_worse():
     imp = map_kernel(fly4(), arch, copies=3, improve="anneal", seed=1)
     check_kernel_mapping(imp, arch)
     assert imp.ii == base.ii
-    cost = lambda k: 16 * k.schedule_length + sum(len(r.links) for r in k.routes)
+
+    def cost(k):
+        return 16 * k.schedule_length + sum(len(r.links) for r in k.routes)
+
     assert cost(imp) <= cost(base)
     with pytest.raises(MappingError, match="unknown improvement pass"):
         map_kernel(fly4(), arch, improve="ilp")
@@ -81,7 +85,8 @@ def test_verifier_non_pipelined_unit_holds_its_slots():
     arch = variant()
     fus = tuple(dataclasses.replace(f, issue_interval_cycles=2) if f.name == "mul" else f
                 for f in arch.pe_array.functional_units)
-    arch = dataclasses.replace(arch, pe_array=dataclasses.replace(arch.pe_array, functional_units=fus))
+    arch = dataclasses.replace(arch, pe_array=dataclasses.replace(arch.pe_array,
+                                                                  functional_units=fus))
     km = map_kernel(gemm_kernel(4, 4, 8), arch, copies=2)
     check_kernel_mapping(km, arch)
     km = dataclasses.replace(km, ii=4 * km.ii)  # more slots: room to move an op
@@ -147,5 +152,6 @@ def test_staggered_buffer_bases_avoid_conflicts_that_packing_creates():
 
 def test_map_kernel_error_carries_the_link_diagnosis():
     arch = variant(**{**ONE_LINK, "pe_array.rows": 4, "pe_array.cols": 4})
-    with pytest.raises(MappingError, match=r"with 1 copy at II = 1: links: .*links_per_direction = 1"):
+    with pytest.raises(MappingError,
+                       match=r"with 1 copy at II = 1: links: .*links_per_direction = 1"):
         map_kernel(fly4(), arch, copies=1, max_ii_slack=0)

@@ -111,7 +111,8 @@ def test_bad_parameters(default_arch, params, message):
     import dataflow
 
     with pytest.raises(ValueError, match=message):
-        dataflow.simulate("moe", arch=default_arch, **{"tokens": 16, "dim": 8, "hidden": 8, **params})
+        dataflow.simulate("moe", arch=default_arch,
+                          **{"tokens": 16, "dim": 8, "hidden": 8, **params})
 
 
 def test_odd_expert_count_runs_sequentially(default_arch):

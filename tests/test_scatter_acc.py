@@ -27,14 +27,17 @@ def scatter_acc_program(idx: np.ndarray, v: np.ndarray, slots: int, same_word: b
              addr=Addr(() if same_word else (("j", 1),), index_stride=LANES), name="C[idx]+="),
     )
     kern = Kernel(name="sacc", loops=(Loop("i", n), Loop("j", LANES)), nodes=nodes,
-                  buffers=(Buffer("idx", n), Buffer("v", n * LANES), Buffer("C", slots * LANES, "output")),
+                  buffers=(Buffer("idx", n), Buffer("v", n * LANES),
+                           Buffer("C", slots * LANES, "output")),
                   vector_var="j", carried=((2, 2, 1),))
     return run_passes(Program(name="sacc", kernels=(kern,),
-                              inputs=(("idx", idx.astype(np.int64)), ("v", v.astype(np.float32).ravel())),
+                              inputs=(("idx", idx.astype(np.int64)),
+                                      ("v", v.astype(np.float32).ravel())),
                               outputs=(("C", (slots * LANES,)),), dtype="float32"))
 
 
-def replay(km, idx: np.ndarray, v: np.ndarray, slots: int, same_word: bool) -> tuple[np.ndarray, int]:
+def replay(km, idx: np.ndarray, v: np.ndarray, slots: int,
+           same_word: bool) -> tuple[np.ndarray, int]:
     """The documented semantics on the host: tiles (ranges of i) one after another; in a tile
     of n iterations, its k-th on copy k // W, wave k % W (W = ceil(n / copies)); a copy's run
     of same-index iterations adds in its register (iteration order) and flushes at the run's
@@ -67,7 +70,8 @@ def replay(km, idx: np.ndarray, v: np.ndarray, slots: int, same_word: bool) -> t
 
 
 @pytest.mark.parametrize("same_word", [False, True], ids=["row", "one-word"])
-@pytest.mark.parametrize("arch_changes", [{}, {"pe_array.rows": 2, "pe_array.cols": 2}], ids=["8x8", "2x2"])
+@pytest.mark.parametrize("arch_changes", [{}, {"pe_array.rows": 2, "pe_array.cols": 2}],
+                         ids=["8x8", "2x2"])
 def test_engines_agree_and_values_follow_the_documented_order(same_word, arch_changes):
     arch = variant(**arch_changes)
     rng = np.random.default_rng(0)
@@ -75,7 +79,8 @@ def test_engines_agree_and_values_follow_the_documented_order(same_word, arch_ch
     idx = rng.integers(0, slots, n)
     idx[10:14] = idx[10]  # a run the register combines
     # large, cancelling magnitudes: float32 sums differ with the order, so order is tested
-    v = (rng.standard_normal((n, LANES)) * 10.0 ** rng.integers(-3, 8, (n, LANES))).astype(np.float32)
+    v = (rng.standard_normal((n, LANES))
+         * 10.0 ** rng.integers(-3, 8, (n, LANES))).astype(np.float32)
     mapping = map_program(scatter_acc_program(idx, v, slots, same_word), arch)
     (fast,), (ref,) = run_array(mapping, "fast"), run_array(mapping, "reference")
     assert fast.same_as(ref) == []

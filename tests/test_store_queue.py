@@ -1,4 +1,5 @@
-"""Per-line store queues (`spm.write_queue_depth`): the rule, both engines, and the knob's effect."""
+"""Per-line store queues (`spm.write_queue_depth`): the rule, both engines, and the knob's
+effect."""
 
 from __future__ import annotations
 

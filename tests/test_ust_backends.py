@@ -102,8 +102,9 @@ def test_unknown_backend_lists_the_available_ones(fake_backend):
 def test_cuda_is_looked_up_in_its_module(monkeypatch):
     monkeypatch.setattr(ust_backends, "_EXECUTORS", {f: {} for f in ust_backends.OP_FAMILIES})
     monkeypatch.setitem(ust_backends.BACKEND_MODULES, "cuda", "dataflow._no_such_module_")
-    with pytest.raises(ValueError, match=r"unknown backend 'cuda' for elementwise \(importing "
-                                         r"dataflow._no_such_module_ failed.*available: numpy, sim"):
+    with pytest.raises(ValueError,
+                       match=r"unknown backend 'cuda' for elementwise \(importing "
+                             r"dataflow._no_such_module_ failed.*available: numpy, sim"):
         Elementwise("add", rand((2, 2)), rand((2, 2))).execute("cuda")
 
 

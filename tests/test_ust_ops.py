@@ -49,7 +49,8 @@ CASES = {
     "gemm": (lambda: rand((12, 10)), lambda: rand((10, 6), 1)),
     "gemv": (lambda: rand((12, 10)), lambda: rand((10,), 1)),
     "spmm_csr": (lambda: rand_sparse(12, 10), lambda: rand((10, 6), 1)),
-    "spmm_coo": (lambda: Tensor.from_package(rand_sparse(12, 10, fmt="coo")), lambda: rand((10, 6), 1)),
+    "spmm_coo": (lambda: Tensor.from_package(rand_sparse(12, 10, fmt="coo")),
+                 lambda: rand((10, 6), 1)),
     "spmm_csc": (lambda: rand_sparse(12, 10, fmt="csc"), lambda: rand((10, 6), 1)),
     "spmv": (lambda: rand_sparse(12, 10), lambda: rand((10,), 1)),
     "spgemm": (lambda: rand_sparse(12, 10), lambda: rand_sparse(10, 6, seed=3)),
@@ -164,7 +165,10 @@ def test_plus_times_semiring_is_matmul(m, k, n, density, seed):
 @pytest.mark.parametrize("backend", ["numpy", "sim"])
 def test_prolog_and_epilog(backend, cache):
     s, b = rand_sparse(10, 8), rand((8, 4), 1)
-    relu = lambda x: np.maximum(x, 0)
+
+    def relu(x):
+        return np.maximum(x, 0)
+
     op = Matmul(s, b, prolog={"a": np.abs}, epilog=relu)
     if backend == "sim":
         op.plan(cache=cache)
@@ -294,7 +298,8 @@ def test_elementwise_backends_match_numpy(kind, pair, backend, ew_cache):
 
 
 def test_elementwise_sim_other_ranks_and_ust_results(cache):
-    v, w = rand((10,)), Tensor.from_dense(np.where(rand((10,), 3) > 0.3, 1.0, 0.0), NamedFormats.SparseVector)
+    v, w = rand((10,)), Tensor.from_dense(np.where(rand((10,), 3) > 0.3, 1.0, 0.0),
+                                          NamedFormats.SparseVector)
     assert_close(add(v, w, backend="sim", cache=cache), v + w.to_dense())
     t3 = np.where(rand((2, 3, 4)) > 0.2, rand((2, 3, 4), 4), 0).astype(np.float32)
     s3 = Tensor.from_dense(t3, NamedFormats.coo(3))

@@ -36,7 +36,8 @@ def rename_buffers(kernel: Kernel, names: dict[str, str], name: str) -> Kernel:
     def rn(x):
         return names.get(x, x)
 
-    nodes = tuple(dataclasses.replace(n, buffer=rn(n.buffer)) if n.buffer else n for n in kernel.nodes)
+    nodes = tuple(dataclasses.replace(n, buffer=rn(n.buffer)) if n.buffer else n
+                  for n in kernel.nodes)
     loops = tuple(dataclasses.replace(lp, pos=rn(lp.pos)) if lp.pos else lp for lp in kernel.loops)
     return dataclasses.replace(
         kernel, name=name, nodes=nodes, loops=loops,

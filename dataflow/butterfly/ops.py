@@ -40,7 +40,8 @@ def _check(backend: str, orchestration: str) -> None:
     if backend not in BACKENDS:
         raise ButterflyError(f"backend must be one of {BACKENDS}, got {backend!r}")
     if orchestration not in ORCHESTRATIONS:
-        raise ButterflyError(f"orchestration must be one of {ORCHESTRATIONS}, got {orchestration!r}")
+        raise ButterflyError(f"orchestration must be one of {ORCHESTRATIONS}, "
+                             f"got {orchestration!r}")
 
 
 def run_spec(spec: ButterflySpec, x2d: np.ndarray, arch, orchestration: str = "multilayer",
@@ -100,7 +101,8 @@ def run_fft_spec(spec: ButterflySpec, x2d: np.ndarray, arch, orchestration: str 
         if (1 << a) % spec.lanes:
             continue
         try:
-            trips[a] = sum(round_trips(s, arch, orchestration, max_stages_per_kernel) for s in passes(a))
+            trips[a] = sum(round_trips(s, arch, orchestration, max_stages_per_kernel)
+                           for s in passes(a))
         except SPMCapacityError:
             continue
     if trips:
@@ -108,7 +110,8 @@ def run_fft_spec(spec: ButterflySpec, x2d: np.ndarray, arch, orchestration: str 
         a = min(trips, key=lambda a: (trips[a], -a))
         n1, n2 = 1 << a, n >> a
         sa, sb = passes(a)
-        plans = [plan_orchestration(s, arch, orchestration, max_stages_per_kernel) for s in (sa, sb)]
+        plans = [plan_orchestration(s, arch, orchestration, max_stages_per_kernel)
+                 for s in (sa, sb)]
         xa = x2d.reshape(batch, n1, n2).transpose(0, 2, 1).reshape(batch * n2, n1)
         ra = _run_planned(sa, plans[0], xa, arch, engine, workload=f"{workload or 'fft'}-rows")
         xb = _unblock(ra, sa).reshape(batch, n2, n1).transpose(0, 2, 1).reshape(batch * n1, n2)
@@ -121,7 +124,8 @@ def run_fft_spec(spec: ButterflySpec, x2d: np.ndarray, arch, orchestration: str 
         return chain_runs([ra, rb], workload or "fft", {"y": y}, spec=spec, notes=(note,))
     if whole is not None:
         raise whole
-    raise SPMCapacityError(f"four-step split a={split} of n={n} does not fit the SPM of {arch.name!r}")
+    raise SPMCapacityError(f"four-step split a={split} of n={n} does not fit the SPM "
+                           f"of {arch.name!r}")
 
 
 def _unblock(run: OrchestratedRun, spec: ButterflySpec) -> np.ndarray:

@@ -106,7 +106,8 @@ def fft_reference(x) -> np.ndarray:
     return butterfly_apply(x[..., bit_reverse_indices(n)], fft_factors(n))
 
 
-def random_factors(n: int, rng=None, complex_: bool = False, scale: float | None = None) -> list[np.ndarray]:
+def random_factors(n: int, rng=None, complex_: bool = False,
+                   scale: float | None = None) -> list[np.ndarray]:
     """Seeded random factors (entries ~ N(0, scale^2), default scale 1/sqrt(2) keeps norms)."""
     rng = np.random.default_rng(rng)
     sc = 1 / np.sqrt(2) if scale is None else scale
@@ -133,15 +134,18 @@ def block_butterfly_apply(x, factors, block: int) -> np.ndarray:
     s = log2_exact(nb, "n / block")
     fs = [np.asarray(f) for f in factors]
     if len(fs) != s or any(f.shape != (nb // 2, 2, 2, block, block) for f in fs):
-        raise ButterflyError(f"factors: need {s} arrays of shape ({nb // 2}, 2, 2, {block}, {block})")
+        raise ButterflyError(f"factors: need {s} arrays of shape "
+                             f"({nb // 2}, 2, 2, {block}, {block})")
     cplx = np.iscomplexobj(x) or any(np.iscomplexobj(f) for f in fs)
     y = x.astype(np.complex128 if cplx else np.float64).reshape(*x.shape[:-1], nb, block)
     for k, f in enumerate(fs):
         lo, hi = pair_indices(nb, k)
         a, b = y[..., lo, :], y[..., hi, :]
         y = y.copy()
-        y[..., lo, :] = np.einsum("pij,...pj->...pi", f[:, 0, 0], a) + np.einsum("pij,...pj->...pi", f[:, 0, 1], b)
-        y[..., hi, :] = np.einsum("pij,...pj->...pi", f[:, 1, 0], a) + np.einsum("pij,...pj->...pi", f[:, 1, 1], b)
+        y[..., lo, :] = (np.einsum("pij,...pj->...pi", f[:, 0, 0], a)
+                         + np.einsum("pij,...pj->...pi", f[:, 0, 1], b))
+        y[..., hi, :] = (np.einsum("pij,...pj->...pi", f[:, 1, 0], a)
+                         + np.einsum("pij,...pj->...pi", f[:, 1, 1], b))
     return y.reshape(x.shape)
 
 

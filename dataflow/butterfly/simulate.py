@@ -150,20 +150,23 @@ def simulate_orchestrated(om: OrchestratedMapping, engine: str = "fast",
     bounds = roofline(om, rd + wr)
     notes = (*om.notes,
              (f"roofline bound {bounds['bound']:.0f} cycles (issue {bounds['issue_bound']:.0f}, "
-              f"DRAM {bounds['dram_bound']:.0f}); achieved {bounds['bound'] / max(1, tl.cycles):.2f}"))
+              f"DRAM {bounds['dram_bound']:.0f}); "
+              f"achieved {bounds['bound'] / max(1, tl.cycles):.2f}"))
     res = assemble_result(
         arch, workload=workload or mapping.program.name, engine=engine,
         counts=array_counts(arrays),
         energy_pj=energy_breakdown(arrays, arch, rd + wr, len(om.segments)),
         cycles=tl.cycles, compute_cycles=sum(t.compute_cycles for _, ts in seg_tiles for t in ts),
-        stall_cycles_spm_conflict=sum(t.stall_cycles_spm_conflict for _, ts in seg_tiles for t in ts),
+        stall_cycles_spm_conflict=sum(t.stall_cycles_spm_conflict
+                                      for _, ts in seg_tiles for t in ts),
         stall_cycles_dram=tl.stall_cycles_dram,
         stall_cycles_reconfiguration=tl.stall_cycles_reconfiguration,
         stall_cycles_dependency=tl.stall_cycles_dependency, macs=mapping.program.macs,
         dram_bytes_read=rd, dram_bytes_written=wr, kernels=kernels,
         output=outputs[mapping.program.outputs[0][0]], notes=notes, mapping_summary=om.summary(),
         roofline=program_roofline(mapping.program, arch, arrays))
-    return OrchestratedRun(result=res, outputs=outputs, spans=tuple(spans), bounds=bounds, spec=spec)
+    return OrchestratedRun(result=res, outputs=outputs, spans=tuple(spans), bounds=bounds,
+                           spec=spec)
 
 
 def merge_results(parts: list[SimResult], workload: str, output, notes=()) -> SimResult:
@@ -192,7 +195,8 @@ def merge_results(parts: list[SimResult], workload: str, output, notes=()) -> Si
         stall_cycles_dram=total("stall_cycles_dram"),
         stall_cycles_reconfiguration=total("stall_cycles_reconfiguration"),
         macs=total("macs"), pe_busy_cycles=total("pe_busy_cycles"),
-        spm_reads_per_line=total("spm_reads_per_line"), spm_writes_per_line=total("spm_writes_per_line"),
+        spm_reads_per_line=total("spm_reads_per_line"),
+        spm_writes_per_line=total("spm_writes_per_line"),
         spm_conflicts_per_line=total("spm_conflicts_per_line"),
         dram_bytes_read=total("dram_bytes_read"), dram_bytes_written=total("dram_bytes_written"),
         energy_pj=tuple(energy.items()), kernels=tuple(kernels), output=output,

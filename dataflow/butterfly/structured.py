@@ -66,7 +66,8 @@ def block_butterfly_factors_csr(factors, block: int, n: int):
     s = ref.log2_exact(nb, "n / block")
     fs = [np.asarray(f) for f in factors]
     if len(fs) != s or any(f.shape != (nb // 2, 2, 2, block, block) for f in fs):
-        raise ButterflyError(f"factors: need {s} arrays of shape ({nb // 2}, 2, 2, {block}, {block})")
+        raise ButterflyError(f"factors: need {s} arrays of shape "
+                             f"({nb // 2}, 2, 2, {block}, {block})")
     jb = np.arange(block)
     out = []
     for k, f in enumerate(fs):

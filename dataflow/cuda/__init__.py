@@ -18,7 +18,8 @@ from dataflow.cuda.frontend import register as _register_frontend
 _register_frontend()  # matmul / sddmm (..., backend="cuda") in dataflow.ust_frontend
 
 _OPS = ("gemm", "spmm", "sddmm", "butterfly", "butterfly_linear", "butterfly_ffn", "fft",
-        "fnet_attention", "sparse_attention", "microtile_matmul", "microtile_index", "relu_ffn", "moe")
+        "fnet_attention", "sparse_attention", "microtile_matmul", "microtile_index", "relu_ffn",
+        "moe")
 
 
 def __getattr__(name):
@@ -33,5 +34,5 @@ def __getattr__(name):
 
 __all__ = ["GpuUnavailableError", "OpTiming", "Runner", "butterfly", "butterfly_ffn",
            "butterfly_linear", "execution_mode", "fft", "fnet_attention", "gemm", "have_gpu",
-           "measure", "microtile_index", "microtile_matmul", "moe", "on_simulator", "relu_ffn", "sddmm",
-           "sparse_attention", "spmm"]
+           "measure", "microtile_index", "microtile_matmul", "moe", "on_simulator", "relu_ffn",
+           "sddmm", "sparse_attention", "spmm"]

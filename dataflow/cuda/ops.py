@@ -392,7 +392,8 @@ def _granularity(granularity, mt) -> tuple[int, int]:
     try:
         gm, gk = (int(g) for g in granularity)
     except (TypeError, ValueError):
-        raise UserError(f"granularity must be (rows, cols) like (32, 1), got {granularity!r}")
+        raise UserError(f"granularity must be (rows, cols) like (32, 1), "
+                        f"got {granularity!r}") from None
     if gm < 1 or gk < 1 or gm > mt.MT_ROWS or (gm == 1 and gk > mt.MT_GK_MAX):
         raise UserError(f"granularity {gm}x{gk} not supported: rows 1..{mt.MT_ROWS}, and "
                          f"1 x gk tiles need gk <= {mt.MT_GK_MAX}")

@@ -12,7 +12,8 @@ from dataflow.dfg.graph import Kernel
 from dataflow.errors import UserError
 
 
-def enumerate_domain(kernel: Kernel, lanes: int = 1, outer: tuple[int, int] | None = None) -> dict[str, np.ndarray]:
+def enumerate_domain(kernel: Kernel, lanes: int = 1,
+                     outer: tuple[int, int] | None = None) -> dict[str, np.ndarray]:
     """All iterations in loop order: `{var: int64 array}`, one entry per iteration.
 
     The vector loop (if any) steps by `lanes`, its value being the first lane's element index.

@@ -130,7 +130,8 @@ def drop_dead_nodes(prog: Program) -> Program:
             kernels.append(k)
             continue
         remap = {old: new for new, old in enumerate(sorted(live))}
-        nodes = tuple(dataclasses.replace(n, id=remap[n.id], inputs=tuple(remap[i] for i in n.inputs))
+        nodes = tuple(dataclasses.replace(n, id=remap[n.id],
+                                          inputs=tuple(remap[i] for i in n.inputs))
                       for n in k.nodes if n.id in live)
         carried = tuple((remap[src], remap[dst], dist) for src, dst, dist in k.carried
                         if dst in live)

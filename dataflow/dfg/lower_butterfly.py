@@ -77,8 +77,8 @@ class ButterflySpec:
     `skew_flip` (a bit mask per data buffer): buffer i holds point P at the row of P xor
     mask_i (in the affine address a flipped bit b is w_b - w_b bit_b: a negative coefficient),
     again one-to-one on the same rows, with other line residues (-w mod lines).
-    The orchestrator picks the permutations and masks against the mapped schedule so that stores issued
-    in one cycle land on different SPM lines (`plan.spm_layout.choose_layout`).
+    The orchestrator picks the permutations and masks against the mapped schedule so that stores
+    issued in one cycle land on different SPM lines (`plan.spm_layout.choose_layout`).
     `col_bits` = a > 0 (kind `fft` only): this is the *column pass* of a four-step split of an
     FFT of size N = n 2^a (`butterfly.ops.run_fft_spec`): batch rows are (b, k1), k1 < 2^a the
     fastest, and local stage j is stage a + j of the N-point DIT, whose twiddle
@@ -154,9 +154,9 @@ class ButterflySpec:
             n1 = 1 << self.col_bits
             if (self.kind != ButterflyKind.FFT or self.col_bits < 0 or n1 % self.lanes
                     or self.batch % n1):
-                raise DFGError(f"a column pass (col_bits={self.col_bits}) needs kind 'fft', 2^col_bits "
-                               f"a multiple of lanes ({self.lanes}) and batch ({self.batch}) a "
-                               f"multiple of 2^col_bits")
+                raise DFGError(f"a column pass (col_bits={self.col_bits}) needs kind 'fft', "
+                               f"2^col_bits a multiple of lanes ({self.lanes}) and batch "
+                               f"({self.batch}) a multiple of 2^col_bits")
 
 
 def skew_weight(bit: int, lines: int) -> int:
@@ -267,7 +267,9 @@ def twiddle_bit(bit: int, k: int, k0: int) -> int:
 def twiddle_position(index, k: int, k0: int):
     """Table slot of twiddle `index` of stage k (bits placed by `twiddle_bit`)."""
     index = np.asarray(index)
-    return sum(((index >> bit) & 1) << twiddle_bit(bit, k, k0) for bit in range(k)) if k else index * 0
+    if not k:
+        return index * 0
+    return sum(((index >> bit) & 1) << twiddle_bit(bit, k, k0) for bit in range(k))
 
 
 @dataclass(frozen=True)
@@ -494,13 +496,17 @@ def _fft_pair(b: _Body, lo, hi, k, buf, tw: Addr, part_stride: int, index: int):
         if (wr, wi) == (1.0, 0.0):
             t = hi
         else:
-            t = _cmul(b, (b.add(Op.CONST, value=wr, name="w"), b.add(Op.CONST, value=wi, name="w")), hi)
+            w = (b.add(Op.CONST, value=wr, name="w"), b.add(Op.CONST, value=wi, name="w"))
+            t = _cmul(b, w, hi)
     else:
-        ld = [b.add(Op.LOAD, buffer=buf, addr=Addr(tw.terms, tw.const + q * part_stride), name=f"w{k}.{q}")
+        ld = [b.add(Op.LOAD, buffer=buf, addr=Addr(tw.terms, tw.const + q * part_stride),
+                    name=f"w{k}.{q}")
               for q in range(2)]
         t = _cmul(b, ld, hi)
-    up = (b.add(Op.BFLY, (lo[0], t[0]), value=1.0, name="+"), b.add(Op.BFLY, (lo[1], t[1]), value=1.0, name="+"))
-    dn = (b.add(Op.BFLY, (lo[0], t[0]), value=-1.0, name="-"), b.add(Op.BFLY, (lo[1], t[1]), value=-1.0, name="-"))
+    up = (b.add(Op.BFLY, (lo[0], t[0]), value=1.0, name="+"),
+          b.add(Op.BFLY, (lo[1], t[1]), value=1.0, name="+"))
+    dn = (b.add(Op.BFLY, (lo[0], t[0]), value=-1.0, name="-"),
+          b.add(Op.BFLY, (lo[1], t[1]), value=-1.0, name="-"))
     return up, dn
 
 
@@ -532,13 +538,15 @@ def _matrix_pair(b: _Body, spec, lo, hi, base: Addr, buf):
                 continue
             if acc is None and sign < 0:
                 raise DFGError("a dot product must start with a positive term")
-            acc = b.add(Op.MUL, (c, v)) if acc is None else b.add(Op.MAC, (c, v, acc), value=float(sign))
+            acc = (b.add(Op.MUL, (c, v)) if acc is None
+                   else b.add(Op.MAC, (c, v, acc), value=float(sign)))
         return acc
 
     out = []
     for row in range(2):
         (ar, ai), (br, bi) = [[coef(4 * row + 2 * col + q) for q in range(2)] for col in range(2)]
-        # re = ar lo.re - ai lo.im + br hi.re - bi hi.im, im = ar lo.im + ai lo.re + br hi.im + bi hi.re
+        # re = ar lo.re - ai lo.im + br hi.re - bi hi.im,
+        # im = ar lo.im + ai lo.re + br hi.im + bi hi.re
         re = dot(((1, ar, lo[0]), (-1, ai, lo[1]), (1, br, hi[0]), (-1, bi, hi[1])))
         im = dot(((1, ar, lo[1]), (1, ai, lo[0]), (1, br, hi[1]), (1, bi, hi[0])))
         out.append((re, im))
@@ -570,7 +578,8 @@ def pack_data(spec: ButterflySpec, x: np.ndarray, index: int, groups: int,
     parts = [np.real(x)]
     if spec.complex_data and not (index == 0 and spec.real_input):
         parts.append(np.imag(x) if np.iscomplexobj(x) else np.zeros(x.shape))
-    blocks = [to_blocks(q, spec.lanes, dtype).reshape(spec.blocks, spec.n, spec.lanes) for q in parts]
+    blocks = [to_blocks(q, spec.lanes, dtype).reshape(spec.blocks, spec.n, spec.lanes)
+              for q in parts]
     if not is_skewed(spec, index, groups):
         out = {re_name: blocks[0].ravel()}
         if len(blocks) == 2:
@@ -615,7 +624,8 @@ def coefficient_inputs(spec: ButterflySpec, factors=None, bias=None, dtype=np.fl
             # blocks of one iteration's twiddles fall on successive SPM lines), k1 inside
             cb, kk = spec.col_bits, spec.col_bits + k
             blk = spec.col_block_words
-            w = np.exp(-2j * np.pi * (np.arange(1 << k)[:, None] * (1 << cb) + np.arange(1 << cb)) / (2 << kk))
+            w = np.exp(-2j * np.pi * (np.arange(1 << k)[:, None] * (1 << cb) + np.arange(1 << cb))
+                       / (2 << kk))
             t = np.zeros((1 << k, 2, blk))
             t[pos, 0, : 1 << cb] = w.real
             t[pos, 1, : 1 << cb] = w.imag
@@ -652,7 +662,8 @@ def lower_butterfly(spec: ButterflySpec, groups: tuple[StageGroup, ...], x: np.n
     kernels = tuple(group_kernel(spec, g, G, i) for i, g in enumerate(groups))
     inputs = pack_data(spec, x, 0, G, dtype)
     needed = {bf.name for k in kernels for bf in k.buffers}
-    inputs.update({k: v for k, v in coefficient_inputs(spec, factors, bias, dtype, groups).items() if k in needed})
+    coefficients = coefficient_inputs(spec, factors, bias, dtype, groups)
+    inputs.update({k: v for k, v in coefficients.items() if k in needed})
     last = kernels[-1].buffer_map
     names = dict.fromkeys(data_names(spec, G, G))
     outputs = tuple((nm, (last[nm].size,)) for nm in names if nm in last)

@@ -174,7 +174,8 @@ def coiteration_kernel(kind: str, co: Coiteration, dense: tuple[bool, bool], siz
         add(Op.SCATTER, (crd(), out), buffer="C", addr=Addr((("i", c),), index_stride=1),
             name="C[i, crd]=")
         buffers.append(Buffer("C", r * c, "output"))
-    return Kernel(name=f"{kind}_coiterate", loops=(Loop("i", r), Loop("p", pos="S_pos", parent="i")),
+    return Kernel(name=f"{kind}_coiterate",
+                  loops=(Loop("i", r), Loop("p", pos="S_pos", parent="i")),
                   nodes=tuple(nodes), buffers=tuple(buffers),
                   domain_arrays=(("S_pos", co.pos),))
 

@@ -17,12 +17,14 @@ class Op(str, Enum):
     MUL = "mul"
     ADD = "add"
     SUB = "sub"
-    MAC = "mac"  # a*b + c (c - a*b when the node's value is negative), a rounded mul then a rounded add
+    # a*b + c (c - a*b when the node's value is negative), a rounded mul then a rounded add
+    MAC = "mac"
     MAX = "max"
     EXP = "exp"
     BFLY = "bfly"  # butterfly 2x2
     ROUTE = "route"  # pass-through on a PE (routing / shuffle)
-    ACC_MAX = "accmax"  # max-accumulate into an SPM buffer (a row max of softmax): read-modify-write
+    # max-accumulate into an SPM buffer (a row max of softmax): read-modify-write
+    ACC_MAX = "accmax"
     DIV = "div"  # a / b, rounded once (softmax normalisation; on the special-function unit)
     VSUM = "vsum"  # sum of a SIMD vector's lanes -> a scalar (a lane-reduction adder tree)
     # indirect accumulate (PIT's SWrite with accumulate): buffer[index * stride + affine] += value;
@@ -64,7 +66,8 @@ class Op(str, Enum):
         return self is Op.MAC
 
 
-MEMORY_OPS = frozenset({Op.LOAD, Op.GATHER, Op.STORE, Op.SCATTER, Op.ACC, Op.ACC_MAX, Op.SCATTER_ACC})
+MEMORY_OPS = frozenset({Op.LOAD, Op.GATHER, Op.STORE, Op.SCATTER, Op.ACC, Op.ACC_MAX,
+                        Op.SCATTER_ACC})
 ARITY = {
     Op.CONST: 0, Op.LOAD: 0, Op.GATHER: 1, Op.STORE: 1, Op.SCATTER: 2, Op.ACC: 1,
     Op.MUL: 2, Op.ADD: 2, Op.SUB: 2, Op.MAC: 3, Op.MAX: 2, Op.EXP: 1, Op.BFLY: 2, Op.ROUTE: 1,

@@ -50,7 +50,8 @@ def make_dynamic_operands(m: int, k: int, n: int, sparsity: float, mask_granular
 
 def _stats(res, granularity: str, a: np.ndarray, n: int, tile_density: float,
            skip_macs: int) -> DynamicStats:
-    index = sum(kr.end_cycle - kr.start_cycle for kr in res.kernels if kr.kernel.startswith("index_"))
+    index = sum(kr.end_cycle - kr.start_cycle for kr in res.kernels
+                if kr.kernel.startswith("index_"))
     return DynamicStats(granularity=granularity, sparsity=1.0 - np.count_nonzero(a) / a.size,
                         tile_density=tile_density, computed_macs=res.macs - skip_macs,
                         useful_macs=int(np.count_nonzero(a)) * n, index_cycles=index,
@@ -58,8 +59,8 @@ def _stats(res, granularity: str, a: np.ndarray, n: int, tile_density: float,
 
 
 def simulate_dynamic_matmul(a: np.ndarray, b: np.ndarray, granularity: str, arch=None, *,
-                            engine: str = "fast", panel_rows: int | None = None, trace: bool = False,
-                            scheme: str = "pit", fetch: str = "gather"):
+                            engine: str = "fast", panel_rows: int | None = None,
+                            trace: bool = False, scheme: str = "pit", fetch: str = "gather"):
     """Simulate C = A @ B with A's pattern found at run time; returns (SimResult, DynamicStats).
 
     `granularity`: "32x1", "1x64" (PIT micro-tiles), "32x64" (block-sparse tiles) or "dense"
@@ -82,7 +83,8 @@ def simulate_dynamic_matmul(a: np.ndarray, b: np.ndarray, granularity: str, arch
                                          fetch=fetch)
         density, skip = index.tile_density, a.size  # the scan squares every element once
     mapping = map_program(prog, spec)
-    res = simulate_mapping(mapping, engine=engine, trace=trace, workload=f"dynamic-spmm/{granularity}")
+    res = simulate_mapping(mapping, engine=engine, trace=trace,
+                           workload=f"dynamic-spmm/{granularity}")
     res = finish(res, (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32), t0, mapping)
     stats = _stats(res, granularity, a, b.shape[1], density, skip)
     return dataclasses.replace(res, notes=res.notes + stats.notes()), stats

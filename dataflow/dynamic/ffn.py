@@ -88,7 +88,8 @@ def relu_kernel(t: int, h: int, ld: int) -> Kernel:
         Node(5, Op.STORE, (4,), buffer="Hact", addr=Addr((("i", ld), ("j", 1))), name="Hact="),
     )
     return Kernel(name="relu", loops=(Loop("i", t), Loop("j", h)), nodes=nodes,
-                  buffers=(Buffer("H0", t * h), Buffer("bias", h), Buffer("Hact", t * ld, "output")),
+                  buffers=(Buffer("H0", t * h), Buffer("bias", h),
+                           Buffer("Hact", t * ld, "output")),
                   vector_var="j")
 
 
@@ -117,7 +118,8 @@ def lower_relu_ffn(x, w1, b, w2, granularity: str, dtype=np.float32):
             kernels.append(renamed(zero_output_kernel(t, d), names))
     prog = Program(
         name=f"relu_ffn_{granularity}_{t}x{d}x{h}", kernels=tuple(kernels),
-        inputs=tuple((nm, np.ascontiguousarray(v, dtype=np.int64 if v.dtype.kind == "i" else dtype).ravel())
+        inputs=tuple((nm, np.ascontiguousarray(v, dtype=np.int64 if v.dtype.kind == "i" else dtype)
+                      .ravel())
                      for nm, v in inputs),
         outputs=(("Y", (t, d)),), dtype=np.dtype(dtype).name,
         macs=t * d * h + int(np.count_nonzero(hact)) * d)

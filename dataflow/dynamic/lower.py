@@ -90,7 +90,8 @@ def index_scan_kernel(m: int, k: int, tile: tuple[int, int], src: str = "A",
             raise DFGError(f"{name}: tile width {bw} must be 1 or a multiple of {PARTS}")
         load = Node(0, Op.LOAD, buffer=src, addr=Addr(
             (("tr", bh * ld), ("tc", bw), ("er", ld), ("e8", PARTS), ("part", 1))), name="a")
-        nodes = square_acc_nodes(load, "norm", Addr((("tr", kt * PARTS), ("tc", PARTS), ("part", 1))))
+        nodes = square_acc_nodes(load, "norm",
+                                 Addr((("tr", kt * PARTS), ("tc", PARTS), ("part", 1))))
         loops = (Loop("tr", tr), Loop("tc", kt), Loop("part", PARTS), Loop("er", bh),
                  Loop("e8", bw // PARTS))
         size, vec = tr * kt * PARTS, "part"
@@ -107,7 +108,8 @@ def index_compact_kernel(tiles: int, nnz: int, source: str = "tile_col", target:
     nodes = (
         Node(0, Op.LOAD, buffer="slot", addr=Addr((("t", 1),)), name="slot"),
         Node(1, Op.LOAD, buffer=source, addr=Addr((("t", 1),)), name=source),
-        Node(2, Op.SCATTER, (0, 1), buffer=target, addr=Addr(index_stride=1), name=f"{target}[slot]="),
+        Node(2, Op.SCATTER, (0, 1), buffer=target, addr=Addr(index_stride=1),
+             name=f"{target}[slot]="),
     )
     return Kernel(name=name, loops=(Loop("t", tiles),), nodes=nodes,
                   buffers=(Buffer("slot", tiles), Buffer(source, tiles),
@@ -134,7 +136,8 @@ def tile_rows_kernel(rows: int, row0: int, m: int, k: int, n: int, tile: tuple[i
         Node(4, Op.ACC, (3,), buffer="C",
              addr=Addr((("tr", bh * n), ("er", n), ("j", 1)), const=row0 * n), name="C+="),
     )
-    loops = (Loop("tr", rows // bh), Loop("er", bh), Loop("j", n), Loop("p", pos="tile_pos", parent="tr"))
+    loops = (Loop("tr", rows // bh), Loop("er", bh), Loop("j", n),
+             Loop("p", pos="tile_pos", parent="tr"))
     if bw > 1:
         loops += (Loop("ec", bw),)
     return Kernel(name=name, loops=loops, nodes=nodes,
@@ -159,7 +162,8 @@ def row_gather_kernel(nrows: int, q0: int, row0: int, k: int, n: int, bw: int, q
         Node(3, Op.GATHER, (2,), buffer="B", addr=Addr((("ec", n), ("j", 1)), index_stride=bw * n),
              name="SRead B"),
         Node(4, Op.MUL, (1, 3), name="a*b"),
-        Node(5, Op.ACC, (4,), buffer="G", addr=Addr((("q", n), ("j", 1)), const=q0 * n), name="G+="),
+        Node(5, Op.ACC, (4,), buffer="G", addr=Addr((("q", n), ("j", 1)), const=q0 * n),
+             name="G+="),
     )
     return Kernel(name=name,
                   loops=(Loop("q", nrows), Loop("j", n), Loop("p", pos="row_pos", parent="q"),
@@ -229,18 +233,21 @@ def swrite_kernel(nrows: int, m: int, n: int, name: str = "swrite") -> Kernel:
              name="SWrite C"),
     )
     return Kernel(name=name, loops=(Loop("q", nrows), Loop("j", n)), nodes=nodes,
-                  buffers=(Buffer("rows", nrows), Buffer("G", nrows * n), Buffer("C", m * n, "output")),
+                  buffers=(Buffer("rows", nrows), Buffer("G", nrows * n),
+                           Buffer("C", m * n, "output")),
                   vector_var="j")
 
 
 def renamed(kernel: Kernel, names: dict[str, str], name: str | None = None) -> Kernel:
     """`kernel` with its buffers renamed (to chain a library kernel into a larger program)."""
-    nodes = tuple(dataclasses.replace(nd, buffer=names.get(nd.buffer, nd.buffer)) for nd in kernel.nodes)
+    nodes = tuple(dataclasses.replace(nd, buffer=names.get(nd.buffer, nd.buffer))
+                  for nd in kernel.nodes)
     bufs = tuple(dataclasses.replace(b, name=names.get(b.name, b.name)) for b in kernel.buffers)
     return dataclasses.replace(kernel, nodes=nodes, buffers=bufs, name=name or kernel.name)
 
 
-def panel_rows_for(m: int, k: int, n: int, bh: int, capacity_words: int, ld: int | None = None) -> int:
+def panel_rows_for(m: int, k: int, n: int, bh: int, capacity_words: int,
+                   ld: int | None = None) -> int:
     """Rows per panel of A: the most (a multiple of `bh`) whose panel plus B fill at most half
     the SPM, so the gathered (whole-resident) operands fit next to the streamed ones."""
     ld = k if ld is None else ld
@@ -367,8 +374,9 @@ def pad_rows(a: np.ndarray, ld: int, dtype=np.float32) -> np.ndarray:
 ROW_PAD = 8  # words of padding per matrix row: one SPM row of the default arch (see below)
 
 
-def lower_dynamic_spmm(a: np.ndarray, b: np.ndarray, granularity: str, panel_rows: int | None = None,
-                       capacity_words: int | None = None, dtype=np.float32, row_pad: int = ROW_PAD,
+def lower_dynamic_spmm(a: np.ndarray, b: np.ndarray, granularity: str,
+                       panel_rows: int | None = None, capacity_words: int | None = None,
+                       dtype=np.float32, row_pad: int = ROW_PAD,
                        scheme: str = "pit", fetch: str = "gather"):
     """(Program, MicroTileIndex) of C = A @ B with A's pattern found at run time at
     `granularity` ("32x1", "1x64", "32x64"; `dataflow.dynamic.microtile.GRANULARITIES`).
@@ -387,8 +395,8 @@ def lower_dynamic_spmm(a: np.ndarray, b: np.ndarray, granularity: str, panel_row
     (m, k), n = a.shape, b.shape[1]
     check_shape(m, k, tile, granularity)
     if panel_rows is None:
-        panel_rows = m if capacity_words is None else panel_rows_for(m, k, n, tile[0], capacity_words,
-                                                                     k + row_pad)
+        panel_rows = (m if capacity_words is None
+                      else panel_rows_for(m, k, n, tile[0], capacity_words, k + row_pad))
     if panel_rows <= 0 or panel_rows % tile[0]:
         raise DFGError(f"panel_rows must be a positive multiple of {tile[0]}, got {panel_rows}")
     a = np.ascontiguousarray(a, dtype=dtype)
@@ -403,7 +411,8 @@ def lower_dynamic_spmm(a: np.ndarray, b: np.ndarray, granularity: str, panel_row
         kernels += (zero_output_kernel(m, n),)
     prog = Program(
         name=f"dynamic_spmm_{granularity}_{m}x{k}x{n}", kernels=kernels,
-        inputs=(("A", pad_rows(a, ld, dtype).ravel()), ("B", np.ascontiguousarray(b, dtype=dtype).ravel()),
+        inputs=(("A", pad_rows(a, ld, dtype).ravel()),
+                ("B", np.ascontiguousarray(b, dtype=dtype).ravel()),
                 *inputs, *cin),
         outputs=(("C", (m, n)),), dtype=np.dtype(dtype).name,
         macs=int(np.count_nonzero(a)) * n,
@@ -428,14 +437,16 @@ def padded_gemm_kernel(m: int, k: int, n: int, ld: int, a: str = "A", b: str = "
     return dataclasses.replace(kern, nodes=nodes, buffers=bufs)
 
 
-def lower_dense_reference(a: np.ndarray, b: np.ndarray, dtype=np.float32, row_pad: int = ROW_PAD) -> Program:
+def lower_dense_reference(a: np.ndarray, b: np.ndarray, dtype=np.float32,
+                          row_pad: int = ROW_PAD) -> Program:
     """The dense baseline: GEMM over the same (zero-filled) A, stored as the sparse kernels
     store it (leading dimension k + row_pad)."""
     (m, k), n = a.shape, b.shape[1]
     ld = k + row_pad
     return run_passes(Program(
         name=f"dense_{m}x{k}x{n}", kernels=(padded_gemm_kernel(m, k, n, ld),),
-        inputs=(("A", pad_rows(a, ld, dtype).ravel()), ("B", np.ascontiguousarray(b, dtype=dtype).ravel())),
+        inputs=(("A", pad_rows(a, ld, dtype).ravel()),
+                ("B", np.ascontiguousarray(b, dtype=dtype).ravel())),
         outputs=(("C", (m, n)),), dtype=np.dtype(dtype).name, macs=m * k * n,
         gemm=GemmShape(m, n, k)))
 

@@ -36,7 +36,8 @@ def classify_buffers(kernel: Kernel) -> dict[str, bool]:
     return streamed
 
 
-def _row_windows(kernel: Kernel, lanes: int, streamed: dict[str, bool]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def _row_windows(kernel: Kernel, lanes: int,
+                 streamed: dict[str, bool]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Per streamed buffer, per outer index: (min word, max word + 1) touched; empty rows get
     (+inf, -inf) so they never widen a window."""
     outer = kernel.loops[0]

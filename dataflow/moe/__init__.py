@@ -10,4 +10,5 @@ from dataflow.moe.timeline import draw_timeline
 
 register_workloads()
 
-__all__ = ["Routing", "draw_timeline", "make_moe_operands", "moe_reference", "route", "simulate_moe"]
+__all__ = ["Routing", "draw_timeline", "make_moe_operands", "moe_reference", "route",
+           "simulate_moe"]

@@ -62,7 +62,8 @@ def region_grid(arch, parts: int) -> tuple[int, int]:
 def region_arch(arch, parts: int):
     """One of `parts` equal regions of `arch` (see `region_grid`)."""
     gr, gc = region_grid(arch, parts)
-    pe = dataclasses.replace(arch.pe_array, rows=arch.pe_array.rows // gr, cols=arch.pe_array.cols // gc)
+    pe = dataclasses.replace(arch.pe_array, rows=arch.pe_array.rows // gr,
+                             cols=arch.pe_array.cols // gc)
     spm = dataclasses.replace(arch.spm, lines=arch.spm.lines // parts)
     dram = dataclasses.replace(arch.dram, bytes_per_cycle=arch.dram.bytes_per_cycle / parts)
     return dataclasses.replace(arch, name=f"{arch.name}/region{pe.rows}x{pe.cols}", pe_array=pe,
@@ -75,7 +76,8 @@ def _run(prog, arch, engine, name):
 
 
 def _shift(kernels, offset: int):
-    return tuple(dataclasses.replace(k, start_cycle=k.start_cycle + offset, end_cycle=k.end_cycle + offset)
+    return tuple(dataclasses.replace(k, start_cycle=k.start_cycle + offset,
+                                     end_cycle=k.end_cycle + offset)
                  for k in kernels)
 
 
@@ -140,8 +142,9 @@ def simulate_moe(x, wg, bias, w, top_k: int, arch=None, *, engine: str = "fast",
     x, wg, w = (np.asarray(v, dtype=np.float32) for v in (x, wg, w))
     (tokens, dim), (experts, dim2, hidden) = x.shape, w.shape
     if dim2 != dim or wg.shape != (dim, experts) or np.shape(bias) != (experts,):
-        raise UserError(f"moe operands disagree: X {x.shape}, Wg {wg.shape}, bias {np.shape(bias)}, "
-                         f"W {w.shape} (want dim x experts, experts, experts x dim x hidden)")
+        raise UserError(f"moe operands disagree: X {x.shape}, Wg {wg.shape}, "
+                        f"bias {np.shape(bias)}, W {w.shape} "
+                        f"(want dim x experts, experts, experts x dim x hidden)")
     check_moe_params(experts, top_k, tokens, dim, hidden)
     t0 = time.perf_counter()
     spec = resolve_arch(arch)
@@ -194,7 +197,8 @@ def register_workloads() -> None:
         Param("tokens", int, 64, "tokens (rows of X)"),
         Param("dim", int, 64, "model width (columns of X)"),
         Param("hidden", int, 64, "output width of each expert / the FFN's hidden width"),
-        Param("skew", float, 0.0, "gate bias -skew * e: > 0 sends more tokens to low experts (moe)"),
+        Param("skew", float, 0.0,
+              "gate bias -skew * e: > 0 sends more tokens to low experts (moe)"),
         Param("placement", str, "parallel", "experts side by side in array regions, or one "
               "after another (moe)", choices=PLACEMENTS),
     ), "mixture of experts: top-k gating, dispatch, per-expert GEMMs, combine"))

@@ -29,7 +29,8 @@ def gate_kernel(tokens: int, dim: int, experts: int) -> Kernel:
 def dispatch_kernel(rows: int, tokens: int, dim: int) -> Kernel:
     nodes = (
         Node(0, Op.LOAD, buffer="token_of_row", addr=Addr((("r", 1),)), name="tok"),
-        Node(1, Op.GATHER, (0,), buffer="X", addr=Addr((("j", 1),), index_stride=dim), name="X[tok]"),
+        Node(1, Op.GATHER, (0,), buffer="X", addr=Addr((("j", 1),), index_stride=dim),
+             name="X[tok]"),
         Node(2, Op.STORE, (1,), buffer="Xd", addr=Addr((("r", dim), ("j", 1))), name="Xd="),
     )
     return Kernel(name="dispatch", loops=(Loop("r", rows), Loop("j", dim)), nodes=nodes,
@@ -42,11 +43,12 @@ def expert_kernel(e: int, n_rows: int, row0: int, dim: int, hidden: int, x_name:
     """y[row0 + i, :] = x[row0 + i, :] @ W{e} for i < n_rows (output stationary, as gemm)."""
     w = f"W{e}"
     nodes = (
-        Node(0, Op.LOAD, buffer=x_name, addr=Addr((("i", dim), ("kk", 1)), const=row0 * dim), name="x"),
+        Node(0, Op.LOAD, buffer=x_name, addr=Addr((("i", dim), ("kk", 1)), const=row0 * dim),
+             name="x"),
         Node(1, Op.LOAD, buffer=w, addr=Addr((("kk", hidden), ("j", 1))), name="w"),
         Node(2, Op.MUL, (0, 1), name="x*w"),
-        Node(3, Op.ACC, (2,), buffer=y_name, addr=Addr((("i", hidden), ("j", 1)), const=row0 * hidden),
-             name="y+="),
+        Node(3, Op.ACC, (2,), buffer=y_name,
+             addr=Addr((("i", hidden), ("j", 1)), const=row0 * hidden), name="y+="),
     )
     return Kernel(name=f"expert{e}", loops=(Loop("i", n_rows), Loop("j", hidden), Loop("kk", dim)),
                   nodes=nodes,
@@ -66,10 +68,11 @@ def combine_kernel(tokens: int, top_k: int, hidden: int) -> Kernel:
         Node(4, Op.ACC, (3,), buffer="Y", addr=Addr((("t", hidden), ("j", 1))), name="Y+="),
     )
     return Kernel(name="combine",
-                  loops=(Loop("t", tokens), Loop("j", hidden), Loop("s", pos="choice_pos", parent="t")),
+                  loops=(Loop("t", tokens), Loop("j", hidden),
+                         Loop("s", pos="choice_pos", parent="t")),
                   nodes=nodes,
-                  buffers=(Buffer("row_of", rows), Buffer("Yd", rows * hidden), Buffer("gate", rows),
-                           Buffer("Y", tokens * hidden, "output")),
+                  buffers=(Buffer("row_of", rows), Buffer("Yd", rows * hidden),
+                           Buffer("gate", rows), Buffer("Y", tokens * hidden, "output")),
                   vector_var="j", carried=((4, 4, 1),),
                   domain_arrays=(("choice_pos", np.arange(0, rows + 1, top_k, dtype=np.int64)),))
 
@@ -84,7 +87,8 @@ def front_program(x, wg, routing: Routing) -> Program:
     rows = len(routing.token_of_row)
     return run_passes(Program(
         name=f"moe_front_{t}x{d}_e{e}", kernels=(gate_kernel(t, d, e), dispatch_kernel(rows, t, d)),
-        inputs=(("X", _f32(x)), ("Wg", _f32(wg)), ("token_of_row", routing.token_of_row.astype(np.int64))),
+        inputs=(("X", _f32(x)), ("Wg", _f32(wg)),
+                ("token_of_row", routing.token_of_row.astype(np.int64))),
         outputs=(("Xd", (rows, d)),), macs=t * d * e))
 
 
@@ -93,7 +97,8 @@ def expert_program(e: int, xe: np.ndarray, we: np.ndarray) -> Program:
     n, d = xe.shape
     h = we.shape[1]
     return run_passes(Program(
-        name=f"moe_expert{e}_{n}x{d}x{h}", kernels=(expert_kernel(e, n, 0, d, h, "Xe", n, "Ye", n),),
+        name=f"moe_expert{e}_{n}x{d}x{h}",
+        kernels=(expert_kernel(e, n, 0, d, h, "Xe", n, "Ye", n),),
         inputs=(("Xe", _f32(xe)), (f"W{e}", _f32(we))), outputs=(("Ye", (n, h)),), macs=n * d * h))
 
 
@@ -114,12 +119,14 @@ def sequential_program(x, wg, w, routing: Routing) -> Program:
     kernels = [gate_kernel(t, d, wg.shape[1]), dispatch_kernel(rows, t, d)]
     for e, n in enumerate(routing.tokens_per_expert):
         if n:  # an expert no token chose has no kernel
-            kernels.append(expert_kernel(e, int(n), int(routing.offsets[e]), d, h, "Xd", rows, "Yd", rows))
+            kernels.append(expert_kernel(e, int(n), int(routing.offsets[e]), d, h,
+                                         "Xd", rows, "Yd", rows))
     kernels.append(combine_kernel(t, routing.expert.shape[1], h))
     used = [e for e, n in enumerate(routing.tokens_per_expert) if n]
     return run_passes(Program(
         name=f"moe_{t}x{d}x{h}_e{w.shape[0]}_k{routing.expert.shape[1]}", kernels=tuple(kernels),
-        inputs=(("X", _f32(x)), ("Wg", _f32(wg)), ("token_of_row", routing.token_of_row.astype(np.int64)),
+        inputs=(("X", _f32(x)), ("Wg", _f32(wg)),
+                ("token_of_row", routing.token_of_row.astype(np.int64)),
                 *((f"W{e}", _f32(w[e])) for e in used),
                 ("row_of", routing.row_of.ravel().astype(np.int64)), ("gate", _f32(routing.gate))),
         outputs=(("Y", (t, h)),), macs=t * d * wg.shape[1] + rows * d * h + rows * h))

@@ -93,11 +93,12 @@ def dma_words(km: KernelMapping, b, index: int) -> int:
         lo, hi = km.tiles[index].window_map[b.name]
         return max(0, hi - lo)
     first, last = index == 0, index == len(km.tiles) - 1
-    return b.size if (first and b.role == BufferRole.INPUT) or (last and b.role == BufferRole.OUTPUT) else 0
+    once = (first and b.role == BufferRole.INPUT) or (last and b.role == BufferRole.OUTPUT)
+    return b.size if once else 0
 
 
-def tile_result(kernel, index, iterations, compute_cycles, stall, km: KernelMapping, arch, tile: Tile,
-                fetched: dict[str, int] | None = None):
+def tile_result(kernel, index, iterations, compute_cycles, stall, km: KernelMapping, arch,
+                tile: Tile, fetched: dict[str, int] | None = None):
     """DMA traffic of a tile: streamed windows each tile, resident buffers once (inputs read
     before the first tile, outputs written after the last); a `fetch="gather"` input moves
     only `fetched[name]` words (`gather_fetch_words`)."""
@@ -115,7 +116,8 @@ def tile_result(kernel, index, iterations, compute_cycles, stall, km: KernelMapp
         elif b.role == BufferRole.OUTPUT:
             wr += words * wb
         if words and b.role in (BufferRole.INPUT, BufferRole.OUTPUT):
-            transfers.append((b.name, "read" if b.role == BufferRole.INPUT else "write", words * wb))
+            transfers.append((b.name, "read" if b.role == BufferRole.INPUT else "write",
+                              words * wb))
     return TileResult(kernel=kernel.name, index=index, iterations=iterations,
                       compute_cycles=compute_cycles, stall_cycles_spm_conflict=stall,
                       dram_bytes_read=rd, dram_bytes_written=wr, dram_transfers=tuple(transfers))
@@ -136,7 +138,8 @@ class Counters:
 
     def result(self, kernel: Kernel, bufs: dict[str, np.ndarray], trace=None):
         ops = self.op_counts
-        outputs = tuple((b.name, bufs[b.name]) for b in kernel.buffers if b.role == BufferRole.OUTPUT)
+        outputs = tuple((b.name, bufs[b.name]) for b in kernel.buffers
+                        if b.role == BufferRole.OUTPUT)
         return ArrayResult(kernel=kernel.name, tiles=tuple(self.tiles), pe_busy_cycles=self.busy,
                            spm_reads_per_line=self.reads_line, spm_writes_per_line=self.writes_line,
                            spm_conflicts_per_line=self.conflicts_line,

@@ -14,9 +14,9 @@ A run cannot finish in fewer cycles than the largest of three floors:
 program's useful MACs (`Program.macs`, no padding). A kernel's bound counts the MACs that kernel
 issues (the engine's count: the program says which MACs are useful only as a whole) and its own
 inputs, each once, against the kernel's span on the system timeline; its write-backs are left
-out, since they drain behind the next kernel. An operand the kernels read only in part (an indirect DMA of the rows a
-gather touches, PIT's SRead) counts with the bytes the DMA moved for it, so the bound never
-claims bytes the lowering does not need.
+out, since they drain behind the next kernel. An operand the kernels read only in part (an
+indirect DMA of the rows a gather touches, PIT's SRead) counts with the bytes the DMA moved for
+it, so the bound never claims bytes the lowering does not need.
 """
 
 from __future__ import annotations

@@ -38,7 +38,8 @@ def _transfers(t: TileResult, kind: str) -> list[tuple[str, int]]:
     return [("tile", n)] if n > 0 else []
 
 
-def run_system(kernel_tiles: list[tuple[str, tuple[TileResult, ...]]], arch: ArchSpec) -> SystemTimeline:
+def run_system(kernel_tiles: list[tuple[str, tuple[TileResult, ...]]],
+               arch: ArchSpec) -> SystemTimeline:
     """Schedule the kernels' tiles; the array waits only for data or reconfiguration.
 
     Memory system: `dram.channels` channels share the aggregate `bytes_per_cycle` equally; a

@@ -13,9 +13,10 @@ Three ways to run the log2(n) stages of a butterfly on one array (docs/architect
   our model does not overlap them, a conservative choice). Its data buffers use the skewed SPM
   layout of `lower_butterfly` (with an interleaved SPM of 2^z lines), so a sub-butterfly's
   points, a power of two apart, do not all fall on one SPM line; the layout's bit permutation
-  and flip mask per buffer are then chosen against the mapped schedule (`spm_layout.choose_layout`: the
-  scheduler does not see SPM lines, so stores issued in one cycle to one single-port line
-  stall the array; the search measures those stalls with the engine on two tiles).
+  and flip mask per buffer are then chosen against the mapped schedule
+  (`spm_layout.choose_layout`: the scheduler does not see SPM lines, so stores issued in one
+  cycle to one single-port line stall the array; the search measures those stalls with the
+  engine on two tiles).
 
 How many stages go in one kernel (f) and how many kernels stay co-resident (c) is chosen from
 the architecture, and the reason is recorded (`FusionChoice.reason`, the mapping's notes):
@@ -171,7 +172,8 @@ def _edges(kernel: Kernel) -> int:
 def tile_words(spec: ButterflySpec, rows: int, skewed: bool = False) -> int:
     """SPM words of one data buffer set (re and im) for a tile of `rows` outer indices (batch
     blocks; 2^col_bits / lanes blocks each for a column pass)."""
-    return rows * spec.col_blocks * data_rows(spec, skewed) * spec.lanes * (2 if spec.complex_data else 1)
+    parts = 2 if spec.complex_data else 1
+    return rows * spec.col_blocks * data_rows(spec, skewed) * spec.lanes * parts
 
 
 def coefficient_words(spec: ButterflySpec) -> int:
@@ -225,7 +227,8 @@ def choose_stages_per_kernel(spec: ButterflySpec, arch: ArchSpec, max_stages: in
     f = min(v for _, v in limits)
     if f < 1:
         if f_instr < 1 or f_regs < 1:
-            name = "pe_array.instruction_entries" if f_instr < 1 else "pe_array.register_file_entries"
+            name = ("pe_array.instruction_entries" if f_instr < 1
+                    else "pe_array.register_file_entries")
             raise MappingError(f"butterfly n={spec.n}: not even one stage per kernel fits {name} "
                                f"on {arch.name!r} ({pes} PEs)")
         f = 1  # effort or an explicit cap below 1: one stage per kernel is always tried
@@ -269,8 +272,9 @@ def _tile_plan(spec: ButterflySpec, arch: ArchSpec, mode: str, max_stages_per_ke
     limit_c = spm_residency_limit(spec, arch, rows)
     if limit_c < 1:
         raise SPMCapacityError(
-            f"butterfly n={spec.n}: one tile ({rows * spec.col_blocks} batch block(s) of {spec.n} x {spec.lanes} "
-            f"{'complex ' if spec.complex_data else ''}words, double-buffered in and out, plus "
+            f"butterfly n={spec.n}: one tile ({rows * spec.col_blocks} batch block(s) of "
+            f"{spec.n} x {spec.lanes} {'complex ' if spec.complex_data else ''}words, "
+            f"double-buffered in and out, plus "
             f"{coefficient_words(spec)} coefficient words) does not fit the SPM of {arch.name!r}: "
             f"spm.lines x spm.capacity_words_per_line = {arch.spm.capacity_words} words")
     if mode == Orchestration.LAYER:
@@ -305,8 +309,8 @@ def plan_orchestration(spec: ButterflySpec, arch: ArchSpec, mode: str,
         groups = split_stages(S, f)
         try:
             # co-resident kernels share the instruction entries: extra copies only within a share
-            budget = (arch.pe_array.instruction_entries // len(groups) if mode == Orchestration.MULTILAYER
-                      else None)
+            budget = (arch.pe_array.instruction_entries // len(groups)
+                      if mode == Orchestration.MULTILAYER else None)
             _, kms = _map_groups(spec, arch, groups, rows, budget)
             break
         except MappingError as exc:
@@ -351,7 +355,8 @@ def _residencies(kms, arch, limit_c):
         used += ins
     segments.append(tuple(cur))
     c = max(len(s) for s in segments)
-    peak = max(max(sum((instructions_per_pe(kms[i]) for i in s), Counter()).values()) for s in segments)
+    peak = max(max(sum((instructions_per_pe(kms[i]) for i in s), Counter()).values())
+               for s in segments)
     if len(segments) == 1:
         why = (f"all {len(kms)} kernels co-resident (at most {peak} of {entries} instruction "
                f"entries on a PE; SPM holds up to {limit_c} kernels' tiles)")
@@ -370,7 +375,8 @@ def map_butterfly(program, spec: ButterflySpec, arch: ArchSpec,
     if len(program.kernels) != len(plan.kernel_mappings):
         raise MappingError("program and plan disagree on the number of stage kernels")
     # the plan mapped kernels built without data; the program's kernels have the same bodies
-    kms = [map_stage_kernel(k, arch, choice.tile_rows, choice.entry_budget) for k in program.kernels]
+    kms = [map_stage_kernel(k, arch, choice.tile_rows, choice.entry_budget)
+           for k in program.kernels]
     mapping = Mapping(program=program, arch=arch, kernels=tuple(kms), orchestration=mode)
     check_mapping(mapping)
     _check_residencies(mapping, segments)
@@ -418,7 +424,8 @@ def minimal_dram_bytes(spec: ButterflySpec, word_bytes: int) -> int:
     words = spec.blocks * spec.n * spec.lanes
     cin = 1 if (not spec.complex_data or spec.real_input) else 2
     cout = 1 if (not spec.complex_data or spec.real_output) else 2
-    return (words * (cin + cout) + coefficient_words(spec) + (spec.n if spec.bias else 0)) * word_bytes
+    bias = spec.n if spec.bias else 0
+    return (words * (cin + cout) + coefficient_words(spec) + bias) * word_bytes
 
 
 __all__ = [

@@ -84,7 +84,8 @@ def _more_copies(kernel: Kernel, arch: ArchSpec, tile_rows: int, km: KernelMappi
         u += 1
     if best is not km:
         best = dataclasses.replace(best, notes=best.notes + (
-            f"{best.copies} copies at II {best.ii} (map_kernel's own choice: {km.copies} at II {km.ii})",))
+            f"{best.copies} copies at II {best.ii} "
+            f"(map_kernel's own choice: {km.copies} at II {km.ii})",))
     return best
 
 def instructions_per_pe(km: KernelMapping) -> Counter:

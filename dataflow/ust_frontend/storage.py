@@ -271,6 +271,66 @@ def _finish(pos, crd, val, index_type) -> Storage:
     return Storage(tuple(cast[0]), tuple(cast[1]), val)
 
 
+def _singleton_coords(crd: np.ndarray, nparent: int, bad) -> np.ndarray:
+    """A singleton level's coordinates, after checking it has one per parent position."""
+    if len(crd) < nparent:
+        bad(f"crd has {len(crd)} entries for {nparent} parent positions")
+    return crd[:nparent]  # a singleton level keeps its parent's positions
+
+
+def _verify_structured(t, crd: np.ndarray, nparent: int, bad) -> int:
+    """Check an n:m structured level; returns the positions it addresses."""
+    n, m = t.params
+    if len(crd) != nparent * n:
+        bad(f"crd has {len(crd)} entries, expected {n} for each of {nparent} groups")
+    if len(crd) and ((crd < 0) | (crd >= m)).any():
+        bad(f"crd holds offsets outside [0, {m})")
+    return nparent * n
+
+
+def _segment_bounds(kind, pos: np.ndarray, crd: np.ndarray, nparent: int, bad):
+    """(starts, ends) of a compressed level's segments, after checking `pos` describes them."""
+    if kind is LevelFormat.LOOSE_COMPRESSED:
+        if len(pos) != 2 * nparent:
+            bad(f"pos has {len(pos)} entries, expected 2 x {nparent}")
+        starts, ends = pos[0::2], pos[1::2]
+        if (ends < starts).any() or (starts < 0).any() or (ends > len(crd)).any():
+            bad("pos pairs are not ranges within crd")
+    else:
+        if len(pos) != nparent + 1:
+            bad(f"pos has {len(pos)} entries, expected {nparent + 1}")
+        if pos[0] != 0 or (np.diff(pos) < 0).any() or pos[-1] > len(crd):
+            bad("pos is not a non-decreasing sequence from 0 to at most len(crd)")
+        starts, ends = pos[:-1], pos[1:]
+    return starts, ends
+
+
+def _check_segment_order(t, coords: np.ndarray, counts: np.ndarray, bad) -> None:
+    """An ordered level's coordinates rise within each segment (strictly when unique)."""
+    if t.ordered and len(coords) > 1:
+        step = np.diff(coords)
+        same = np.repeat(np.arange(len(counts)), counts)
+        inner = same[1:] == same[:-1]
+        if (step[inner] < (1 if t.unique else 0)).any():
+            bad("crd is not " + ("strictly increasing" if t.unique else "sorted")
+                + " within a segment")
+
+
+def _compressed_coords(kind, t, pos, crd: np.ndarray, lo: int, nparent: int, bad):
+    """Check a compressed (or loose, or delta) level; returns (coordinates, positions)."""
+    pos = np.asarray(pos, _I64)
+    starts, ends = _segment_bounds(kind, pos, crd, nparent, bad)
+    counts = ends - starts
+    covered = _segment_positions(starts, counts)
+    coords = decode_delta(pos, crd, lo) if kind is LevelFormat.DELTA else crd
+    if kind is LevelFormat.DELTA and ((crd[covered] < 0)
+                                      | (crd[covered] >= 1 << t.params[0])).any():
+        bad(f"a gap does not fit in {t.params[0]} bits")
+    coords = coords[covered]
+    _check_segment_order(t, coords, counts, bad)
+    return coords, len(crd) if kind is LevelFormat.LOOSE_COMPRESSED else int(pos[-1])
+
+
 def verify(fmt: TensorFormat, shape: Sequence[int], storage: Storage) -> None:
     """Check the storage invariants of every level; raise ValueError naming the level."""
     level_bounds = fmt.level_bounds(shape)
@@ -288,46 +348,12 @@ def verify(fmt: TensorFormat, shape: Sequence[int], storage: Storage) -> None:
             continue
         crd = np.asarray(crd, _I64)
         if kind is LevelFormat.SINGLETON:
-            if len(crd) < nparent:
-                bad(f"crd has {len(crd)} entries for {nparent} parent positions")
-            coords = crd[:nparent]  # a singleton level keeps its parent's positions
+            coords = _singleton_coords(crd, nparent, bad)
         elif kind is LevelFormat.STRUCTURED:
-            n, m = t.params
-            if len(crd) != nparent * n:
-                bad(f"crd has {len(crd)} entries, expected {n} for each of {nparent} groups")
-            if len(crd) and ((crd < 0) | (crd >= m)).any():
-                bad(f"crd holds offsets outside [0, {m})")
-            nparent *= n
+            nparent = _verify_structured(t, crd, nparent, bad)
             continue
         else:
-            pos = np.asarray(pos, _I64)
-            if kind is LevelFormat.LOOSE_COMPRESSED:
-                if len(pos) != 2 * nparent:
-                    bad(f"pos has {len(pos)} entries, expected 2 x {nparent}")
-                starts, ends = pos[0::2], pos[1::2]
-                if (ends < starts).any() or (starts < 0).any() or (ends > len(crd)).any():
-                    bad("pos pairs are not ranges within crd")
-            else:
-                if len(pos) != nparent + 1:
-                    bad(f"pos has {len(pos)} entries, expected {nparent + 1}")
-                if pos[0] != 0 or (np.diff(pos) < 0).any() or pos[-1] > len(crd):
-                    bad("pos is not a non-decreasing sequence from 0 to at most len(crd)")
-                starts, ends = pos[:-1], pos[1:]
-            counts = ends - starts
-            covered = _segment_positions(starts, counts)
-            coords = decode_delta(pos, crd, lo) if kind is LevelFormat.DELTA else crd
-            if kind is LevelFormat.DELTA and ((crd[covered] < 0)
-                                              | (crd[covered] >= 1 << t.params[0])).any():
-                bad(f"a gap does not fit in {t.params[0]} bits")
-            coords = coords[covered]
-            if t.ordered and len(coords) > 1:
-                step = np.diff(coords)
-                same = np.repeat(np.arange(len(counts)), counts)
-                inner = same[1:] == same[:-1]
-                if (step[inner] < (1 if t.unique else 0)).any():
-                    bad("crd is not " + ("strictly increasing" if t.unique else "sorted")
-                        + " within a segment")
-            nparent = len(crd) if kind is LevelFormat.LOOSE_COMPRESSED else int(pos[-1])
+            coords, nparent = _compressed_coords(kind, t, pos, crd, lo, nparent, bad)
         if len(coords) and ((coords < lo) | (coords >= hi)).any():
             bad(f"a coordinate lies outside the level's range [{lo}, {hi})")
     if len(storage.val) != nparent:

@@ -409,14 +409,16 @@ def inject(model, backend: str = "sim", arch=None, prune=None, *, dataflow: str 
                     "q": ust_linear(f"{name}.in_proj[q]", wq, bq),
                     "k": ust_linear(f"{name}.in_proj[k]", wk, bk),
                     "v": ust_linear(f"{name}.in_proj[v]", wv, bv),
-                    "out": ust_linear(f"{name}.out_proj", child.out_proj.weight, child.out_proj.bias),
+                    "out": ust_linear(f"{name}.out_proj", child.out_proj.weight,
+                                      child.out_proj.bias),
                 }
                 setattr(module, child_name, UstMHA(child, projections))
             elif isinstance(child, nn.Linear):
                 setattr(module, child_name, ust_linear(name, child.weight, child.bias))
             else:
                 walk(child, f"{name}.")
-        if isinstance(module, nn.TransformerEncoder) and getattr(module, "use_nested_tensor", False):
+        if (isinstance(module, nn.TransformerEncoder)
+                and getattr(module, "use_nested_tensor", False)):
             module.use_nested_tensor = False
             report.notes.append(f"{prefix.rstrip('.') or '<model>'}: use_nested_tensor set to "
                                 "False (the nested fast path reads weights directly)")
