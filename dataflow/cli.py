@@ -75,8 +75,8 @@ def _summary(r) -> str:
         f"  cycles           {r.cycles:,}  ({r.time_seconds * 1e6:,.3f} us at {r.clock_ghz:g} GHz)",
         f"  compute cycles   {r.compute_cycles:,}",
         "  stall cycles     " + ", ".join(f"{k} {v:,}" for k, v in st.items()),
-        (f"  PE utilisation   {100 * r.pe_utilization:.1f}% busy, {100 * r.mac_utilization:.1f}% of peak MACs"
-         f" ({r.macs:,} MACs)"),
+        (f"  PE utilisation   {100 * r.pe_utilization:.1f}% busy, "
+         f"{100 * r.mac_utilization:.1f}% of peak MACs ({r.macs:,} MACs)"),
         *([f"  roofline         {r.roofline_cycles:,.0f} cycles ({r.bound} bound: compute "
            f"{r.roofline.compute_cycles:,.0f}, DRAM {r.roofline.dram_cycles:,.0f}, SPM ports "
            f"{r.roofline.spm_port_cycles:,.0f}); achieved {r.fraction_of_roofline:.3f} of it"]

@@ -67,8 +67,10 @@ def choose_layout(spec: ButterflySpec, arch: ArchSpec, groups, rows: int, budget
     permutation keeps the skewed layout one-to-one on the same rows, so the layout is free to
     follow the schedule (so is flipping bits: P xor mask, a mirror of the rows): identity plus
     `candidates` seeded random layouts, then 2 x `candidates` local moves from the best (swap two
-    bits' weights or flip one bit of one buffer; kept when the stalls fall). The input and output layouts are the DMA's (it places every row of a tile,
-    `pack_data`/`unpack_data`), so they are free too. Returns ((permutations, masks), a note); ((), ()) and "" when there is nothing to choose."""
+    bits' weights or flip one bit of one buffer; kept when the stalls fall). The input and
+    output layouts are the DMA's (it places every row of a tile, `pack_data`/`unpack_data`), so
+    they are free too. Returns ((permutations, masks), a note); ((), ()) and "" when there is
+    nothing to choose."""
     G = len(groups)
     if G < 2 or not spec.skew_lines:
         return ((), ()), ""
@@ -122,7 +124,8 @@ def choose_layout(spec: ButterflySpec, arch: ArchSpec, groups, rows: int, budget
         if c < best_cost:
             best, best_cost = cand, c
     n_cand = tried - 1
-    note = (f"SPM layout: bit permutations and flips of the data buffers chosen against the schedule "
+    note = ("SPM layout: bit permutations and flips of the data buffers chosen against the "
+            "schedule "
             f"({base} -> {best_cost} conflict stall cycles on two tiles of {rows} block(s), "
             f"{n_cand + 1} layouts tried)")
     out = (((), ()) if best == ident else best), note
