@@ -11,9 +11,17 @@ This file is both a script and an importable module.
 
 Command line (must be run with the scalesim venv's python)::
 
-    /work/scalesim-venv/bin/python benchmarks/scalesim/run_scalesim.py M N K DATAFLOW [--rows 32] [--cols 32]
+    /work/scalesim-venv/bin/python benchmarks/scalesim/run_scalesim.py M N K DATAFLOW \
+        [--rows 32] [--cols 32]
 
-prints ``{"total_cycles": ..., "stall_cycles": ..., "wall_seconds": ...}``.
+prints ``{"total_cycles": ..., "stall_cycles": ..., "wall_seconds": ...}``; and for a topology
+file as it is (``--bandwidth W``: ``InterfaceBandwidth: USER`` at W words/cycle)::
+
+    .../python benchmarks/scalesim/run_scalesim.py topology FILE DATAFLOW [--gemm] \
+        [--bandwidth W] [--sram-kb IFMAP FILTER OFMAP]
+
+prints ``{"layers": [{"total_cycles", "total_cycles_incl_prefetch", "stall_cycles"}, ...],
+"wall_seconds": ...}``.
 
 GEMM convention (SCALE-Sim ``topology_utils.load_arrays_gemm``): the ifmap
 operand is M x K, the filter K x N and the ofmap M x N.
@@ -34,6 +42,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -53,24 +62,24 @@ run_name = {run_name}
 [architecture_presets]
 ArrayHeight:    {rows}
 ArrayWidth:     {cols}
-IfmapSramSzkB:   {sram}
-FilterSramSzkB:  {sram}
-OfmapSramSzkB:   {sram}
+IfmapSramSzkB:   {sram_ifmap}
+FilterSramSzkB:  {sram_filter}
+OfmapSramSzkB:   {sram_ofmap}
 IfmapOffset:    0
 FilterOffset:   10000000
 OfmapOffset:    20000000
 Dataflow : {dataflow}
-Bandwidth : 10
+Bandwidth : {bandwidth}
 ReadRequestBuffer: 32
 WriteRequestBuffer: 32
 
 [layout]
 IfmapCustomLayout: False
-IfmapSRAMBankBandwidth: 10
+IfmapSRAMBankBandwidth: {bandwidth}
 IfmapSRAMBankNum: 10
 IfmapSRAMBankPort: 2
 FilterCustomLayout: False
-FilterSRAMBankBandwidth: 10
+FilterSRAMBankBandwidth: {bandwidth}
 FilterSRAMBankNum: 10
 FilterSRAMBankPort: 2
 
@@ -82,9 +91,23 @@ BlockSize : 8
 RandomNumberGeneratorSeed : 40
 
 [run_presets]
-InterfaceBandwidth: CALC
+InterfaceBandwidth: {interface}
 UseRamulatorTrace: False
 """
+
+
+def config_text(run_name, dataflow, rows=32, cols=32, bandwidth=None, sram_kb=None):
+    """The .cfg text. ``bandwidth=None``: ``InterfaceBandwidth: CALC``; an int ``w``:
+    ``InterfaceBandwidth: USER`` with ``w`` words/cycle on every backing link. SCALE-Sim 3.0.0
+    (``single_layer_sim.py``) takes the ifmap and filter DRAM links from the [layout]
+    ``IfmapSRAMBankBandwidth`` / ``FilterSRAMBankBandwidth`` keys and only the ofmap link from
+    ``Bandwidth``, so all three are set to ``w``. ``sram_kb``: (ifmap, filter, ofmap) SRAM
+    sizes in SCALE-Sim's kB (1024 words: its word size is 1 byte); default ``SRAM_KB`` each."""
+    sram_if, sram_f, sram_of = sram_kb or (SRAM_KB, SRAM_KB, SRAM_KB)
+    return _CFG_TEMPLATE.format(run_name=run_name, rows=rows, cols=cols, dataflow=dataflow,
+                                sram_ifmap=sram_if, sram_filter=sram_f, sram_ofmap=sram_of,
+                                bandwidth=10 if bandwidth is None else int(bandwidth),
+                                interface="CALC" if bandwidth is None else "USER")
 
 
 def write_inputs(workdir, m, n, k, dataflow, rows=32, cols=32, run_name="gemm"):
@@ -97,8 +120,7 @@ def write_inputs(workdir, m, n, k, dataflow, rows=32, cols=32, run_name="gemm"):
     cfg = workdir / "scalesim.cfg"
     topo = workdir / "gemm_topo.csv"
     layout = workdir / "gemm_layout.csv"
-    cfg.write_text(_CFG_TEMPLATE.format(run_name=run_name, rows=rows, cols=cols,
-                                        sram=SRAM_KB, dataflow=dataflow))
+    cfg.write_text(config_text(run_name, dataflow, rows, cols))
     # Every row must end with a trailing comma: SCALE-Sim does row.split(',')[:-1].
     topo.write_text("Layer, M, N, K,\n" f"gemm, {m}, {n}, {k},\n")
     # Needed even with custom layouts off; a header line is enough.
@@ -115,6 +137,55 @@ def parse_compute_report(path):
     total = first[idx["Total Cycles"]]
     stall = first[idx["Stall Cycles"]]
     return int(float(total)), int(float(stall))
+
+
+def parse_compute_report_layers(path):
+    """Every layer of COMPUTE_REPORT.csv: dicts with ``total_cycles`` ("Total Cycles"),
+    ``total_cycles_incl_prefetch`` and ``stall_cycles``, in file order."""
+    with open(path, newline="") as fh:
+        rows = [[c.strip() for c in r] for r in csv.reader(fh) if any(c.strip() for c in r)]
+    idx = {name: i for i, name in enumerate(rows[0])}
+    return [dict(total_cycles=int(float(r[idx["Total Cycles"]])),
+                 total_cycles_incl_prefetch=int(float(r[idx["Total Cycles (incl. prefetch)"]])),
+                 stall_cycles=int(float(r[idx["Stall Cycles"]]))) for r in rows[1:]]
+
+
+def run_scalesim_topology(topology, dataflow, gemm, rows=32, cols=32, bandwidth=None,
+                          sram_kb=None, workdir=None):
+    """Run SCALE-Sim (in-process) on a topology file as it is (``gemm``: rows ``Layer, M, N,
+    K,``; else conv rows). ``bandwidth``/``sram_kb`` as in :func:`config_text`.
+
+    Returns ``dict(layers=[...], wall_seconds=float)``, ``layers`` as
+    :func:`parse_compute_report_layers`.
+    """
+    if dataflow not in VALID_DATAFLOWS:
+        raise ValueError(f"dataflow must be one of {VALID_DATAFLOWS}, got {dataflow!r}")
+    from scalesim.scale_sim import scalesim  # only importable in the scalesim venv
+
+    tmp = tempfile.mkdtemp(prefix="scalesim_") if workdir is None else None
+    workdir = Path(tmp or workdir)
+    try:
+        run_name = "topo"
+        cfg = workdir / "scalesim.cfg"
+        cfg.write_text(config_text(run_name, dataflow, rows, cols, bandwidth, sram_kb))
+        layout = workdir / "layout.csv"
+        layout.write_text("Layer name, x,\n")
+        out = workdir / "out"
+        if out.exists():
+            shutil.rmtree(out)
+        out.mkdir()
+        sim = scalesim(save_disk_space=True, verbose=False, config=str(cfg),
+                       topology=str(Path(topology).resolve()), layout=str(layout),
+                       input_type_gemm=gemm)
+        t0 = time.perf_counter()
+        with contextlib.redirect_stdout(io.StringIO()):
+            sim.run_scale(top_path=str(out))
+        wall = time.perf_counter() - t0
+        return dict(layers=parse_compute_report_layers(out / run_name / "COMPUTE_REPORT.csv"),
+                    wall_seconds=wall)
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def run_scalesim(m, n, k, dataflow, rows=32, cols=32, workdir=None):
@@ -196,6 +267,10 @@ def run_scalesim_subprocess(m, n, k, dataflow, rows=32, cols=32, python=None, ti
 
 
 def main(argv=None):
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv and argv[0] == "topology":
+        return main_topology(argv[1:])
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("m", type=int)
     ap.add_argument("n", type=int)
@@ -207,6 +282,45 @@ def main(argv=None):
     a = ap.parse_args(argv)
     res = run_scalesim(a.m, a.n, a.k, a.dataflow, a.rows, a.cols, a.workdir)
     print(json.dumps(res))
+
+
+def main_topology(argv):
+    """``topology FILE DATAFLOW [--gemm] [--rows R --cols C] [--bandwidth W]
+    [--sram-kb IF F OF]``: prints :func:`run_scalesim_topology`'s dict as JSON."""
+    ap = argparse.ArgumentParser(prog="run_scalesim.py topology")
+    ap.add_argument("topology")
+    ap.add_argument("dataflow", choices=VALID_DATAFLOWS)
+    ap.add_argument("--gemm", action="store_true")
+    ap.add_argument("--rows", type=int, default=32)
+    ap.add_argument("--cols", type=int, default=32)
+    ap.add_argument("--bandwidth", type=int, default=None)
+    ap.add_argument("--sram-kb", type=int, nargs=3, default=None)
+    a = ap.parse_args(argv)
+    res = run_scalesim_topology(a.topology, a.dataflow, a.gemm, a.rows, a.cols, a.bandwidth,
+                                a.sram_kb)
+    print(json.dumps(res))
+
+
+def run_scalesim_topology_subprocess(topology, dataflow, gemm, rows=32, cols=32,
+                                     bandwidth=None, sram_kb=None, python=None, timeout=None):
+    """:func:`run_scalesim_topology` in the scalesim venv via a subprocess (same dict)."""
+    python = python or scalesim_python()
+    if python is None:
+        raise RuntimeError("no python with scalesim found (set DATAFLOW_SCALESIM_PYTHON or "
+                           "create /work/scalesim-venv)")
+    cmd = [python, str(Path(__file__).resolve()), "topology", str(topology), dataflow,
+           "--rows", str(rows), "--cols", str(cols)]
+    if gemm:
+        cmd.append("--gemm")
+    if bandwidth is not None:
+        cmd += ["--bandwidth", str(bandwidth)]
+    if sram_kb is not None:
+        cmd += ["--sram-kb", *map(str, sram_kb)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if r.returncode != 0:
+        raise RuntimeError(f"scalesim run failed ({r.returncode}): {r.stderr[-2000:]}")
+    lines = [ln for ln in r.stdout.splitlines() if ln.strip()]
+    return json.loads(lines[-1])
 
 
 if __name__ == "__main__":
