@@ -18,7 +18,7 @@ from dataflow.models.conv import (
     run_conv2d,
     weight_shapes,
 )
-from dataflow.models.gemm import run_gemm
+from dataflow.models.ops import run_gemm
 from dataflow.models.layers import Layer, LayerKind, ModelError
 from dataflow.models.runners import RunOptions, runner_for
 from dataflow.testing import assert_close

@@ -17,8 +17,10 @@ from dataflow.ust_frontend import (
     LevelFormat,
     LevelProperty,
     NamedFormats,
+    Tensor,
     TensorFormat,
 )
+from dataflow.ust_frontend.storage import LayoutError
 
 VALID = [
     "(d0) -> (d0 : compressed)",
@@ -272,3 +274,19 @@ def test_fuzzed_spellings_raise_only_format_errors(source):
         assert len(str(err)) < 1200
         return
     assert TensorFormat(f.to_mlir(encoding=True)) == f
+
+
+def test_index_widths_are_the_index_dtypes():
+    """posWidth / crdWidth of the MLIR attribute decide the dtypes of the stored arrays, and an
+    index that does not fit its width is refused (issue 15, section 1)."""
+    fmt = TensorFormat("#sparse_tensor.encoding<{ map = (i, j) -> (i : dense, j : compressed), "
+                       "posWidth = 16, crdWidth = 8 }>")
+    a = np.eye(6, dtype=np.float32)
+    t = Tensor.from_dense(a, fmt)
+    assert t.pos(1).dtype == np.int16 and t.crd(1).dtype == np.int8
+    assert np.array_equal(t.to_dense(), a)
+    assert t.convert(tensor_format=fmt).crd(1).dtype == np.int8
+    wide = np.zeros((2, 300), np.float32)
+    wide[0, 200] = 1.0
+    with pytest.raises(LayoutError, match="crdWidth"):
+        Tensor.from_dense(wide, fmt)

@@ -11,8 +11,6 @@ from dataflow.arch import resolve_arch
 from dataflow.cli import main
 from dataflow.models import Activation, Layer, LayerKind, Model, ModelError, load_model, simulate
 from dataflow.models.files import evaluate
-from dataflow.models.runners import _RUNNERS
-from dataflow.models.simulate import load_runners
 
 MODELS = Path(__file__).resolve().parent.parent / "models"
 FILES = ("bert_base_layer", "gpt2_block", "vit_s16", "resnet18", "moe_ffn_layer")
@@ -48,12 +46,14 @@ def test_builtin_file_simulates_at_tiny_sizes(name):
     assert r.layers[-1].activation == Activation.OUTPUT
 
 
-def test_resnet_needs_the_conv_runner():
-    load_runners()
-    if LayerKind.CONV2D in _RUNNERS:
-        pytest.skip("the conv runner is present; ResNet-18 at full size is too slow here")
-    with pytest.raises(ModelError, match="no runner for layer kind 'conv2d'"):
-        simulate(MODELS / "resnet18.yaml")
+def test_resnet18_runs_whole_on_the_systolic_preset():
+    """Every conv of ResNet-18 at 224 x 224 as SCALE-Sim maps it (im2col GEMM, ws), the
+    element-wise layers on the host; values equal numpy's chain of layers."""
+    r = simulate(MODELS / "resnet18.yaml", arch="systolic_32x32", dataflow="ws")
+    assert r.values_match_reference
+    convs = [lr for lr in r.layers if lr.layer.kind == LayerKind.CONV2D]
+    assert len(convs) == 20 and all(lr.result.compute_cycles > 0 for lr in convs)
+    assert r.cycles == sum(lr.result.cycles for lr in r.layers)
 
 
 def test_expressions_are_arithmetic_only():

@@ -17,9 +17,15 @@ from dataflow.butterfly.reference import ButterflyError
 from dataflow.dfg.graph import BufferRole
 from dataflow.dfg.lower_butterfly import data_names, data_rows, is_skewed
 from dataflow.pe_array.common import dma_words
-from dataflow.pe_array.result import KernelResult, Roofline, SimResult, TileResult
+from dataflow.pe_array.result import KernelResult, SimResult, TileResult
 from dataflow.pe_array.roofline import kernel_roofline, program_roofline
-from dataflow.pe_array.simulate import array_counts, assemble_result, energy_breakdown, run_array
+from dataflow.pe_array.simulate import (
+    array_counts,
+    assemble_result,
+    energy_breakdown,
+    run_array,
+    sequence_results,
+)
 from dataflow.pe_array.system import run_system
 from dataflow.plan.orchestrate import OrchestratedMapping, roofline
 
@@ -170,49 +176,12 @@ def simulate_orchestrated(om: OrchestratedMapping, engine: str = "fast",
 
 
 def merge_results(parts: list[SimResult], workload: str, output, notes=()) -> SimResult:
-    """Several programs run back to back (e.g. the two passes of a 2-D FFT): cycles, traffic,
-    busy cycles and energy add; kernels are shifted onto one time line."""
-
+    """Several programs run back to back (e.g. the two passes of a 2-D FFT): one result
+    (`pe_array.simulate.sequence_results`), every part's notes kept, then `notes`."""
     if not parts:
         raise ButterflyError("nothing to merge")
-    kernels, offset = [], 0
-    for r in parts:
-        kernels += [dataclasses.replace(k, start_cycle=k.start_cycle + offset,
-                                        end_cycle=k.end_cycle + offset) for k in r.kernels]
-        offset += r.cycles
-    energy: dict[str, float] = {}
-    for r in parts:
-        for k, v in r.energy_pj:
-            energy[k] = energy.get(k, 0.0) + v
-    f = parts[0]
-
-    def total(name):
-        return sum(getattr(r, name) for r in parts)
-
-    return dataclasses.replace(
-        f, workload=workload, cycles=total("cycles"), compute_cycles=total("compute_cycles"),
-        stall_cycles_spm_conflict=total("stall_cycles_spm_conflict"),
-        stall_cycles_dram=total("stall_cycles_dram"),
-        stall_cycles_reconfiguration=total("stall_cycles_reconfiguration"),
-        macs=total("macs"), pe_busy_cycles=total("pe_busy_cycles"),
-        spm_reads_per_line=total("spm_reads_per_line"),
-        spm_writes_per_line=total("spm_writes_per_line"),
-        spm_conflicts_per_line=total("spm_conflicts_per_line"),
-        dram_bytes_read=total("dram_bytes_read"), dram_bytes_written=total("dram_bytes_written"),
-        energy_pj=tuple(energy.items()), kernels=tuple(kernels), output=output,
-        notes=tuple(n for r in parts for n in r.notes) + tuple(notes),
-        mapping_summary="\n".join(r.mapping_summary for r in parts),
-        roofline=_sum_rooflines([r.roofline for r in parts]))
-
-
-def _sum_rooflines(parts) -> Roofline | None:
-    """Programs back to back: their floors add. The hand-off between them (the corner turn of a
-    2-D FFT, the passes of a four-step split) counts as each program's compulsory traffic, so
-    this is the bound of the sequence as lowered, not of the op in one program."""
-    if any(r is None for r in parts):
-        return None
-    return Roofline(sum(r.compute_cycles for r in parts), sum(r.dram_cycles for r in parts),
-                    sum(r.spm_port_cycles for r in parts))
+    return sequence_results(parts, workload, output,
+                            notes=tuple(n for r in parts for n in r.notes) + tuple(notes))
 
 
 def chain_runs(runs: list[OrchestratedRun], workload: str, outputs: dict, spec=None,

@@ -32,13 +32,11 @@ import time
 
 import numpy as np
 
-from dataflow.arch import ArchSpec, PEKind
-from dataflow.mapper import map_program
+from dataflow.arch import ArchSpec
+from dataflow.models.gemm import simulate_gemm
 from dataflow.models.layers import Layer, LayerKind, ModelError
 from dataflow.models.runners import LayerRun, RunOptions, register_runner
 from dataflow.models.topology import SCALESIM_SIZING
-from dataflow.pe_array.simulate import simulate_mapping
-from dataflow.ust_frontend.ops import as_tensor, lower_matmul
 from dataflow.workloads import finish
 
 SIZINGS = ("", SCALESIM_SIZING)
@@ -187,19 +185,14 @@ def run_conv2d(layer: Layer, inputs: list[np.ndarray], weights: dict[str, np.nda
     x = _as_nchw(inputs[0], cs, layer.where)
     w = _check_weight(weights["weight"], cs, layer.where)
     bias = weights.get("bias")
-    a = np.ascontiguousarray(im2col(x, cs), np.float32)
-    b = np.ascontiguousarray(filter_matrix(w, cs), np.float32)
-    systolic = arch.pe_array.kind == PEKind.SYSTOLIC
-    mapping = map_program(lower_matmul(as_tensor(a), as_tensor(b)), arch,
-                          dataflow=options.dataflow if systolic else None)
-    res = simulate_mapping(mapping, engine=options.engine, workload=layer.name)
+    product, res = simulate_gemm(im2col(x, cs), filter_matrix(w, cs), arch, options, layer.name)
     oh, ow = cs.out_hw
-    out = res.output.reshape(x.shape[0], oh, ow, cs.k).transpose(0, 3, 1, 2)
+    out = product.reshape(x.shape[0], oh, ow, cs.k).transpose(0, 3, 1, 2)
     if bias is not None:  # a per-filter add on the output, done on the host
         out = out + np.asarray(bias, np.float32).reshape(1, cs.k, 1, 1)
     out = np.ascontiguousarray(out, np.float32)
     reference = conv2d_reference(x, w, cs, bias)
-    res = finish(dataclasses.replace(res, output=out), reference, t0, mapping)
+    res = finish(dataclasses.replace(res, output=out), reference, t0)
     return LayerRun(result=res, output=out, reference=reference)
 
 

@@ -2,8 +2,8 @@
 seeded weights of a model that comes without any (a model file).
 
 What runs where:
-- GEMM: on the array (`dataflow.ust_frontend.ops.matmul`, backend "sim"); a batched product
-  runs one matrix after another. A bias is added by the host cost model below.
+- GEMM: on the array (`dataflow.models.gemm.simulate_gemm`: lowered, mapped, simulated); a
+  batched product runs one matrix after another. A bias is added by the host cost model below.
 - ATTENTION: per (batch, head) through `dataflow.sparse_attention(..., backend="sim")` with the
   layer's pattern ("causal" is the lower-triangular mask).
 - ELEMENTWISE add and mul: on the array (the frontend's `Elementwise`); a broadcast operand is
@@ -25,20 +25,23 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 
 import numpy as np
 from scipy.special import erf
 
-from dataflow.arch import ArchSpec
+from dataflow.arch import ArchSpec, PEKind
 from dataflow.attention.api import mask_csr, sparse_attention
 from dataflow.attention.reference import attention_reference
+from dataflow.models.gemm import check_weight, simulate_gemm
 from dataflow.models.layers import Layer, LayerKind, ModelError
 from dataflow.models.runners import LayerRun, RunOptions, register_runner
 from dataflow.moe.api import simulate_moe
 from dataflow.moe.gating import moe_reference
 from dataflow.pe_array.result import Roofline, SimResult
-from dataflow.pe_array.simulate import assemble_result
-from dataflow.ust_frontend.ops import Elementwise, matmul
+from dataflow.pe_array.simulate import assemble_result, sequence_results
+from dataflow.ust_frontend.ops import Elementwise
+from dataflow.workloads import finish
 
 #: passes over the tensor each host-modelled function takes (the cost model above)
 HOST_PASSES = {"relu": 1, "gelu": 1, "gelu_tanh": 1, "silu": 1, "softmax": 3, "layernorm": 3,
@@ -119,45 +122,16 @@ def modelled_result(arch: ArchSpec, name: str, *, words_passed: int, passes: int
                f"{words_passed:,} words at the array's peak, {compute:,} compute cycles",))
 
 
-def chain(results: list[SimResult], arch: ArchSpec, name: str,
-          notes: tuple[str, ...] = ()) -> SimResult:
-    """Runs one after another on the whole array as one result: cycles, counts, traffic and
-    energy add; kernels are shifted onto one timeline; the floors add component by component
-    (a valid floor of the sum, since every run is above each of its own floors)."""
+def chain(results: list[SimResult], name: str, notes: tuple[str, ...] = ()) -> SimResult:
+    """Runs one after another on the whole array as one result
+    (`pe_array.simulate.sequence_results`), each note once."""
     if len(results) == 1 and not notes:
         return results[0]
-    first, offset, kernels = results[0], 0, []
-    energy: dict[str, float] = {}
-    for r in results:
-        kernels += [dataclasses.replace(k, start_cycle=k.start_cycle + offset,
-                                        end_cycle=k.end_cycle + offset) for k in r.kernels]
-        offset += r.cycles
-        for k, v in r.energy_pj:
-            energy[k] = energy.get(k, 0.0) + v
-    floors = [r.roofline for r in results]
-    roof = (Roofline(*(sum(getattr(f, a) for f in floors) for a in
-                       ("compute_cycles", "dram_cycles", "spm_port_cycles")))
-            if all(f is not None for f in floors) else None)
-
-    def total(field: str):
-        return sum(getattr(r, field) for r in results)
-
-    counts = {f: sum(getattr(r, f) for r in results) for f in
-              ("pe_busy_cycles", "spm_reads_per_line", "spm_writes_per_line",
-               "spm_conflicts_per_line")}
     seen: list[str] = []
     for r in results:
         seen += [n for n in r.notes if n not in seen]
-    return assemble_result(
-        arch, workload=name, engine=first.engine, counts=counts, energy_pj=energy,
-        cycles=total("cycles"), compute_cycles=total("compute_cycles"),
-        stall_cycles_spm_conflict=total("stall_cycles_spm_conflict"),
-        stall_cycles_dram=total("stall_cycles_dram"),
-        stall_cycles_reconfiguration=total("stall_cycles_reconfiguration"),
-        stall_cycles_dependency=total("stall_cycles_dependency"), macs=total("macs"),
-        dram_bytes_read=total("dram_bytes_read"), dram_bytes_written=total("dram_bytes_written"),
-        kernels=tuple(kernels), output=results[-1].output, roofline=roof,
-        mapping_summary=first.mapping_summary, notes=tuple(seen) + notes)
+    return sequence_results(results, name, results[-1].output, notes=tuple(seen) + notes,
+                            mapping_summary=results[0].mapping_summary)
 
 
 def _bytes(arch: ArchSpec, *arrays: np.ndarray) -> int:
@@ -169,6 +143,8 @@ def _bytes(arch: ArchSpec, *arrays: np.ndarray) -> int:
 def run_gemm(layer: Layer, inputs, weights, arch: ArchSpec, options: RunOptions) -> LayerRun:
     """(..., m, k) @ (k, n) [+ bias]: B is the layer's `weight` (k x n) or its second input
     (a batched activation product, one matrix after another)."""
+    t0 = time.perf_counter()
+    check_weight(layer, weights)
     a = np.asarray(inputs[0], dtype=np.float32)
     b = np.asarray(weights["weight"] if "weight" in weights else inputs[1], dtype=np.float32)
     batch = a.shape[:-2] if b.ndim > 2 else ()
@@ -181,8 +157,7 @@ def run_gemm(layer: Layer, inputs, weights, arch: ArchSpec, options: RunOptions)
     results, outs = [], []
     for i in range(a3.shape[0]):
         bi = np.ascontiguousarray(b3[min(i, len(b3) - 1)])
-        out, res = matmul(np.ascontiguousarray(a3[i]), bi, backend="sim", arch=arch,
-                          dataflow=options.dataflow, return_result=True)
+        out, res = simulate_gemm(a3[i], bi, arch, options, layer.name)
         results.append(res)
         outs.append(np.asarray(out, dtype=np.float32))
     out = np.stack(outs)
@@ -197,9 +172,9 @@ def run_gemm(layer: Layer, inputs, weights, arch: ArchSpec, options: RunOptions)
             why="the bias add runs on the host; its words are the product's, already in the SPM"))
     lead = a.shape[:-2] if b.ndim > 2 else a.shape[:-1]
     shape = lead + ((a.shape[-2],) if b.ndim > 2 else ()) + (b.shape[-1],)
-    res = chain(results, arch, layer.name)
-    return LayerRun(dataclasses.replace(res, output=out.reshape(shape)), out.reshape(shape),
-                    ref.reshape(shape).astype(np.float32))
+    res = finish(dataclasses.replace(chain(results, layer.name), output=out.reshape(shape)),
+                 ref.reshape(shape), t0)
+    return LayerRun(res, out.reshape(shape), ref.reshape(shape).astype(np.float32))
 
 
 # --- attention --------------------------------------------------------------------------------
@@ -233,7 +208,7 @@ def run_attention(layer: Layer, inputs, weights, arch: ArchSpec, options: RunOpt
         out, ref = (x.transpose(1, 0, 2).reshape(seq, -1) for x in (out, ref))
     else:
         out, ref = (x.reshape(q.shape[:-1] + (v.shape[-1],)) for x in (out, ref))
-    res = chain(results, arch, layer.name, (f"{layer.name}: {qh.shape[0]} head(s) one after "
+    res = chain(results, layer.name, (f"{layer.name}: {qh.shape[0]} head(s) one after "
                                             f"another, pattern {pattern}",))
     return LayerRun(dataclasses.replace(res, output=out), out.astype(np.float32),
                     ref.astype(np.float32))
@@ -243,7 +218,8 @@ def run_attention(layer: Layer, inputs, weights, arch: ArchSpec, options: RunOpt
 
 def run_elementwise(layer: Layer, inputs, weights, arch: ArchSpec,
                     options: RunOptions) -> LayerRun:
-    """add / mul on the array; the other functions on the host (module docstring)."""
+    """add / mul on the array; the other functions on the host (module docstring), and add / mul
+    too on a systolic array, which runs only dense GEMM."""
     op = layer.op
     x = np.asarray(inputs[0], dtype=np.float32)
     if op in ARRAY_ELEMENTWISE:
@@ -251,6 +227,12 @@ def run_elementwise(layer: Layer, inputs, weights, arch: ArchSpec,
         shape = np.broadcast_shapes(x.shape, np.shape(other))
         a = np.ascontiguousarray(np.broadcast_to(x, shape), dtype=np.float32)
         b = np.ascontiguousarray(np.broadcast_to(np.asarray(other, np.float32), shape))
+        if arch.pe_array.kind == PEKind.SYSTOLIC:
+            out = (a + b if op == "add" else a * b).astype(np.float32)
+            res = modelled_result(arch, layer.name, words_passed=out.size, passes=1,
+                                  bytes_read=_bytes(arch, a, b), bytes_written=_bytes(arch, out),
+                                  output=out, why=f"{op} on a systolic array runs on the host")
+            return LayerRun(res, out, out)
         ew = Elementwise("add" if op == "add" else "multiply", a, b)
         ew.plan(arch=arch, backend="sim", dataflow=options.dataflow)
         out = np.asarray(ew.execute("sim"), dtype=np.float32)

@@ -23,14 +23,13 @@ dram_byte_pj. The model's output is always written back. Each choice is a note o
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import importlib.util
 import math
 from pathlib import Path
 
 import numpy as np
 
 from dataflow.arch import ArchSpec, resolve_arch
+from dataflow.models import conv as _conv  # noqa: F401 (registers the conv2d runner)
 from dataflow.models.files import load_model
 from dataflow.models.layers import MODEL_INPUT, Layer, LayerKind, Model, ModelError
 from dataflow.models.ops import make_weights
@@ -40,23 +39,6 @@ from dataflow.models.torch_capture import CapturedModel, Feed, from_torch
 from dataflow.pe_array.result import Roofline, SimResult
 from dataflow.pe_array.simulate import ENGINES
 from dataflow.testing import max_abs_error, values_match
-
-#: Modules that register layer runners when imported, in order (a later one replaces an
-#: earlier one's runner of the same kind); those not present are skipped, and a layer whose
-#: kind has no runner fails with the registry's message.
-RUNNER_MODULES: tuple[str, ...] = (
-    "dataflow.models.ops",
-    "dataflow.models.gemm",
-    "dataflow.models.conv",
-)
-
-
-def load_runners() -> tuple[str, ...]:
-    """Import the runner modules that exist; returns their names."""
-    found = tuple(m for m in RUNNER_MODULES if importlib.util.find_spec(m) is not None)
-    for m in found:
-        importlib.import_module(m)
-    return found
 
 
 def _is_torch_module(x) -> bool:
@@ -129,7 +111,6 @@ def simulate(model_or_file, arch: ArchSpec | str | Path | None = None, *, engine
     bound = bind(model_or_file, inputs, seed, **sizes)
     model = _with_pattern(bound.model, attention_pattern)
     spec = resolve_arch(arch)
-    load_runners()
     runners = {la.name: runner_for(la) for la in model.layers}  # fail before any work
     options = RunOptions(engine=engine, dataflow=dataflow, seed=seed)
     env: dict[str, np.ndarray] = {MODEL_INPUT: np.asarray(bound.example_input)}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from enum import Enum
 
 import numpy as np
@@ -12,7 +13,7 @@ from dataflow.errors import UserError
 from dataflow.mapper.mapping import Mapping, SystolicMapping
 from dataflow.pe_array.fast import run_kernel_fast
 from dataflow.pe_array.reference import run_kernel_reference
-from dataflow.pe_array.result import ArrayResult, KernelResult, SimResult
+from dataflow.pe_array.result import ArrayResult, KernelResult, Roofline, SimResult
 from dataflow.pe_array.roofline import kernel_roofline, program_roofline
 from dataflow.pe_array.system import run_system
 from dataflow.pe_array.systolic import run_systolic_fast, run_systolic_reference
@@ -188,3 +189,49 @@ def assemble_result(arch, *, workload: str, engine: str, counts: dict[str, np.nd
         area_mm2=tuple(area_breakdown(arch).items()),
         dram_bytes_per_cycle=arch.dram.bytes_per_cycle,
         energy_pj=tuple(energy_pj.items()), **counts, **fields)
+
+
+def sequence_results(parts: list[SimResult], workload: str, output, notes=(),
+                     mapping_summary: str | None = None) -> SimResult:
+    """Runs one after another on the whole array as one result (the two passes of a 2-D FFT,
+    the matrices of a batched layer): cycles, stalls, counts, traffic and energy add; kernels
+    are shifted onto one time line; the floors add component by component -- a valid floor of
+    the sequence, since each run is above its own, which counts the hand-off between runs as
+    compulsory traffic (the bound of the sequence as lowered, not of the op in one program).
+    What follows from the architecture is the first part's. `notes` are the result's notes;
+    `mapping_summary` defaults to the parts' summaries, one per line."""
+    if not parts:
+        raise UserError("nothing to put in sequence")
+    kernels, offset = [], 0
+    energy: dict[str, float] = {}
+    for r in parts:
+        kernels += [dataclasses.replace(k, start_cycle=k.start_cycle + offset,
+                                        end_cycle=k.end_cycle + offset) for k in r.kernels]
+        offset += r.cycles
+        for k, v in r.energy_pj:
+            energy[k] = energy.get(k, 0.0) + v
+
+    def total(name):
+        return sum(getattr(r, name) for r in parts)
+
+    floors = [r.roofline for r in parts]
+    roofline = None if any(f is None for f in floors) else Roofline(*(
+        sum(getattr(f, name) for f in floors)
+        for name in ("compute_cycles", "dram_cycles", "spm_port_cycles")))
+    return dataclasses.replace(
+        parts[0], workload=workload, cycles=total("cycles"),
+        compute_cycles=total("compute_cycles"),
+        stall_cycles_spm_conflict=total("stall_cycles_spm_conflict"),
+        stall_cycles_dram=total("stall_cycles_dram"),
+        stall_cycles_reconfiguration=total("stall_cycles_reconfiguration"),
+        stall_cycles_dependency=total("stall_cycles_dependency"),
+        macs=total("macs"), pe_busy_cycles=total("pe_busy_cycles"),
+        spm_reads_per_line=total("spm_reads_per_line"),
+        spm_writes_per_line=total("spm_writes_per_line"),
+        spm_conflicts_per_line=total("spm_conflicts_per_line"),
+        dram_bytes_read=total("dram_bytes_read"), dram_bytes_written=total("dram_bytes_written"),
+        energy_pj=tuple(energy.items()), kernels=tuple(kernels), output=output,
+        notes=tuple(notes), roofline=roofline, values_match_reference=None,
+        max_abs_error=None, wall_seconds=None,
+        mapping_summary=("\n".join(r.mapping_summary for r in parts)
+                         if mapping_summary is None else mapping_summary))

@@ -207,7 +207,7 @@ def build(fmt: TensorFormat, shape: Sequence[int], dim_coords: Sequence[np.ndarr
             crd.append(out)
         elif kind is LevelFormat.STRUCTURED:
             return _build_structured(spec, k, lo, parent, nparent, c, values, pos, crd,
-                                     index_type)
+                                     index_type, fmt)
         else:
             first = np.ones(n, bool)
             if spec.type.unique:
@@ -240,10 +240,10 @@ def build(fmt: TensorFormat, shape: Sequence[int], dim_coords: Sequence[np.ndarr
             parent, nparent = child, len(owner)
     val = np.zeros(nparent, values.dtype)
     np.add.at(val, parent, values)
-    return _finish(pos, crd, val, index_type)
+    return _finish(pos, crd, val, index_type, fmt)
 
 
-def _build_structured(spec, k, lo, parent, nparent, c, values, pos, crd, index_type):
+def _build_structured(spec, k, lo, parent, nparent, c, values, pos, crd, index_type, fmt):
     n, m = spec.type.params
     grid = np.zeros((nparent, m), values.dtype)
     np.add.at(grid, (parent, c - lo), values)
@@ -259,16 +259,26 @@ def _build_structured(spec, k, lo, parent, nparent, c, values, pos, crd, index_t
     chosen = present | fill
     crd.append(np.nonzero(chosen)[1].astype(_I64))
     pos.append(None)
-    return _finish(pos, crd, grid[chosen], index_type)
+    return _finish(pos, crd, grid[chosen], index_type, fmt)
 
 
-def _finish(pos, crd, val, index_type) -> Storage:
+def _finish(pos, crd, val, index_type, fmt: TensorFormat) -> Storage:
+    """Index arrays in their dtypes: the format's `posWidth` / `crdWidth` where it gives them
+    (MLIR's encoding), else `index_type`, else the narrowest of int32 / int64 that holds them."""
     if index_type is None:
         largest = max([int(np.abs(a).max()) for a in pos + crd if a is not None and a.size] + [0])
         index_type = np.int32 if largest < 2**31 - 1 else np.int64
-    cast = [None if a is None else a.astype(index_type) for a in pos], \
-           [None if a is None else a.astype(index_type) for a in crd]
-    return Storage(tuple(cast[0]), tuple(cast[1]), val)
+    return Storage(_cast_index(pos, fmt.pos_dtype or index_type, "posWidth"),
+                   _cast_index(crd, fmt.crd_dtype or index_type, "crdWidth"), val)
+
+
+def _cast_index(arrays, dtype, width: str) -> tuple:
+    top = np.iinfo(dtype).max
+    for k, a in enumerate(arrays):
+        if a is not None and a.size and int(a.max()) > top:
+            raise LayoutError(f"level {k}: index {int(a.max())} does not fit {width} "
+                              f"({np.dtype(dtype).itemsize * 8} bits, at most {top})")
+    return tuple(None if a is None else a.astype(dtype) for a in arrays)
 
 
 def _singleton_coords(crd: np.ndarray, nparent: int, bad) -> np.ndarray:
