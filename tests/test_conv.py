@@ -18,8 +18,8 @@ from dataflow.models.conv import (
     run_conv2d,
     weight_shapes,
 )
-from dataflow.models.ops import run_gemm
 from dataflow.models.layers import Layer, LayerKind, ModelError
+from dataflow.models.ops import run_gemm
 from dataflow.models.runners import RunOptions, runner_for
 from dataflow.testing import assert_close
 from tests.conftest import ROOT

@@ -33,6 +33,8 @@ def _make_fake_cupy():
         dtype = property(lambda self: self._a.dtype)
         ndim = property(lambda self: self._a.ndim)
         size = property(lambda self: self._a.size)
+        strides = property(lambda self: self._a.strides)
+        itemsize = property(lambda self: self._a.itemsize)
 
         @property
         def __cuda_array_interface__(self):
@@ -144,9 +146,13 @@ def test_column_major_device_array_views_only_in_its_own_layout(fake_cupy):
     x = cupy.ndarray(host)
     col = Tensor.from_package(x, NamedFormats.DenseMatrixLeft)
     assert device_pointer(col.val) == device_pointer(x)
-    row = Tensor.from_package(x)  # row-major levels over column-major memory: a copy
+    row = Tensor.from_package(x, NamedFormats.DenseMatrixRight)  # against the memory: a copy
     assert device_pointer(row.val) != device_pointer(x)
     assert np.array_equal(col.to_dense(), host) and np.array_equal(row.to_dense(), host)
+    # with no format given, the levels follow the memory order (as nvmath does): a view
+    auto = Tensor.from_package(x)
+    assert auto.tensor_format == NamedFormats.DenseMatrixLeft
+    assert device_pointer(auto.val) == device_pointer(x)
     assert device_pointer(col.to_package()) == device_pointer(x)
 
 
