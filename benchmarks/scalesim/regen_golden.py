@@ -84,7 +84,9 @@ def main(argv=None):
         ss_version, np_version = subprocess.check_output(
             [py, "-c", "import numpy; from importlib.metadata import version; "
                        "print(version('scalesim'), numpy.__version__)"], text=True).split()
-        run = lambda m, n, k, df, r, c: rs.run_scalesim_subprocess(m, n, k, df, r, c, python=py)
+
+        def run(m, n, k, df, r, c):
+            return rs.run_scalesim_subprocess(m, n, k, df, r, c, python=py)
     if ss_version != rs.SCALESIM_VERSION:
         sys.exit(f"expected scalesim {rs.SCALESIM_VERSION}, found {ss_version}")
 
