@@ -149,14 +149,16 @@ def _model_summary(r: ModelResult) -> str:
 
 
 def _simulate_model_command(args, params: dict) -> int:
-    if args.trace or args.save:
-        raise UserError("--trace and --save apply to one workload, not to --model")
+    if args.trace:
+        raise UserError("--trace applies to one workload, not to --model")
     r = simulate_model(_model_source(args), arch=args.arch, engine=args.engine,
                        dataflow=params.get("dataflow"), seed=args.seed,
                        attention_pattern=args.attention_pattern, **_model_sizes(args, params))
     if args.csv:
         with open(args.csv, "w", newline="", encoding="utf-8") as fh:
             csv.writer(fh).writerows(r.csv_rows())
+    if args.save:
+        save_result(r, args.save)
     print(json.dumps(r.to_dict()) if args.json else _model_summary(r))
     return 0 if r.values_match_reference else 1
 

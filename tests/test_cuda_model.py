@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
+from dataflow.cli import main as cli_main
+from dataflow.cuda.compare import compare_model, layer_work
 from dataflow.cuda.gpu_spec import GpuSpecError, available_gpus, gpu_from_dict, load_gpu
-from dataflow.cuda.roofline import measured_cost, model_cost
+from dataflow.cuda.roofline import launch_seconds, measured_cost, model_cost
 from dataflow.cuda.runner import KernelLaunch, OpTiming
+from dataflow.models import simulate as simulate_model
 
 GOOD = {"name": "toy", "peak_flops": {"fp32": 1.0e12}, "memory_bandwidth_bytes_per_s": 1.0e11,
         "power_w": 10.0, "kernel_launch_s": 1.0e-6}
@@ -185,3 +189,39 @@ def test_gpu_report_refuses_without_a_gpu(tmp_path, capsys):
     out = tmp_path / "r.md"
     assert mod.main(["--out", str(out)]) == 2
     assert "no CUDA device" in capsys.readouterr().err and not out.exists()
+
+
+# --- compare --model: per layer, GPU modelled and labelled --------------------------------------
+
+def test_compare_model_per_layer_modelled_and_labelled(capsys):
+    bert = Path(__file__).resolve().parent.parent / "models" / "bert_base_layer.yaml"
+    sizes = {"seq": 8, "hidden": 16, "heads": 2, "ffn": 32}
+    r = simulate_model(bert, **sizes)
+    c = compare_model(bert, gpus=["a100"], measure_if_present=False, result=r)
+    spec = load_gpu("a100")
+    assert [x.name for x in c.layers] == [lr.layer.name for lr in r.layers]
+    for x, lr in zip(c.layers, r.layers):
+        assert x.dataflow_cycles == lr.result.cycles
+        (g,) = x.gpus
+        assert g.time_source == "modelled" and g.launches == 1
+        assert g.seconds == pytest.approx(launch_seconds(spec, KernelLaunch(x.name, (1,), (1,),
+                                                                       x.flops, x.bytes)))
+        if lr.layer.kind == "gemm":  # 2 FLOPs per MAC the array counted, fp32 operands once
+            m, k, n = (lr.layer.size(s) for s in "mkn")
+            assert x.flops == 2 * lr.result.macs == 2 * m * k * n
+            assert x.bytes == 4 * (m * k + k * n + m * n)
+    attn = r.layer("attn").layer
+    assert layer_work(attn)[0] == 2 * 8 * 8 * (4 * 8 + 3)  # heads x dense scores x (4d + 3)
+    assert c.gpu_seconds(0) == pytest.approx(sum(x.gpus[0].seconds for x in c.layers))
+    rc = cli_main(["compare", "--model", str(bert), "--seq", "8", "--size", "hidden=16",
+                   "--size", "heads=2", "--size", "ffn=32", "--gpu", "a100", "--model-only"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "per layer" in out and "modelled" in out and "ffn2" in out
+    assert "measured" not in out.split("note:")[0]
+    rc = cli_main(["compare", "--model", str(bert), "--seq", "8", "--size", "hidden=16",
+                   "--size", "heads=2", "--size", "ffn=32", "--model-only", "--json"])
+    d = json.loads(capsys.readouterr().out)
+    assert rc == 0 and all(g["time_source"] == "modelled" for la in d["layers"]
+                           for g in la["gpus"])
+    assert cli_main(["compare", "--model", str(bert), "--size", "sq=2"]) == 2
+    assert "has no size 'sq'" in capsys.readouterr().err

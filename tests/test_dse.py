@@ -248,3 +248,90 @@ def test_every_registered_workload_can_be_swept(tmp_path):
         points = grid_points(load_sweep(path)).points
         assert len(points) == 2 and {p.workload for p in points} == {name}
         assert dict(points[0].params) == w.resolve({})  # every default is part of the point
+
+
+# ---------------------------------------------------------------- whole models as workloads
+
+MODEL_SWEEP = f"""
+name: m
+arch: {{base: default, sweep: {{spm.lines: [8, 16]}}}}
+workloads:
+  - {{model: {ROOT / "models" / "bert_base_layer.yaml"},
+     params: {{seq: 8, hidden: 16, heads: 2, ffn: 32}}}}
+"""
+
+
+def test_a_model_workload_sweeps_and_stores_the_models_metrics(tmp_path):
+    from dataflow.arch import arch_from_dict
+    from dataflow.dse.evaluate import evaluate_point
+    from dataflow.models import simulate as simulate_model
+    from dataflow.pe_array.simulate import area_breakdown
+
+    sweep = load_sweep(write(tmp_path, MODEL_SWEEP))
+    points = grid_points(sweep).points
+    assert len(points) == 2 and len({p.point_id for p in points}) == 2
+    assert {p.workload for p in points} == {f"model:{ROOT / 'models' / 'bert_base_layer.yaml'}"}
+    assert points[0].group() == points[1].group()
+    assert "seq=8" in points[0].group()
+    for p in points:
+        rec = evaluate_point(p.payload())
+        assert rec["status"] == "ok", rec.get("error")
+        arch = arch_from_dict(p.canonical()["arch"])
+        r = simulate_model(ROOT / "models" / "bert_base_layer.yaml", arch=arch, seq=8,
+                           hidden=16, heads=2, ffn=32)
+        layers = [lr.result for lr in r.layers]
+        assert rec["cycles"] == r.cycles == sum(x.cycles for x in layers)
+        assert rec["energy_pj"] == pytest.approx(r.energy_total_pj)
+        assert rec["dram_bytes"] == r.dram_bytes
+        assert rec["area_mm2"] == pytest.approx(sum(area_breakdown(arch).values()))
+        busy = sum(float(x.pe_busy_cycles.sum()) for x in layers)
+        assert rec["pe_utilization"] == pytest.approx(busy / (arch.pe_array.rows
+                                                             * arch.pe_array.cols * r.cycles))
+        assert 0 < rec["pe_utilization"] <= 1 and rec["values_match"] is True
+        assert [la["name"] for la in rec["result"]["layers"]] == [lr.layer.name
+                                                                 for lr in r.layers]
+
+
+def test_model_point_ids_hold_the_layers_not_the_path(tmp_path):
+    import shutil
+
+    a = grid_points(load_sweep(write(tmp_path, MODEL_SWEEP, "a.yaml"))).points
+    copy = tmp_path / "bert.yaml"
+    shutil.copy(ROOT / "models" / "bert_base_layer.yaml", copy)
+    b_text = MODEL_SWEEP.replace(str(ROOT / "models" / "bert_base_layer.yaml"), "bert.yaml")
+    b = grid_points(load_sweep(write(tmp_path, b_text, "b.yaml"))).points
+    assert {p.point_id for p in a} == {p.point_id for p in b}  # same model, another place
+    c = grid_points(load_sweep(write(tmp_path, MODEL_SWEEP.replace("seq: 8", "seq: [8, 16]"),
+                                     "c.yaml"))).points
+    assert len(c) == 4 and {p.point_id for p in a} < {p.point_id for p in c}
+
+
+@pytest.mark.parametrize(("entry", "where", "message"), [
+    ("{model: nowhere.yaml}", "workloads[0].model", "no model file 'nowhere.yaml'"),
+    ("{model: MODEL, params: {sq: 8}}", "workloads[0].params.sq",
+     "has no parameter 'sq'; it takes: seq, hidden"),
+    ("{model: MODEL, params: {seq: 0}}", "workloads[0].params", "must be a positive integer"),
+    ("{model: MODEL, params: {attention_pattern: diagonal}}",
+     "workloads[0].params.attention_pattern", "must be one of"),
+    ("{model: MODEL, name: gemm}", "workloads[0]", "exactly one of name, model, topology"),
+])
+def test_bad_model_workloads_name_the_key_path(tmp_path, entry, where, message):
+    entry = entry.replace("MODEL", str(ROOT / "models" / "bert_base_layer.yaml"))
+    err = error_of(tmp_path, f"arch: {{base: default}}\nworkloads: [{entry}]\n")
+    assert err.key_path == where and message in str(err), str(err)
+
+
+def test_topology_workloads_wait_for_the_topology_reader(tmp_path):
+    import importlib.util
+
+    topo = tmp_path / "t.csv"
+    topo.write_text("Layer name, IFMAP Height, IFMAP Width, Filter Height, Filter Width, "
+                    "Channels, Num Filter, Strides,\nc1, 8, 8, 3, 3, 2, 4, 1,\n")
+    text = f"arch: {{base: systolic_32x32}}\nworkloads: [{{topology: {topo}}}]\n"
+    if importlib.util.find_spec("dataflow.models.topology") is None:
+        err = error_of(tmp_path, text)
+        assert err.key_path == "workloads[0].topology"
+        assert "need dataflow.models.topology (read_topology)" in str(err)
+    else:
+        points = grid_points(load_sweep(write(tmp_path, text))).points
+        assert len(points) == 1 and points[0].workload == f"topology:{topo}"

@@ -7,18 +7,19 @@ import json
 import sys
 
 from dataflow.arch import preset_names
-from dataflow.cuda.compare import compare, crosscheck, plot_comparison
+from dataflow.attention.patterns import PATTERNS
+from dataflow.cuda.compare import compare, compare_model, crosscheck, plot_comparison
 from dataflow.cuda.device import GpuUnavailableError
 from dataflow.cuda.gpu_spec import available_gpus
 from dataflow.cuda.workloads import gpu_workloads
-from dataflow.errors import USER_ERRORS
+from dataflow.errors import USER_ERRORS, UserError
 from dataflow.workloads import all_params
 
 
-def _workload_flags(p: argparse.ArgumentParser) -> None:
+def _workload_flags(p: argparse.ArgumentParser, required: bool = True) -> None:
     """--workload and every workload parameter flag, as `dataflow simulate` has them."""
 
-    p.add_argument("--workload", required=True, choices=sorted(gpu_workloads()),
+    p.add_argument("--workload", required=required, choices=sorted(gpu_workloads()),
                    help="a workload the CUDA path covers")
     p.add_argument("--arch", default="default", help="dataflow architecture: a preset "
                    f"({', '.join(preset_names())}) or a YAML path (default: %(default)s)")
@@ -46,8 +47,15 @@ def add_parser(sub) -> None:
                        description="Simulated time and energy of a workload on a dataflow "
                        "architecture next to each GPU's: measured with CUDA events when this "
                        "machine has that GPU, else modelled from the preset gpus/NAME "
-                       "(per-kernel roofline); every number says which.")
-    _workload_flags(m)
+                       "(per-kernel roofline); every number says which. With --model FILE: per "
+                       "layer of a whole model.")
+    _workload_flags(m, required=False)
+    m.add_argument("--model", metavar="FILE", help="compare a whole model file layer by layer "
+                   "(instead of --workload); --seq and the other size flags fill its sizes")
+    m.add_argument("--size", metavar="NAME=N", action="append", default=[],
+                   help="a model file's size by name (repeatable)")
+    m.add_argument("--attention-pattern", dest="attention_pattern", choices=PATTERNS,
+                   help="the pattern of every attention layer of --model")
     m.add_argument("--gpu", action="append", default=None, metavar="NAME|FILE.yaml",
                    help="GPU spec: a preset (" + ", ".join(available_gpus()) + ", also written "
                    "gpus/NAME) or a YAML path (repeatable; default jetson_xavier_nx)")
@@ -73,7 +81,37 @@ def crosscheck_command(args) -> int:
     return 0 if r.ok else 1
 
 
+def _model_sizes(args) -> dict[str, int]:
+    sizes = {k: v for k, v in _params(args).items() if k != "dataflow"}
+    for item in args.size:
+        name, sep, value = item.partition("=")
+        if not sep or not value.strip().lstrip("-").isdigit():
+            raise UserError(f"--size {item}: expected NAME=INTEGER")
+        sizes[name.strip()] = int(value)
+    return sizes
+
+
+def compare_model_command(args) -> int:
+    try:
+        if args.workload:
+            raise UserError("give --model FILE or --workload NAME, not both")
+        r = compare_model(args.model, args.arch, args.gpu or ["jetson_xavier_nx"],
+                          seed=args.seed, measure_if_present=not args.model_only,
+                          attention_pattern=args.attention_pattern, **_model_sizes(args))
+    except CUDA_USER_ERRORS as exc:
+        print(f"dataflow compare: error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(r.to_dict()) if args.json else r.summary())
+    return 0
+
+
 def compare_command(args) -> int:
+    if args.model:
+        return compare_model_command(args)
+    if not args.workload or args.size or args.attention_pattern:
+        print("dataflow compare: error: give --workload NAME (or --model FILE; --size and "
+              "--attention-pattern apply to --model)", file=sys.stderr)
+        return 2
     try:
         r = compare(args.workload, args.arch, args.gpu or ["jetson_xavier_nx"], seed=args.seed,
                     measure_if_present=not args.model_only, **_params(args))

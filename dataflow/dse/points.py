@@ -4,6 +4,8 @@ A point's id is the first 16 hex digits of the SHA-256 of its canonical JSON (so
 spaces): the *whole* architecture as plain data (not only the swept keys, so editing the base file
 makes new points), the workload's name and all its parameters with defaults filled in, the engine
 and the seed. The same design reached from two sweep files has one id, so results are shared.
+A model workload's id also holds its layers (kind, sizes, inputs, op), not its file's path: the
+same model from two places is one design, and editing the file makes new points.
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from dataflow.arch import ArchError, arch_from_dict, arch_to_dict
+from dataflow.dse.evaluate import MODEL_PARAMS, load_model_workload
 from dataflow.dse.sweep import MAX_GRID_POINTS, Sweep, SweepError, _tail, get_path
-from dataflow.workloads import get
+from dataflow.errors import UserError
+from dataflow.models import Model
 
 
 def canonical_json(data: Any) -> str:
@@ -37,11 +41,17 @@ class Point:
     options: tuple[tuple[str, Any], ...]
     engine: str
     seed: int
+    model: str = ""  # a model workload: canonical JSON of its source kind and layers
+    model_file: str = ""  # ... and the file it is read from
 
     def canonical(self) -> dict:
-        return {"arch": self.arch, "workload": self.workload,
-                "params": {**dict(self.params), **dict(self.options)},
-                "engine": self.engine, "seed": self.seed}
+        out = {"arch": self.arch, "workload": self.workload,
+               "params": {**dict(self.params), **dict(self.options)},
+               "engine": self.engine, "seed": self.seed}
+        if self.model:  # the model, not the path it was read from (the workload's name)
+            model = json.loads(self.model)
+            out.update(workload=model["source"], model=model)
+        return out
 
     @functools.cached_property
     def point_id(self) -> str:
@@ -55,13 +65,17 @@ class Point:
 
     def payload(self) -> dict:
         """What a worker needs to evaluate the point (plain data, cheap to pickle)."""
-        return {"point_id": self.point_id, **self.canonical()}
+        out = {"point_id": self.point_id, **self.canonical()}
+        if self.model_file:
+            out["model_file"] = self.model_file
+        return out
 
     def describe(self) -> dict:
         """Stored next to the results: what was swept, readable without the sweep file."""
         return {"sweep": self.sweep, "workload": self.workload, "params": dict(self.params),
                 "mapping": {"engine": self.engine, "seed": self.seed, **dict(self.options)},
-                "arch_overrides": dict(self.arch_overrides), "arch": self.arch}
+                "arch_overrides": dict(self.arch_overrides), "arch": self.arch,
+                **({"model_file": self.model_file} if self.model_file else {})}
 
     def group(self) -> str:
         """The workload instance: points of one group are comparable on a Pareto front."""
@@ -76,7 +90,7 @@ def _group(workload: str, params) -> str:
 def instance_group(sweep: Sweep, workload: str, instance: dict) -> str:
     """`Point.group()` of every point of this workload instance, without building one."""
 
-    w = get(workload)
+    w = sweep.workload(workload)
     opts = {k for k, _ in sweep.mapping_options} & {p.name for p in w.params}
     return _group(workload, [(k, v) for k, v in w.resolve(instance).items() if k not in opts])
 
@@ -87,13 +101,30 @@ def make_point(sweep: Sweep, overrides: dict[str, Any], workload: str, instance:
     given, is `checked_arch(sweep, overrides)` already computed."""
 
     arch = checked_arch(sweep, overrides) if arch is None else arch
-    w = get(workload)
+    w = sweep.workload(workload)
     declared = {p.name for p in w.params}
     opts = {k: v for k, v in options.items() if k in declared}
     resolved = w.resolve({**instance, **opts})
     params = tuple((k, v) for k, v in resolved.items() if k not in opts)
+    grid = sweep.grid(workload)
+    model = file = ""
+    if grid is not None and grid.source:
+        sizes = {k: v for k, v in resolved.items() if k not in {p.name for p in MODEL_PARAMS}}
+        try:
+            layers = load_model_workload(grid.source, grid.file, sizes)
+        except UserError as exc:
+            raise SweepError(sweep.source, f"{grid.where}.params", str(exc)) from None
+        model = canonical_json({"source": grid.source, "name": layers.name,
+                                "layers": _layers(layers)})
+        file = grid.file
     return Point(sweep.name, arch, tuple(overrides.items()), workload, params,
-                 tuple(sorted(opts.items())), engine, seed)
+                 tuple(sorted(opts.items())), engine, seed, model, file)
+
+
+def _layers(model: Model) -> list[dict]:
+    """What a model's results depend on: each layer's kind, sizes, inputs and op."""
+    return [{"name": la.name, "kind": str(la.kind), "sizes": dict(la.sizes),
+             "inputs": list(la.inputs), "op": la.op} for la in model.layers]
 
 
 def checked_arch(sweep: Sweep, overrides: dict[str, Any]) -> dict:

@@ -15,6 +15,10 @@ A sweep file::
       skip_impossible: false         # true: drop combinations validate_arch rejects
     workloads:                       # any registered workload (dataflow.workloads), its own params
       - {name: gemm, params: {m: 32, k: [32, 64], n: 32}}
+      # a whole model: a model file (its sizes as params) or a SCALE-Sim topology file, both
+      # relative to this file; params also take attention_pattern and dataflow
+      - {model: ../models/bert_base_layer.yaml, params: {seq: [64, 128]}}
+      - {topology: resnet18.csv}
     mapping:                         # engine, seed, and workload params that choose a mapping
       engine: fast                   # (e.g. `dataflow: [os, ws]`), passed to workloads taking them
       seed: 0
@@ -46,10 +50,18 @@ from dataflow.arch import (
     resolve_arch,
 )
 from dataflow.arch.load import read_yaml
-from dataflow.dse.evaluate import METRICS, metric_name
-from dataflow.errors import KeyPathError
+from dataflow.dse.evaluate import (
+    METRICS,
+    MODEL_SOURCES,
+    TOPOLOGY_MODULE,
+    file_sizes,
+    metric_name,
+    model_workload,
+    topology_available,
+)
+from dataflow.errors import KeyPathError, UserError
 from dataflow.pe_array.simulate import ENGINES
-from dataflow.workloads import get
+from dataflow.workloads import Workload, get
 
 MAX_GRID_POINTS = 2_000_000
 
@@ -70,9 +82,20 @@ class Dimension:
 
 @dataclass(frozen=True)
 class WorkloadGrid:
+    """A workload and its parameter values. A model workload has `source` "model" or
+    "topology" and `file` (the resolved path); its name is "model:<path as written>"."""
+
     name: str
     where: str
     params: tuple[tuple[str, tuple[Any, ...]], ...]  # param -> values (given ones only)
+    source: str = ""
+    file: str = ""
+
+    def workload(self) -> Workload:
+        """The registered workload, or the model workload the grid names."""
+        if self.source:
+            return model_workload(self.name, self.source, self.file)
+        return get(self.name)
 
     def instances(self) -> Iterator[dict[str, Any]]:
         names = [k for k, _ in self.params]
@@ -110,6 +133,14 @@ class Sweep:
         n *= sum(math.prod(len(v) for _, v in w.params) for w in self.workloads)
         n *= len(self.engines) * len(self.seeds)
         return n * math.prod(len(v) for _, v in self.mapping_options)
+
+    def workload(self, name: str) -> Workload:
+        """The workload named `name` in this sweep (a model workload by its grid)."""
+        grid = next((g for g in self.workloads if g.name == name), None)
+        return grid.workload() if grid is not None else get(name)
+
+    def grid(self, name: str) -> WorkloadGrid | None:
+        return next((g for g in self.workloads if g.name == name), None)
 
     def arch_for(self, overrides: dict[str, Any]) -> dict:
         """Plain data of the architecture with `set` and `overrides` applied (unvalidated)."""
@@ -332,7 +363,7 @@ def sweep_from_dict(data: Any, source: str = "<dict>", path: Path | None = None)
     if not isinstance(skip, bool):
         raise SweepError(source, "arch.skip_impossible", f"expected true/false, got {skip!r}")
 
-    grids = _workload_grids(data.get("workloads"), source)
+    grids = _workload_grids(data.get("workloads"), source, path)
     mapping = _mapping(data.get("mapping"), source, "mapping")
     engines, seeds = _engines_and_seeds(mapping, source)
     options = _mapping_options(mapping, grids, source)
@@ -424,20 +455,51 @@ def _zip_dimension(group: Any, gwhere: str, base_with_set: dict, seen_keys: dict
     return Dimension(gwhere, tuple(map(str, group)), tuple(zip(*cols)))
 
 
-def _workload_grids(wls: Any, source: str) -> list[WorkloadGrid]:
-    """`workloads`: each a registered workload (looked up with the registry's `get`) and its
-    parameter values."""
+def _model_file(w: dict, source: str, where: str, path: Path | None) -> tuple[str, str, str]:
+    """(source kind, written path, resolved path) of a model workload entry."""
+    kinds = [k for k in MODEL_SOURCES if k in w]
+    if len(kinds) + ("name" in w) != 1:
+        raise SweepError(source, where, "a workload has exactly one of name, "
+                         + ", ".join(MODEL_SOURCES))
+    kind = kinds[0]
+    at = f"{where}.{kind}"
+    written = w[kind]
+    if not isinstance(written, str) or not written:
+        raise SweepError(source, at, f"expected a file path, got {written!r}")
+    if kind == "topology" and not topology_available():
+        raise SweepError(source, at, f"topology workloads need {TOPOLOGY_MODULE} "
+                         "(read_topology), which this checkout does not have yet")
+    candidates = ([path.parent / written] if path is not None else []) + [Path(written)]
+    found = next((c for c in candidates if c.is_file()), None)
+    if found is None:
+        raise SweepError(source, at, f"no {kind} file {written!r} (looked in "
+                         + ", ".join(str(c) for c in candidates) + ")")
+    try:
+        file_sizes(kind, found)
+    except UserError as exc:
+        raise SweepError(source, at, str(exc)) from None
+    return kind, written, str(found.resolve())
+
+
+def _workload_grids(wls: Any, source: str, path: Path | None = None) -> list[WorkloadGrid]:
+    """`workloads`: each a registered workload (looked up with the registry's `get`) or a model
+    (`model:` or `topology:` a file), and its parameter values."""
     if not isinstance(wls, list) or not wls:
         raise SweepError(source, "workloads", "expected a non-empty list of {name, params}")
     grids = []
     for i, w in enumerate(wls):
         where = f"workloads[{i}]"
         w = {"name": w} if isinstance(w, str) else _mapping(w, source, where)
-        _check_keys(w, {"name", "params"}, source, where)
-        try:
-            workload = get(w.get("name"))
-        except ValueError as exc:
-            raise SweepError(source, f"{where}.name", str(exc)) from None
+        _check_keys(w, {"name", "params", *MODEL_SOURCES}, source, where)
+        kind = file = ""
+        if "name" in w and not any(k in w for k in MODEL_SOURCES):
+            try:
+                workload = get(w.get("name"))
+            except ValueError as exc:
+                raise SweepError(source, f"{where}.name", str(exc)) from None
+        else:
+            kind, written, file = _model_file(w, source, where, path)
+            workload = model_workload(f"{kind}:{written}", kind, file)
         declared = {p.name: p for p in workload.params}
         params = []
         for pname, spec in _mapping(w.get("params"), source, f"{where}.params").items():
@@ -448,7 +510,7 @@ def _workload_grids(wls: Any, source: str) -> list[WorkloadGrid]:
             values = expand_values(spec, source, pwhere)
             params.append((pname, tuple(_param_value(declared[pname], v, source, pwhere)
                                         for v in values)))
-        grids.append(WorkloadGrid(workload.name, where, tuple(params)))
+        grids.append(WorkloadGrid(workload.name, where, tuple(params), kind, file))
     return grids
 
 
@@ -472,7 +534,8 @@ def _mapping_options(mapping: dict, grids: list[WorkloadGrid], source: str) -> l
         if key in ("engine", "seed"):
             continue
         where = f"mapping.{key}"
-        takers = [get(g.name) for g in grids if any(p.name == key for p in get(g.name).params)]
+        takers = [g.workload() for g in grids
+                  if any(p.name == key for p in g.workload().params)]
         if not takers:
             raise SweepError(source, where, f"no workload in this sweep takes {key!r} (mapping "
                              "options are engine, seed, and parameters of the workloads swept)")

@@ -10,9 +10,11 @@ from dataflow.report import load_result, write_report
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
-        "report", help="draw a saved result: Gantt chart, PE and SPM heatmaps, roofline",
-        description="RESULT is a file written by `dataflow simulate --save FILE` (or the JSON "
-                    "that `dataflow simulate --json` prints; it holds less, so fewer pictures).")
+        "report", help="draw a saved result: Gantt chart, PE and SPM heatmaps, roofline; for "
+                       "a model, cycles, roofline and share of time per layer",
+        description="RESULT is a file written by `dataflow simulate --save FILE` or `dataflow "
+                    "simulate --model M --save FILE` (or the JSON that `--json` prints; it "
+                    "holds less, so fewer pictures).")
     p.add_argument("result", help="result file (JSON)")
     p.add_argument("--out", default="report", help="output folder (default: %(default)s)")
     p.set_defaults(func=handle)

@@ -1,6 +1,9 @@
 """Pictures of a simulation: Gantt chart of the modulo schedule, PE utilisation heatmap, SPM
 line heatmap, roofline. Each takes the plain data of a result file (`result_file.result_data`)
-and a path, draws with matplotlib's Agg backend and returns the path.
+and a path, draws with matplotlib's Agg backend and returns the path. A model result
+(`result_file.model_result_data`) gets its own three (cycles per layer split into compute and
+stall causes, a roofline with one point per layer, each layer's share of the time) and the PE
+and SPM heatmaps of the layers summed.
 
 Every figure uses matplotlib's constrained layout, and a legend that would cover data sits
 outside the axes (`fig.legend(loc="outside ...")`), so nothing is drawn over the data or past
@@ -15,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from dataflow.errors import UserError
+from dataflow.report.result_file import MODEL_FORMAT
 
 OP_COLOURS = {"load": "#4c72b0", "gather": "#64b5cd", "store": "#dd8452", "scatter": "#ffb482",
               "acc": "#c44e52", "accmax": "#c44e52", "mul": "#55a868", "mac": "#2ca02c",
@@ -149,8 +153,127 @@ def _save(fig, path) -> Path:
     return path
 
 
+# --- a model, layer by layer ------------------------------------------------------------------
+
+CAUSE_COLOURS = {"compute": "#55a868", "spm_conflict": "#c44e52", "dram_bandwidth": "#4c72b0",
+                 "reconfiguration": "#ccb974", "dependency": "#8172b3"}
+KIND_COLOURS = {"gemm": "#4c72b0", "conv2d": "#dd8452", "attention": "#c44e52",
+                "elementwise": "#8c8c8c", "embedding": "#937860", "moe": "#8172b3"}
+
+
+def _layers(data: dict) -> list[dict]:
+    return data["model"]["layers"]
+
+
+def _layer_axes(plt, n: int, width: float = 8.0):
+    """One horizontal bar per layer, first layer on top."""
+    fig, ax = plt.subplots(figsize=(width, max(2.6, 0.24 * n + 1.4)), layout="constrained")
+    ax.invert_yaxis()
+    return fig, ax
+
+
+def layer_cycles(data: dict, path) -> Path:
+    """Cycles per layer, stacked: compute cycles, then each stall cause."""
+    plt = _pyplot()
+    layers = _layers(data)
+    causes = list(dict.fromkeys(c for la in layers for c in la["stall_cycles"]))
+    fig, ax = _layer_axes(plt, len(layers))
+    y = np.arange(len(layers))
+    left = np.zeros(len(layers))
+    for part in ("compute", *causes):
+        vals = np.array([la["compute_cycles"] if part == "compute"
+                         else la["stall_cycles"].get(part, 0) for la in layers], dtype=float)
+        if part != "compute" and not vals.any():
+            continue
+        ax.barh(y, vals, left=left, height=0.75, color=CAUSE_COLOURS.get(part, "#bbbbbb"),
+                label=part.replace("_", " ") + ("" if part == "compute" else " stall"))
+        left += vals
+    ax.set_yticks(y, [f"{la['name']} ({la['kind']})" for la in layers], fontsize=7)
+    ax.set_xlabel("cycles")
+    m = data["model"]
+    ax.set_title(f"{m['model']} on {m['arch']}: {m['cycles']:,} cycles in {len(layers)} layers",
+                 fontsize=9)
+    # beside the axes: inside, it would cover the longest bars
+    fig.legend(fontsize=7, loc="outside right upper")
+    return _save(fig, path)
+
+
+def layer_share(data: dict, path) -> Path:
+    """Each layer's share of the model's cycles, coloured by kind."""
+    plt = _pyplot()
+    layers = _layers(data)
+    total = max(1, data["model"]["cycles"])
+    share = np.array([100 * la["cycles"] / total for la in layers])
+    fig, ax = _layer_axes(plt, len(layers), width=7.0)
+    y = np.arange(len(layers))
+    ax.barh(y, share, height=0.75, color=[KIND_COLOURS.get(la["kind"], "#bbbbbb")
+                                          for la in layers])
+    for i, v in enumerate(share):
+        ax.text(v, i, f" {v:.1f}%", va="center", fontsize=6)
+    ax.set_xlim(0, max(share.max() * 1.18, 1))  # room for the labels after the bars
+    ax.set_yticks(y, [la["name"] for la in layers], fontsize=7)
+    ax.set_xlabel("share of the model's cycles (%)")
+    ax.set_title(f"{data['model']['model']}: where the time goes", fontsize=9)
+    kinds = list(dict.fromkeys(la["kind"] for la in layers))
+    handles = [plt.Rectangle((0, 0), 1, 1, color=KIND_COLOURS.get(k, "#bbbbbb")) for k in kinds]
+    fig.legend(handles, kinds, fontsize=7, loc="outside right upper")
+    return _save(fig, path)
+
+
+def layer_roofline(data: dict, path) -> Path:
+    """One point per layer with MACs: MACs per cycle against MACs per DRAM byte, under the
+    array's compute and bandwidth roofs."""
+    plt = _pyplot()
+    roof = data.get("roofline") or {}
+    peak, bw = roof.get("peak_macs_per_cycle"), roof.get("dram_bytes_per_cycle")
+    if not peak or not bw:
+        raise UserError("the result holds no roofline peaks (save it with --save)")
+    layers = _layers(data)
+    with_macs = [la for la in layers if la["macs"] > 0 and la["cycles"] > 0]
+    if not with_macs:
+        raise UserError("no layer of the model does MACs: nothing to place on a roofline")
+    xs = np.array([la["macs"] / max(1, la["dram_bytes"]) for la in with_macs])
+    ys = np.array([la["macs"] / la["cycles"] for la in with_macs])
+    lo = min(xs.min(), peak / bw) / 10
+    hi = max(xs.max(), peak / bw) * 10
+    x = np.logspace(np.log10(lo), np.log10(hi), 200)
+    fig, ax = plt.subplots(figsize=(6.5, 4.6), layout="constrained")
+    ax.loglog(x, np.minimum(peak, bw * x), "k-",
+              label=f"roof: min({peak} MAC/cyc, {bw:g} B/cyc x I)")
+    for kind in dict.fromkeys(la["kind"] for la in with_macs):
+        sel = [i for i, la in enumerate(with_macs) if la["kind"] == kind]
+        ax.loglog(xs[sel], ys[sel], "o", color=KIND_COLOURS.get(kind, "#bbbbbb"), label=kind)
+    if len(with_macs) <= 16:  # names beside the points; more would pile on each other
+        for la, xv, yv in zip(with_macs, xs, ys):
+            ax.annotate(la["name"], (xv, yv), textcoords="offset points", xytext=(4, 3),
+                        fontsize=6)
+    ax.axvline(peak / bw, color="grey", ls=":", lw=0.8)
+    ax.set_ylim(top=peak * 3)
+    ax.set_xlabel("operational intensity (MACs per DRAM byte)")
+    ax.set_ylabel("MACs per cycle")
+    left_out = len(layers) - len(with_macs)
+    ax.set_title(f"roofline per layer: {data['model']['model']} on {data['model']['arch']}"
+                 + (f"\n({left_out} layers without MACs not shown)" if left_out else ""),
+                 fontsize=9)
+    fig.legend(fontsize=7, loc="outside right upper")
+    return _save(fig, path)
+
+
+def _summed(data: dict) -> dict:
+    """A model result as the single-run heatmaps read it: the layers' counts summed over the
+    model's cycles."""
+    m = data["model"]
+    busy = np.asarray(data["arrays"].get("pe_busy_cycles", []), dtype=float)
+    util = float(busy.sum()) / (busy.size * m["cycles"]) if busy.size and m["cycles"] else 0.0
+    return {"result": {"cycles": m["cycles"], "pe_utilization": util}, "arrays": data["arrays"]}
+
+
 PICTURES = (("gantt.png", gantt), ("pe_utilisation.png", pe_heatmap),
             ("spm_lines.png", spm_heatmap), ("roofline.png", roofline))
+MODEL_PICTURES = (("layer_cycles.png", layer_cycles), ("layer_share.png", layer_share),
+                  ("layer_roofline.png", layer_roofline),
+                  ("pe_utilisation.png", lambda d, p: pe_heatmap(_summed(d), p)),
+                  ("spm_lines.png", lambda d, p: spm_heatmap(_summed(d), p)))
 
 
 def write_report(data: dict, out_dir) -> tuple[list[Path], list[str]]:
@@ -164,7 +287,7 @@ def write_report(data: dict, out_dir) -> tuple[list[Path], list[str]]:
         raise UserError(f"--out {out}: cannot make the folder (a file stands in its "
                         "path)") from None
     written, skipped = [], []
-    for name, fn in PICTURES:
+    for name, fn in MODEL_PICTURES if data.get("format") == MODEL_FORMAT else PICTURES:
         try:
             written.append(fn(data, out / name))
         except ValueError as exc:

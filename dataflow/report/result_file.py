@@ -1,9 +1,15 @@
-"""The saved-result file of `dataflow simulate --save FILE` and the per-cycle trace file.
+"""The saved-result files of `dataflow simulate --save FILE` and the per-cycle trace file.
 
 Result file: one JSON object, `{"format": "dataflow-result/1", "result": SimResult.to_dict(),
 "arrays": {...}, "schedule": [...], "tile_spans": [...], "roofline": {...}}` — plain data, so
 any tool can read it. `dataflow report` also accepts the bare `to_dict()` object that
 `dataflow simulate --json` prints, and draws what that holds.
+
+Model result file (`dataflow simulate --model FILE --save R`): `{"format":
+"dataflow-model-result/1", "model": ModelResult.to_dict() (each layer's row with its energy,
+PE and MAC utilisation added), "arrays": {...} (per-PE busy cycles and per-line SPM counts
+summed over the layers), "roofline": {...}}`. The bare `--model --json` object is accepted too.
+Both kinds are checked by key path before anything is drawn.
 
 Trace file: one row per op issued, from the reference engine (`cycle, pe_row, pe_col, op`), as
 CSV (`.csv`) or JSON lines (`.jsonl`), chosen by the file's extension.
@@ -16,9 +22,13 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
+
 from dataflow.errors import KeyPathError, UserError
+from dataflow.models import ModelResult
 
 FORMAT = "dataflow-result/1"
+MODEL_FORMAT = "dataflow-model-result/1"
 SCHEDULE_COLUMNS = ("kernel", "copy", "node", "op", "pe_row", "pe_col", "time", "latency", "ii")
 TRACE_COLUMNS = ("cycle", "pe_row", "pe_col", "op")
 
@@ -42,15 +52,47 @@ def result_data(res) -> dict:
     }
 
 
-def save_result(res, path: str | Path) -> Path:
-    """Write `res`'s result file to `path` (a file; its folder must exist)."""
+def model_result_data(r: ModelResult) -> dict:
+    """Plain data of a `ModelResult` for the model result file (no output values)."""
+    model = r.to_dict()
+    model["layers"] = [dict(lr.row(), energy_total_pj=lr.result.energy_total_pj,
+                            pe_utilization=lr.result.pe_utilization,
+                            mac_utilization=lr.result.mac_utilization,
+                            time_seconds=lr.result.time_seconds) for lr in r.layers]
+    results = [lr.result for lr in r.layers]
+    first = results[0]
+
+    def summed(name: str) -> list:
+        return np.sum([getattr(x, name) for x in results], axis=0).tolist()
+
+    return {
+        "format": MODEL_FORMAT,
+        "model": model,
+        "arrays": {name: summed(name) for name in
+                   ("pe_busy_cycles", "spm_reads_per_line", "spm_writes_per_line",
+                    "spm_conflicts_per_line")},
+        # every layer ran on the one architecture: its peaks are the first layer's
+        "roofline": {"peak_macs_per_cycle": first.peak_macs_per_cycle,
+                     "dram_bytes_per_cycle": first.dram_bytes_per_cycle},
+    }
+
+
+def _writable(path: str | Path) -> Path:
     path = Path(path)
     if path.is_dir():
         raise UserError(f"--save {path}: is a folder; name the result file to write, "
                         f"e.g. {path / 'result.json'}")
     if not path.parent.is_dir():
         raise UserError(f"--save {path}: folder {path.parent} does not exist")
-    path.write_text(json.dumps(result_data(res)))
+    return path
+
+
+def save_result(res, path: str | Path) -> Path:
+    """Write the result file of `res` (a `SimResult`, or a `ModelResult`: the model result
+    file) to `path` (a file; its folder must exist)."""
+    path = _writable(path)
+    data = model_result_data(res) if isinstance(res, ModelResult) else result_data(res)
+    path.write_text(json.dumps(data))
     return path
 
 
@@ -72,9 +114,14 @@ def load_result(path: str | Path) -> dict:
                         f"{exc.lineno})") from None
     if not isinstance(data, dict):
         raise KeyPathError(str(path), "", f"expected a JSON object, got {_kind(data)}")
-    if "format" not in data:  # the bare object `dataflow simulate --json` prints
+    if "format" not in data and "layers" in data:  # `dataflow simulate --model --json`
+        data = {"format": MODEL_FORMAT, "model": data, "arrays": {}}
+    elif "format" not in data:  # the bare object `dataflow simulate --json` prints
         data = {"format": FORMAT, "result": data, "arrays": {}, "schedule": [], "tile_spans": []}
-    _check(data, _Checker(str(path)))
+    if data["format"] == MODEL_FORMAT:
+        _check_model(data, _Checker(str(path)))
+    else:
+        _check(data, _Checker(str(path)))
     return data
 
 
@@ -117,27 +164,58 @@ _SCHEDULE_MINIMA = {"copy": 0, "node": 0, "pe_row": 0, "pe_col": 0, "time": 0, "
 
 def _check(data: dict, ck: _Checker) -> None:
     if data["format"] != FORMAT:
-        ck.fail("format", f"expected {FORMAT!r}, got {data['format']!r}")
+        ck.fail("format", f"expected {FORMAT!r} or {MODEL_FORMAT!r}, got {data['format']!r}")
     res, _ = ck.member(data, "result", "")
-    ck.typed(res, "result", (dict,), "an object")
-    for key in (*_RESULT_STRINGS, *_RESULT_COUNTS):
-        ck.member(res, key, "result")
-    for key in _RESULT_STRINGS:
-        ck.typed(res[key], f"result.{key}", (str,), "a string")
-    for key in _RESULT_COUNTS:
-        ck.count(res[key], f"result.{key}")
-    util, at = ck.member(res, "pe_utilization", "result", required=False)
-    if util is not None and ck.count(util, at, integer=False) > 1:
-        ck.fail(at, f"a fraction must lie in [0, 1], got {util}")
+    _check_totals(ck, res, "result", _RESULT_STRINGS)
     for key in ("spm_reads_per_line", "spm_writes_per_line"):
         _check_counts(ck, *ck.member(res, key, "result", required=False), depth=1)
+    _check_arrays_and_roofline(data, ck)
+    _check_schedule(ck, *ck.member(data, "schedule", "", required=False))
+
+
+def _check_totals(ck: _Checker, res, where: str, strings: tuple[str, ...]) -> None:
+    """`res` an object with the named strings, the counts and an optional utilisation."""
+    ck.typed(res, where, (dict,), "an object")
+    for key in (*strings, *_RESULT_COUNTS):
+        ck.member(res, key, where)
+    for key in strings:
+        ck.typed(res[key], f"{where}.{key}", (str,), "a string")
+    for key in _RESULT_COUNTS:
+        ck.count(res[key], f"{where}.{key}")
+    util, at = ck.member(res, "pe_utilization", where, required=False)
+    if util is not None and ck.count(util, at, integer=False) > 1:
+        ck.fail(at, f"a fraction must lie in [0, 1], got {util}")
+
+
+def _check_model(data: dict, ck: _Checker) -> None:
+    model, _ = ck.member(data, "model", "")
+    _check_totals(ck, model, "model", ("model", "arch"))
+    layers, at = ck.member(model, "layers", "model")
+    ck.typed(layers, at, (list,), "a list")
+    if not layers:
+        ck.fail(at, "a model result has at least one layer")
+    for i, row in enumerate(layers):
+        where = f"{at}[{i}]"
+        _check_totals(ck, row, where, ("name", "kind"))
+        ck.count(ck.member(row, "compute_cycles", where)[0], f"{where}.compute_cycles")
+        stalls, sat = ck.member(row, "stall_cycles", where)
+        ck.typed(stalls, sat, (dict,), "an object")
+        for cause, n in stalls.items():
+            ck.count(n, f"{sat}.{cause}")
+    for key in _RESULT_COUNTS:  # the totals are the layers' sums, or the file was edited
+        total = sum(row[key] for row in layers)
+        if model[key] != total:
+            ck.fail(f"model.{key}", f"{model[key]} is not the sum over the layers ({total})")
+    _check_arrays_and_roofline(data, ck)
+
+
+def _check_arrays_and_roofline(data: dict, ck: _Checker) -> None:
     arrays, at = ck.member(data, "arrays", "", required=False)
     if arrays is not None:
         ck.typed(arrays, at, (dict,), "an object")
         _check_counts(ck, *ck.member(arrays, "pe_busy_cycles", at, required=False), depth=2)
         for key in ("spm_reads_per_line", "spm_writes_per_line", "spm_conflicts_per_line"):
             _check_counts(ck, *ck.member(arrays, key, at, required=False), depth=1)
-    _check_schedule(ck, *ck.member(data, "schedule", "", required=False))
     roof, at = ck.member(data, "roofline", "", required=False)
     if roof is not None:
         ck.typed(roof, at, (dict,), "an object")
