@@ -10,10 +10,12 @@ import pytest
 
 import dataflow
 from dataflow.cli import main
-from dataflow.dse.evaluate import area_breakdown_mm2
+from dataflow.dse.evaluate import area_breakdown_mm2, evaluate_point
 from dataflow.dse.pareto import nondominated_ranks, pareto_mask, rank_rows
 from dataflow.dse.points import canonical_json, grid_points
 from dataflow.dse.sweep import SweepError, expand_values, load_sweep
+from dataflow.models import simulate as simulate_model
+from dataflow.models.topology import read_topology
 from tests.conftest import ARCH_DIR, ROOT
 
 GOOD = """
@@ -321,17 +323,14 @@ def test_bad_model_workloads_name_the_key_path(tmp_path, entry, where, message):
     assert err.key_path == where and message in str(err), str(err)
 
 
-def test_topology_workloads_wait_for_the_topology_reader(tmp_path):
-    import importlib.util
-
+def test_a_topology_workload_sweeps_on_the_systolic_preset(tmp_path):
     topo = tmp_path / "t.csv"
     topo.write_text("Layer name, IFMAP Height, IFMAP Width, Filter Height, Filter Width, "
                     "Channels, Num Filter, Strides,\nc1, 8, 8, 3, 3, 2, 4, 1,\n")
     text = f"arch: {{base: systolic_32x32}}\nworkloads: [{{topology: {topo}}}]\n"
-    if importlib.util.find_spec("dataflow.models.topology") is None:
-        err = error_of(tmp_path, text)
-        assert err.key_path == "workloads[0].topology"
-        assert "need dataflow.models.topology (read_topology)" in str(err)
-    else:
-        points = grid_points(load_sweep(write(tmp_path, text))).points
-        assert len(points) == 1 and points[0].workload == f"topology:{topo}"
+    points = grid_points(load_sweep(write(tmp_path, text))).points
+    assert len(points) == 1 and points[0].workload == f"topology:{topo}"
+    rec = evaluate_point(points[0].payload())
+    assert rec["status"] == "ok", rec.get("error")
+    direct = simulate_model(read_topology(topo), arch="systolic_32x32")
+    assert rec["cycles"] == direct.cycles > 0 and rec["values_match"] is True

@@ -13,7 +13,6 @@ are the model's totals (the layers' sums; utilisations over the model's cycles).
 from __future__ import annotations
 
 import functools
-import importlib.util
 import os
 import socket
 import time
@@ -29,14 +28,9 @@ from dataflow.errors import USER_ERRORS, UserError
 from dataflow.models import Model, ModelError, ModelResult, load_model
 from dataflow.models import simulate as simulate_model
 from dataflow.models.files import model_sizes
+from dataflow.models.topology import read_topology
 from dataflow.pe_array.simulate import area_breakdown
 from dataflow.workloads import Param, Workload, all_params
-
-TOPOLOGY_MODULE = "dataflow.models.topology"
-if importlib.util.find_spec(TOPOLOGY_MODULE) is not None:
-    from dataflow.models.topology import read_topology
-else:  # the topology reader (issue 16) is not in this checkout yet: topology workloads refused
-    read_topology = None
 
 #: the workload keys of a sweep file naming a whole model, and what reads each
 MODEL_SOURCES = ("model", "topology")
@@ -81,10 +75,6 @@ def area_breakdown_mm2(arch: dict) -> dict[str, float]:
     return area_breakdown(arch_from_dict(arch, source="<area>"))
 
 
-def topology_available() -> bool:
-    return read_topology is not None
-
-
 def file_sizes(source: str, file: str | Path) -> dict[str, int]:
     """The size names of a model file with their values ({} for a topology file)."""
     if source == "topology":
@@ -104,9 +94,6 @@ def load_model_workload(source: str, file: str | Path, sizes: dict[str, Any]) ->
         return load_model(file, **given)
     if source != "topology":
         raise UserError(f"a model workload is one of {MODEL_SOURCES}, got {source!r}")
-    if read_topology is None:
-        raise UserError(f"{file}: topology workloads need {TOPOLOGY_MODULE} (read_topology), "
-                        "which this checkout does not have yet")
     if given:
         raise UserError(f"{file}: a topology file has no sizes to set, got {sorted(given)}")
     return read_topology(file)

@@ -53,11 +53,9 @@ from dataflow.arch.load import read_yaml
 from dataflow.dse.evaluate import (
     METRICS,
     MODEL_SOURCES,
-    TOPOLOGY_MODULE,
     file_sizes,
     metric_name,
     model_workload,
-    topology_available,
 )
 from dataflow.errors import KeyPathError, UserError
 from dataflow.pe_array.simulate import ENGINES
@@ -466,9 +464,6 @@ def _model_file(w: dict, source: str, where: str, path: Path | None) -> tuple[st
     written = w[kind]
     if not isinstance(written, str) or not written:
         raise SweepError(source, at, f"expected a file path, got {written!r}")
-    if kind == "topology" and not topology_available():
-        raise SweepError(source, at, f"topology workloads need {TOPOLOGY_MODULE} "
-                         "(read_topology), which this checkout does not have yet")
     candidates = ([path.parent / written] if path is not None else []) + [Path(written)]
     found = next((c for c in candidates if c.is_file()), None)
     if found is None:
