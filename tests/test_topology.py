@@ -15,6 +15,7 @@ import pytest
 
 from dataflow.arch import load_arch
 from dataflow.models import conv, gemm
+from dataflow.models import simulate as simulate_model
 from dataflow.models.layers import LayerKind, ModelError
 from dataflow.models.runners import RunOptions, runner_for
 from dataflow.models.topology import read_topology
@@ -201,3 +202,14 @@ def test_user_bandwidth_stalls_are_reported_on_both_sides():
         assert gold[df]["user"][0]["stall_cycles"] > 0
         assert run.stall_cycles["dram_bandwidth"] > 0
         assert run.cycles >= run.compute_cycles + run.stall_cycles_dram
+
+
+@pytest.mark.parametrize("df", ["os", "ws", "is"])
+def test_whole_topology_file_through_models_simulate(df):
+    """`dataflow.models.simulate` on a topology file: every row runs (each on an input of its
+    own shape) and each layer's compute cycles equal SCALE-Sim's measured Total Cycles."""
+    name = "resnet18_stage2.csv"
+    r = simulate_model(read_topology(TOPO_DIR / name), arch=SYSTOLIC, dataflow=df)
+    gold = GOLDEN["files"][name]["dataflows"][df]["calc"]
+    assert [lr.result.compute_cycles for lr in r.layers] == [g["total_cycles"] for g in gold]
+    assert r.values_match_reference

@@ -36,6 +36,7 @@ from dataflow.attention.reference import attention_reference
 from dataflow.models.gemm import check_weight, simulate_gemm
 from dataflow.models.layers import Layer, LayerKind, ModelError
 from dataflow.models.runners import LayerRun, RunOptions, register_runner
+from dataflow.models.topology import SCALESIM_SIZING
 from dataflow.moe.api import simulate_moe
 from dataflow.moe.gating import moe_reference
 from dataflow.pe_array.result import Roofline, SimResult
@@ -299,7 +300,10 @@ def make_weights(layer: Layer, rng: np.random.Generator) -> dict[str, np.ndarray
     kind = layer.kind
     if kind == LayerKind.GEMM and len(layer.inputs) == 1:
         k, n = layer.size("k"), layer.size("n")
-        return {"weight": normal(k, n, scale=1 / math.sqrt(k)), "bias": normal(n, scale=0.02)}
+        weight = {"weight": normal(k, n, scale=1 / math.sqrt(k))}
+        if layer.op == SCALESIM_SIZING:  # a SCALE-Sim GEMM row is the product alone
+            return weight
+        return {**weight, "bias": normal(n, scale=0.02)}
     if kind == LayerKind.CONV2D:  # torch's (out, in, r, s) layout
         c, k = layer.size("c"), layer.size("k")
         r, s = layer.size("r"), layer.size("s")

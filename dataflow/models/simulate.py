@@ -46,24 +46,41 @@ def _is_torch_module(x) -> bool:
                for c in type(x).__mro__)
 
 
-def model_input(model: Model, rng: np.random.Generator) -> np.ndarray:
-    """A seeded input for a model that comes without one, shaped for its first reader:
-    token ids for an embedding, (1, c, h, w) for a convolution, a matrix otherwise."""
-    first = next((la for la in model.layers if MODEL_INPUT in la.inputs), None)
-    if first is None:
-        raise ModelError(f"{model.source or model.name}: no layer reads the model input")
-    k = first.kind
+def layer_input(layer: Layer, rng: np.random.Generator) -> np.ndarray:
+    """A seeded input for a layer that reads the model input: token ids for an embedding,
+    (1, c, h, w) for a convolution, a matrix otherwise."""
+    k = layer.kind
     if k == LayerKind.EMBEDDING:
-        return rng.integers(0, first.size("vocab"), size=first.size("tokens"))
+        return rng.integers(0, layer.size("vocab"), size=layer.size("tokens"))
     shapes = {LayerKind.GEMM: ("m", "k"), LayerKind.MOE: ("tokens", "dim"),
               LayerKind.ELEMENTWISE: ("rows", "cols")}
     if k == LayerKind.CONV2D:
-        shape = (1, first.size("c"), first.size("h"), first.size("w"))
+        shape = (1, layer.size("c"), layer.size("h"), layer.size("w"))
     elif k == LayerKind.ATTENTION:
-        shape = (first.size("seq"), first.size("heads") * first.size("head_dim"))
+        shape = (layer.size("seq"), layer.size("heads") * layer.size("head_dim"))
     else:
-        shape = tuple(first.size(s) for s in shapes[k])
+        shape = tuple(layer.size(s) for s in shapes[k])
     return rng.standard_normal(shape).astype(np.float32)
+
+
+def model_input(model: Model, rng: np.random.Generator) -> np.ndarray:
+    """A seeded input for a model that comes without one, shaped for its first reader."""
+    first = next((la for la in model.layers if MODEL_INPUT in la.inputs), None)
+    if first is None:
+        raise ModelError(f"{model.source or model.name}: no layer reads the model input")
+    return layer_input(first, rng)
+
+
+def _own_inputs(model: Model, example: np.ndarray, rng) -> dict[str, np.ndarray]:
+    """Seeded inputs of the layers that read the model input but take another shape than it:
+    the independent rows of a SCALE-Sim topology file, each a layer of its own there."""
+    out = {}
+    for la in model.layers:
+        if MODEL_INPUT in la.inputs and la.kind != LayerKind.EMBEDDING:
+            x = layer_input(la, rng)
+            if x.shape != example.shape:
+                out[la.name] = x
+    return out
 
 
 def bind(model_or_file, inputs=None, seed: int = 0, **sizes) -> CapturedModel:
@@ -114,9 +131,12 @@ def simulate(model_or_file, arch: ArchSpec | str | Path | None = None, *, engine
     runners = {la.name: runner_for(la) for la in model.layers}  # fail before any work
     options = RunOptions(engine=engine, dataflow=dataflow, seed=seed)
     env: dict[str, np.ndarray] = {MODEL_INPUT: np.asarray(bound.example_input)}
+    own = {} if inputs is not None else _own_inputs(model, env[MODEL_INPUT],
+                                                    np.random.default_rng(seed + 1))
     runs: dict[str, LayerRun] = {}
     for layer in model.layers:
-        ins = [f.value(env) for f in bound.feeds[layer.name]]
+        ins = [f.value({**env, MODEL_INPUT: own[layer.name]} if layer.name in own else env)
+               for f in bound.feeds[layer.name]]
         run = runners[layer.name](layer, ins, bound.weights.get(layer.name, {}), spec, options)
         runs[layer.name] = run
         env[layer.name] = np.asarray(run.output)
@@ -136,6 +156,9 @@ def simulate(model_or_file, arch: ArchSpec | str | Path | None = None, *, engine
         notes = notes + ("values: every layer against its numpy reference on the same inputs",)
     if attention_pattern is not None:
         notes += (f"attention pattern {attention_pattern} on every attention layer",)
+    if own:
+        notes += (f"{len(own)} layer(s) read the model input in another shape and got seeded "
+                  "inputs of their own (independent rows, as in a topology file)",)
     return ModelResult(model, spec.name, layers, output=output, values_match_reference=match,
                        max_abs_error=err, notes=tuple(bound.notes) + notes)
 

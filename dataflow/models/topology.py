@@ -147,4 +147,4 @@ def _layer(path: Path, no: int, line: str, fmt: _Format) -> Layer:
                      op=SCALESIM_SIZING, source=where)
     sizes = (("m", values["m"]), ("k", values["k"]), ("n", values["n"]))
     return Layer(name=name, kind=LayerKind.GEMM, sizes=sizes, inputs=(MODEL_INPUT,),
-                 source=where)
+                 op=SCALESIM_SIZING, source=where)
