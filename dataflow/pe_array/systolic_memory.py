@@ -26,9 +26,10 @@ follows, per kernel (one SCALE-Sim layer):
   last ofmap write's cycle, "Total Cycles (incl. prefetch)" runs from the first prefetch
   (before cycle 0) to the end of the last ofmap drain (`single_layer_sim.calc_report_data`).
 
-Operand addresses are those of the GEMM (each element of A, B and C its own address); a
-convolution's im2col matrix repeats ifmap pixels, which SCALE-Sim's addresses share, and that
-sharing is not modelled (docs/conventions.md#scale-sim-convolution-and-user-bandwidth).
+Operand addresses are those of the GEMM (each element of A, B and C its own address) unless the
+caller passes the ifmap's: a convolution's im2col matrix repeats ifmap pixels, which SCALE-Sim's
+addresses share (`scalesim_im2col_addresses`); an address hits wherever it sits in the window
+(docs/conventions.md#scale-sim-convolution-and-user-bandwidth).
 """
 
 from __future__ import annotations
@@ -100,17 +101,19 @@ def _anti_diagonal(mat: np.ndarray) -> np.ndarray:
     return mat.ravel()[np.lexsort((c.ravel(), (r + c).ravel()))]
 
 
-def _operands(sm: SystolicMapping):
+def _operands(sm: SystolicMapping, ifmap_addresses=None):
     m, n, k = sm.m, sm.n, sm.k
     ifmap = np.arange(m * k, dtype=np.int64).reshape(m, k)
+    if ifmap_addresses is not None:
+        ifmap = np.asarray(ifmap_addresses, dtype=np.int64).reshape(m, k)
     filt = np.arange(k * n, dtype=np.int64).reshape(k, n)
     ofmap = np.arange(m * n, dtype=np.int64).reshape(m, n)
     return ifmap, filt, ofmap
 
 
-def _prefetch_orders(sm: SystolicMapping):
+def _prefetch_orders(sm: SystolicMapping, ifmap_addresses=None):
     """Fetch order (addresses, -1 for padding) of the ifmap and filter SRAMs."""
-    ifmap, filt, _ = _operands(sm)
+    ifmap, filt, _ = _operands(sm, ifmap_addresses)
     R, C = sm.rows, sm.cols
     if sm.dataflow == "os":
         return _anti_diagonal(_folded(ifmap.T, R)), _anti_diagonal(_folded(filt, C))
@@ -126,10 +129,10 @@ def _fold_grid(sr: int, sc: int, R: int, C: int):
             yield r0, c0, fc * math.ceil(sr / R) + fr
 
 
-def _demand(sm: SystolicMapping):
-    """Per operand (ifmap, filter, ofmap): (line, column, address) of every demanded word in
+def _demand(sm: SystolicMapping, ifmap_addresses=None):
+    """Per operand (ifmap, filter, ofmap): (line, address) of every demanded word in
     SCALE-Sim's service order (line by line, columns in order), and the number of lines."""
-    ifmap, filt, ofmap = _operands(sm)
+    ifmap, filt, ofmap = _operands(sm, ifmap_addresses)
     R, C = sm.rows, sm.cols
     df = sm.dataflow
     if df == "os":
@@ -169,8 +172,24 @@ def _demand(sm: SystolicMapping):
     for key in ("if", "f", "of"):
         line, col, addr = (np.concatenate(a) for a in zip(*parts[key]))
         order = np.lexsort((col, line))
-        out.append((line[order], addr[order]))
+        keep = addr[order] >= 0  # SCALE-Sim skips address -1 (a window over the edge)
+        out.append((line[order][keep], addr[order][keep]))
     return out, lines
+
+
+def scalesim_im2col_addresses(h: int, w: int, r: int, s: int, c: int, stride: int
+                              ) -> np.ndarray:
+    """SCALE-Sim's ifmap operand matrix of a convolution (`compute/operand_matrix.py`): row
+    per output pixel (oh = ow = ceil((H - R) / S) + 1 sizing), column per window element in
+    (filter row, filter column, channel) order, address (row W + column) C + channel of an
+    H x W x C ifmap, -1 where the window hangs over the edge."""
+    oh, ow = -(-(h - r) // stride) + 1, -(-(w - s) // stride) + 1
+    oy, ox = np.divmod(np.arange(oh * ow), ow)
+    fr, fs, ch = np.unravel_index(np.arange(r * s * c), (r, s, c))
+    row = oy[:, None] * stride + fr[None, :]
+    col = ox[:, None] * stride + fs[None, :]
+    addr = (row * w + col) * c + ch[None, :]
+    return np.where((row < h) & (col < w), addr, -1)
 
 
 # ---- the SRAMs (memory/read_buffer.py, memory/write_buffer.py) ----
@@ -189,25 +208,44 @@ def _read_buffer(fetch: np.ndarray, demand_lines, demand_addr, words: int, bw: i
     prefetch = words - active
     per_set = math.ceil(words / SETS_PER_BUFFER)
     valid = fetch >= 0
-    set_of = np.full(int(fetch.max()) + 1 if valid.any() else 1, -1, dtype=np.int64)
-    set_of[fetch[valid]] = np.arange(int(valid.sum())) // per_set
-    num_sets = int(valid.sum()) // per_set + 1
+    addr = fetch[valid]
+    set_id = np.arange(addr.size) // per_set
+    num_sets = addr.size // per_set + 1
     n_act = min(math.ceil(active / per_set), num_sets)
     n_pf = min(math.ceil(prefetch / per_set), num_sets - n_act)
     first = min(math.ceil(active / bw), math.ceil(fetch.size / bw))
     events = []
     if n_act < num_sets:  # else every set is active and every demand hits
-        sets = set_of[demand_addr]
+        hit = _window_hits(addr, set_id, num_sets, n_act)
         start, pos = 0, 0
-        while pos < sets.size:
-            miss = np.flatnonzero((sets[pos:] - start) % num_sets >= n_act)
+        while pos < demand_addr.size:
+            miss = np.flatnonzero(~hit(start)[demand_addr[pos:]])
             if miss.size == 0:
                 break
             pos += int(miss[0])
-            while (sets[pos] - start) % num_sets >= n_act:  # the while loop of service_reads
+            while not hit(start)[demand_addr[pos]]:  # the while loop of service_reads
                 events.append(int(demand_lines[pos]))
                 start = (start + n_pf) % num_sets
     return _ReadBuffer(first, math.ceil(prefetch / bw), np.asarray(events, dtype=np.int64))
+
+
+def _window_hits(addr: np.ndarray, set_id: np.ndarray, num_sets: int, n_act: int):
+    """`hit(start)`: per address, whether one of the sets holding it is active when the active
+    window starts at set `start` (`read_buffer.active_buffer_hit`: an address hits wherever it
+    sits in the window)."""
+    pairs = np.unique(addr * num_sets + set_id)
+    pair_addr, pair_set = pairs // num_sets, pairs % num_sets
+    size = int(addr.max()) + 1
+    cache: dict[int, np.ndarray] = {}
+
+    def hit(start: int) -> np.ndarray:
+        if start not in cache:
+            row = np.zeros(size, dtype=bool)
+            row[pair_addr[(pair_set - start) % num_sets < n_act]] = True
+            cache[start] = row
+        return cache[start]
+
+    return hit
 
 
 class _WriteBuffer:
@@ -289,12 +327,16 @@ def _read_stall(buf: _ReadBuffer, n: int, cycle: int, issued: int) -> int:
     return offset - READ_HIT_LATENCY
 
 
-def systolic_memory(sm: SystolicMapping, arch: ArchSpec) -> SystolicMemoryTimeline:
-    """SCALE-Sim's USER-bandwidth run of one systolic kernel (see the module docstring)."""
+def systolic_memory(sm: SystolicMapping, arch: ArchSpec,
+                    ifmap_addresses: np.ndarray | None = None) -> SystolicMemoryTimeline:
+    """SCALE-Sim's USER-bandwidth run of one systolic kernel (see the module docstring).
+    `ifmap_addresses`: the M x K ifmap operand's addresses as SCALE-Sim numbers them (a
+    convolution's im2col repeats pixels: `scalesim_im2col_addresses`; -1 over the edge); by
+    default every element of A is its own address."""
     bw = link_words_per_cycle(arch)
     sizes = sram_words(arch)
-    (d_if, d_f, d_of), lines = _demand(sm)
-    fetch_if, fetch_f = _prefetch_orders(sm)
+    (d_if, d_f, d_of), lines = _demand(sm, ifmap_addresses)
+    fetch_if, fetch_f = _prefetch_orders(sm, ifmap_addresses)
     bufs = (_read_buffer(fetch_if, *d_if, sizes[0], bw), _read_buffer(fetch_f, *d_f, sizes[1], bw))
     ofmap = _WriteBuffer(sizes[2], bw)
     writes = np.bincount(d_of[0], minlength=lines)
