@@ -14,11 +14,14 @@ import numpy as np
 import pytest
 
 from dataflow.arch import load_arch
+from dataflow.mapper import map_program
 from dataflow.models import conv, gemm
 from dataflow.models import simulate as simulate_model
 from dataflow.models.layers import LayerKind, ModelError
 from dataflow.models.runners import RunOptions, runner_for
 from dataflow.models.topology import read_topology
+from dataflow.pe_array.systolic_memory import scalesim_im2col_addresses, systolic_memory
+from dataflow.ust_frontend.ops import as_tensor, lower_matmul
 from tests.conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "benchmarks" / "scalesim"))
@@ -29,7 +32,7 @@ GOLDEN = json.loads((ROOT / "tests" / "data" / "scalesim_topology_golden.json").
 TOPO_DIR = ROOT / "models" / "topologies"
 SYSTOLIC = load_arch(ROOT / "arch_configs" / "systolic_32x32.yaml")
 # SCALE-Sim USER: three DRAM links (ifmap, filter, ofmap) of USER_BANDWIDTH_WORDS words/cycle
-# each; our SimPy model has one channel, given the same aggregate bandwidth and no latency
+# each; the systolic memory model gives each SRAM (spm line) an equal share of the DRAM's
 USER_ARCH = dataclasses.replace(SYSTOLIC, dram=dataclasses.replace(
     SYSTOLIC.dram, bytes_per_cycle=3 * USER_BANDWIDTH_WORDS * SYSTOLIC.word_bytes,
     latency_cycles=0))
@@ -176,23 +179,55 @@ def test_duplicate_names_empty_and_missing_files(tmp_path):
         read_topology(tmp_path / "nope.csv")
 
 
-# ---- USER bandwidth: totals and stalls against SCALE-Sim's, a known gap (conventions.md) ----
+# ---- USER bandwidth: SCALE-Sim's memory model (dataflow/pe_array/systolic_memory.py) ----
 
-def _user_errors():
-    out = {}
-    for name, df, i in CASES:
-        gold = GOLDEN["files"][name]["dataflows"][df]["user"][i]["total_cycles"]
-        out[_ids((name, df, i))] = _run(name, df, i, USER_ARCH, "user").result.cycles / gold - 1
-    return out
+# the im2col matrix repeats ifmap pixels; SCALE-Sim's addresses share them, the runner path's
+# (the GEMM's) do not: with the ifmap stationary (is) and larger than its SRAM, a fold's flipped
+# rows cross a prefetch-set boundary and the window thrashes where shared addresses still hit
+# (with SCALE-Sim's addresses the model is exact: test_memory_model_with_scalesim_conv_...)
+ADDRESS_SHARING_GAP = {"resnet18_conv1-is-0"}
 
 
-@pytest.mark.xfail(strict=True, reason="our SimPy model reloads every fold's operand tiles "
-                   "from DRAM; SCALE-Sim keeps them in its SRAMs: 4 of 36 layers within 10 % "
-                   "(docs/conventions.md#scale-sim-convolution-and-user-bandwidth)")
-def test_user_bandwidth_totals_within_10_percent():
-    errors = _user_errors()
-    assert all(abs(e) <= 0.10 for e in errors.values()), {k: round(100 * e, 1)
-                                                          for k, e in errors.items()}
+def _user_case(case):
+    marks = ()
+    if _ids(case) in ADDRESS_SHARING_GAP:
+        marks = pytest.mark.xfail(strict=True, reason="the runner path hands the model GEMM "
+                                  "addresses, not SCALE-Sim's shared im2col ones "
+                                  "(docs/conventions.md#scale-sim-convolution-and-user-bandwidth)")
+    return pytest.param(case, id=_ids(case), marks=marks)
+
+
+@pytest.mark.parametrize("case", [_user_case(c) for c in CASES])
+def test_user_bandwidth_total_within_10_percent(case):
+    name, df, i = case
+    gold = GOLDEN["files"][name]["dataflows"][df]["user"][i]
+    res = _run(name, df, i, USER_ARCH, "user").result
+    assert abs(res.cycles / gold["total_cycles"] - 1) <= 0.10, (res.cycles, gold)
+
+
+def _memory(name, df, i):
+    mapping = _run(name, df, i, USER_ARCH, "user")
+    res = mapping.result
+    (note,) = [n for n in res.notes if n.startswith("SCALE-Sim memory")]
+    return res, note
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if _ids(c) not in ADDRESS_SHARING_GAP],
+                         ids=_ids)
+def test_user_bandwidth_incl_prefetch_and_stalls(case):
+    """Every layer but the known gap: SCALE-Sim's stall count within 5 % of the run (exact on
+    all but conv1), "Total Cycles (incl. prefetch)" within 2 %."""
+    name, df, i = case
+    gold = GOLDEN["files"][name]["dataflows"][df]["user"][i]
+    res, note = _memory(name, df, i)
+    incl = int(note.split("Total Cycles (incl. prefetch) ")[1].split(",")[0])
+    assert abs(incl / gold["total_cycles_incl_prefetch"] - 1) <= 0.02, (incl, gold)
+    assert abs(res.stall_cycles_dram - gold["stall_cycles"]) <= 0.05 * res.cycles
+    assert res.cycles == res.compute_cycles + res.stall_cycles_dram
+    if gold["stall_cycles"] == 0:  # the operands fit their SRAMs: fetched once, no stall
+        assert res.stall_cycles_dram == 0
+        assert res.cycles == gold["total_cycles"]
+        assert incl == gold["total_cycles_incl_prefetch"]
 
 
 def test_user_bandwidth_stalls_are_reported_on_both_sides():
@@ -213,3 +248,27 @@ def test_whole_topology_file_through_models_simulate(df):
     gold = GOLDEN["files"][name]["dataflows"][df]["calc"]
     assert [lr.result.compute_cycles for lr in r.layers] == [g["total_cycles"] for g in gold]
     assert r.values_match_reference
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if not GOLDEN["files"][c[0]]["gemm"]],
+                         ids=_ids)
+def test_memory_model_with_scalesim_conv_addresses_is_exact(case):
+    """Given SCALE-Sim's own im2col addresses (shared pixels), the memory model reproduces all
+    three USER figures of every conv layer, conv1-is included: the one gap above is the
+    addresses the runner path hands it (GEMM addresses), not the model."""
+    name, df, i = case
+    layer = read_topology(TOPO_DIR / name).layers[i]
+    addr = scalesim_im2col_addresses(*(layer.size(x) for x in ("h", "w", "r", "s", "c",
+                                                               "stride")))
+    (sm,) = _mapping_of(addr.shape[0], layer.size("k"), addr.shape[1], df)
+    mem = systolic_memory(sm, USER_ARCH, addr)
+    gold = GOLDEN["files"][name]["dataflows"][df]["user"][i]
+    assert (mem.total_cycles, mem.total_cycles_incl_prefetch, mem.stall_cycles) == \
+        (gold["total_cycles"], gold["total_cycles_incl_prefetch"], gold["stall_cycles"])
+
+
+def _mapping_of(m, n, k, df):
+    a = np.zeros((m, k), dtype=np.float32)
+    b = np.zeros((k, n), dtype=np.float32)
+    return map_program(lower_matmul(as_tensor(a), as_tensor(b)), USER_ARCH,
+                       dataflow=df).kernels

@@ -17,6 +17,7 @@ from dataflow.pe_array.result import ArrayResult, KernelResult, Roofline, SimRes
 from dataflow.pe_array.roofline import kernel_roofline, program_roofline
 from dataflow.pe_array.system import run_system
 from dataflow.pe_array.systolic import run_systolic_fast, run_systolic_reference
+from dataflow.pe_array.systolic_memory import memory_notes, run_systolic_system
 
 
 class Engine(str, Enum):
@@ -131,12 +132,19 @@ def simulate_mapping(mapping: Mapping, engine: str = "fast", trace: bool = False
     """Run a mapped program: values and timing. Cycles at the array clock, energy in pJ."""
     arch, prog = mapping.arch, mapping.program
     arrays = run_array(mapping, engine, trace)
-    timeline = run_system([(a.kernel, a.tiles) for a in arrays], arch)
     compute = sum(t.compute_cycles for a in arrays for t in a.tiles)
     spm_stall = sum(t.stall_cycles_spm_conflict for a in arrays for t in a.tiles)
-    rd = sum(t.dram_bytes_read for a in arrays for t in a.tiles)
-    wr = sum(t.dram_bytes_written for a in arrays for t in a.tiles)
     systolic = any(isinstance(k, SystolicMapping) for k in mapping.kernels)
+    notes: tuple[str, ...] = ()
+    if systolic:  # SCALE-Sim's SRAMs and DRAM links (dataflow/pe_array/systolic_memory.py)
+        timeline, mems = run_systolic_system(list(mapping.kernels), arrays, arch)
+        rd = sum(m.dram_words_read for m in mems) * arch.word_bytes
+        wr = sum(m.dram_words_written for m in mems) * arch.word_bytes
+        notes = memory_notes(mems)
+    else:
+        timeline = run_system([(a.kernel, a.tiles) for a in arrays], arch)
+        rd = sum(t.dram_bytes_read for a in arrays for t in a.tiles)
+        wr = sum(t.dram_bytes_written for a in arrays for t in a.tiles)
     cycles = timeline.cycles
     if systolic:
         # SCALE-Sim convention (dataflow/pe_array/systolic.py): compute cycles are the 0-based
@@ -164,7 +172,7 @@ def simulate_mapping(mapping: Mapping, engine: str = "fast", trace: bool = False
         dram_bytes_read=rd, dram_bytes_written=wr, kernels=kernels, output=output,
         trace=_system_trace(arrays, timeline) if trace and arrays else None,
         schedule=_schedule_rows(mapping), tile_spans=timeline.tile_spans,
-        roofline=program_roofline(prog, arch, arrays),
+        roofline=program_roofline(prog, arch, arrays), notes=notes,
     )
 
 

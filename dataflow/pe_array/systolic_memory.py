@@ -1,0 +1,402 @@
+"""SCALE-Sim 3.0.0's memory model of a systolic array with a user-set DRAM bandwidth
+(`InterfaceBandwidth: USER`), ported from its source for the systolic path.
+
+SCALE-Sim gives each operand its own double-buffered SRAM and its own DRAM link; this module
+follows, per kernel (one SCALE-Sim layer):
+
+* `compute/systolic_compute_{os,ws,is}.py`: the prefetch order of the ifmap and filter SRAMs
+  (per fold of the fetched operand, unrolled along anti-diagonals where the demand is skewed)
+  and the demand lines (one per cycle; folds column-folds outer, row-folds inner, each
+  padded to the whole array and skewed);
+* `memory/read_buffer.py`: the SRAM holds `capacity` words, half active (`active_buf_frac`
+  0.5); the fetch order is cut into sets of ceil(capacity / 100) words, the active buffer is
+  the first ceil(active / set) sets, the rest of the buffer the next ones. The first demand
+  prefetches the active half before cycle 0 (ceil(active / bw) DRAM lines, bw words a cycle,
+  or the whole operand if smaller); a demand whose set is not active shifts the window by
+  the prefetch half and issues a prefetch of ceil(prefetch / bw) lines right after the
+  previous one (response one cycle later), and the demand line waits for it. The wait is
+  counted as SCALE-Sim counts it (`service_reads`): `offset += p` and again `+= p` when p > 0,
+  so a positive wait counts twice and a negative one shortens the line's offset;
+* `memory/write_buffer.py`: ofmap words fill the SRAM; when more than the drain half is
+  held and no drain is running, it drains (ceil(drain / bw) lines at bw words a cycle); a
+  write finding the SRAM full waits for the running drain; the rest drains after the last
+  demand line;
+* `memory/double_buffered_scratchpad_mem.py`: a line's stall is the largest of the three
+  buffers' waits, stalls accumulate into the cycle of the next line; "Total Cycles" is the
+  last ofmap write's cycle, "Total Cycles (incl. prefetch)" runs from the first prefetch
+  (before cycle 0) to the end of the last ofmap drain (`single_layer_sim.calc_report_data`).
+
+Operand addresses are those of the GEMM (each element of A, B and C its own address) unless the
+caller passes the ifmap's: a convolution's im2col matrix repeats ifmap pixels, which SCALE-Sim's
+addresses share (`scalesim_im2col_addresses`); an address hits wherever it sits in the window
+(docs/conventions.md#scale-sim-convolution-and-user-bandwidth).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from dataflow.arch.spec import ArchSpec
+from dataflow.errors import UserError
+from dataflow.mapper.mapping import SystolicMapping
+from dataflow.pe_array.result import ArrayResult
+from dataflow.pe_array.system import SystemTimeline
+
+ACTIVE_BUF_FRAC = 0.5  # single_layer_sim.py: active_buf_frac for every SRAM
+SETS_PER_BUFFER = 100  # read_buffer.prepare_hashed_buffer: ceil(total / 100) words a set
+READ_HIT_LATENCY = 1  # read_buffer.hit_latency
+READ_PORT_LATENCY = 1  # read_port.latency (no Ramulator trace)
+
+
+@dataclass(frozen=True)
+class SystolicMemoryTimeline:
+    """One kernel's SCALE-Sim USER-bandwidth figures, in cycles (SCALE-Sim's 0-based count)."""
+
+    total_cycles: int  # "Total Cycles": the last ofmap write's cycle, stalls included
+    total_cycles_incl_prefetch: int  # "Total Cycles (incl. prefetch)"
+    stall_cycles: int  # "Stall Cycles"
+    prefetch_cycles: int  # DRAM lines of the first fill, before cycle 0
+    link_words_per_cycle: int  # each of the three DRAM links
+    dram_words_read: int  # ifmap and filter prefetches, as SCALE-Sim counts them (whole lines)
+    dram_words_written: int  # ofmap words drained
+    sram_words: tuple[int, int, int]  # ifmap, filter, ofmap SRAM sizes
+
+
+def link_words_per_cycle(arch: ArchSpec) -> int:
+    """Words a cycle on each operand's DRAM link: the arch's DRAM bandwidth shared by the
+    SRAMs (`spm.lines`, one per operand), whole words (SCALE-Sim's lines are whole words)."""
+    words = int(arch.dram.bytes_per_cycle // (arch.word_bytes * arch.spm.lines))
+    if words < 1:
+        raise UserError(f"{arch.name}: dram.bytes_per_cycle {arch.dram.bytes_per_cycle} gives "
+                        f"less than one word a cycle to each of the {arch.spm.lines} SRAMs")
+    return words
+
+
+def sram_words(arch: ArchSpec) -> tuple[int, int, int]:
+    """(ifmap, filter, ofmap) SRAM sizes in words: the systolic preset's SPM lines 0, 1, 2
+    (`spm.capacity_words_per_line` each)."""
+    if arch.spm.lines != 3:
+        raise UserError(f"{arch.name}: a systolic array needs spm.lines = 3 (ifmap, filter, "
+                        f"ofmap SRAMs), got {arch.spm.lines}")
+    return (arch.spm.capacity_words_per_line,) * 3
+
+
+# ---- operand matrices, prefetch order and demand lines (compute/systolic_compute_*.py) ----
+
+def _folded(mat: np.ndarray, width: int) -> np.ndarray:
+    """Columns cut into folds of `width` (the last padded with -1), stacked vertically."""
+    rows, cols = mat.shape
+    nf = math.ceil(cols / width)
+    pad = np.full((rows, nf * width), -1, dtype=np.int64)
+    pad[:, :cols] = mat
+    return pad.reshape(rows, nf, width).transpose(1, 0, 2).reshape(nf * rows, width)
+
+
+def _anti_diagonal(mat: np.ndarray) -> np.ndarray:
+    """Elements along anti-diagonals, each from its lowest column up (create_*_prefetch_mat)."""
+    r, c = np.indices(mat.shape)
+    return mat.ravel()[np.lexsort((c.ravel(), (r + c).ravel()))]
+
+
+def _operands(sm: SystolicMapping, ifmap_addresses=None):
+    m, n, k = sm.m, sm.n, sm.k
+    ifmap = np.arange(m * k, dtype=np.int64).reshape(m, k)
+    if ifmap_addresses is not None:
+        ifmap = np.asarray(ifmap_addresses, dtype=np.int64).reshape(m, k)
+    filt = np.arange(k * n, dtype=np.int64).reshape(k, n)
+    ofmap = np.arange(m * n, dtype=np.int64).reshape(m, n)
+    return ifmap, filt, ofmap
+
+
+def _prefetch_orders(sm: SystolicMapping, ifmap_addresses=None):
+    """Fetch order (addresses, -1 for padding) of the ifmap and filter SRAMs."""
+    ifmap, filt, _ = _operands(sm, ifmap_addresses)
+    R, C = sm.rows, sm.cols
+    if sm.dataflow == "os":
+        return _anti_diagonal(_folded(ifmap.T, R)), _anti_diagonal(_folded(filt, C))
+    if sm.dataflow == "ws":
+        return _anti_diagonal(_folded(ifmap, R)), _folded(filt, C).ravel()
+    return _folded(ifmap.T, C).ravel(), _anti_diagonal(_folded(filt.T, R))
+
+
+def _fold_grid(sr: int, sc: int, R: int, C: int):
+    """(row offset, column offset, fold index) of every fold: column folds outer."""
+    for fc, c0 in enumerate(range(0, sc, C)):
+        for fr, r0 in enumerate(range(0, sr, R)):
+            yield r0, c0, fc * math.ceil(sr / R) + fr
+
+
+def _demand(sm: SystolicMapping, ifmap_addresses=None):
+    """Per operand (ifmap, filter, ofmap): (line, address) of every demanded word in
+    SCALE-Sim's service order (line by line, columns in order), and the number of lines."""
+    ifmap, filt, ofmap = _operands(sm, ifmap_addresses)
+    R, C = sm.rows, sm.cols
+    df = sm.dataflow
+    if df == "os":
+        sr, sc, T = sm.m, sm.n, sm.k
+        per_fold = T + R + C - 2
+        streams = {"if": (ifmap.T, "rows", 0), "f": (filt, "cols", 0)}
+    else:
+        sr, sc, T = (sm.k, sm.n, sm.m) if df == "ws" else (sm.k, sm.m, sm.n)
+        per_fold = T + 2 * R + C - 2
+        x, z, o = (ifmap, filt, ofmap) if df == "ws" else (filt.T, ifmap.T, ofmap.T)
+    parts: dict[str, list] = {"if": [], "f": [], "of": []}
+    for r0, c0, f in _fold_grid(sr, sc, R, C):
+        base = f * per_fold
+        rr, cc = min(R, sr - r0), min(C, sc - c0)
+        t = np.arange(T)[:, None]
+        r, c = np.arange(rr)[None, :], np.arange(cc)[None, :]
+        if df == "os":
+            for key, (mat, along, _) in streams.items():
+                lo, width = (r0, rr) if along == "rows" else (c0, cc)
+                col = np.arange(width)[None, :]
+                parts[key].append(((base + t + col).ravel(), np.broadcast_to(col, (T, width))
+                                   .ravel(), mat[:, lo:lo + width].ravel()))
+            ri, ci = np.indices((rr, cc))
+            parts["of"].append(((base + T - 1 + R - 1 - ri + ci).ravel(), ci.ravel(),
+                                ofmap[r0:r0 + rr, c0:c0 + cc].ravel()))
+            continue
+        xk, zk = ("if", "f") if df == "ws" else ("f", "if")
+        parts[xk].append(((base + R + t + r).ravel(), np.broadcast_to(r, (T, rr)).ravel(),
+                          x[:, r0:r0 + rr].ravel()))
+        ri, ci = np.indices((rr, cc))
+        parts[zk].append(((base + R - 1 - ri).ravel(), ci.ravel(),
+                          z[r0:r0 + rr, c0:c0 + cc].ravel()))
+        parts["of"].append(((base + 2 * R - 1 + t + c).ravel(), np.broadcast_to(c, (T, cc))
+                            .ravel(), o[:, c0:c0 + cc].ravel()))
+    lines = math.ceil(sr / R) * math.ceil(sc / C) * per_fold
+    out = []
+    for key in ("if", "f", "of"):
+        line, col, addr = (np.concatenate(a) for a in zip(*parts[key]))
+        order = np.lexsort((col, line))
+        keep = addr[order] >= 0  # SCALE-Sim skips address -1 (a window over the edge)
+        out.append((line[order][keep], addr[order][keep]))
+    return out, lines
+
+
+def scalesim_im2col_addresses(h: int, w: int, r: int, s: int, c: int, stride: int
+                              ) -> np.ndarray:
+    """SCALE-Sim's ifmap operand matrix of a convolution (`compute/operand_matrix.py`): row
+    per output pixel (oh = ow = ceil((H - R) / S) + 1 sizing), column per window element in
+    (filter row, filter column, channel) order, address (row W + column) C + channel of an
+    H x W x C ifmap, -1 where the window hangs over the edge."""
+    oh, ow = -(-(h - r) // stride) + 1, -(-(w - s) // stride) + 1
+    oy, ox = np.divmod(np.arange(oh * ow), ow)
+    fr, fs, ch = np.unravel_index(np.arange(r * s * c), (r, s, c))
+    row = oy[:, None] * stride + fr[None, :]
+    col = ox[:, None] * stride + fs[None, :]
+    addr = (row * w + col) * c + ch[None, :]
+    return np.where((row < h) & (col < w), addr, -1)
+
+
+# ---- the SRAMs (memory/read_buffer.py, memory/write_buffer.py) ----
+
+@dataclass(frozen=True)
+class _ReadBuffer:
+    """A read SRAM's prefetch geometry and the demand lines at which it issues prefetches."""
+
+    first_fill_lines: int  # DRAM lines of the first (active-half) prefetch
+    prefetch_lines: int  # DRAM lines of every later prefetch
+    prefetch_at_line: np.ndarray  # demand line of each later prefetch, in order
+
+
+def _read_buffer(fetch: np.ndarray, demand_lines, demand_addr, words: int, bw: int):
+    active = int(math.ceil(words * ACTIVE_BUF_FRAC))
+    prefetch = words - active
+    per_set = math.ceil(words / SETS_PER_BUFFER)
+    valid = fetch >= 0
+    addr = fetch[valid]
+    set_id = np.arange(addr.size) // per_set
+    num_sets = addr.size // per_set + 1
+    n_act = min(math.ceil(active / per_set), num_sets)
+    n_pf = min(math.ceil(prefetch / per_set), num_sets - n_act)
+    first = min(math.ceil(active / bw), math.ceil(fetch.size / bw))
+    events = []
+    if n_act < num_sets:  # else every set is active and every demand hits
+        hit = _window_hits(addr, set_id, num_sets, n_act)
+        start, pos = 0, 0
+        while pos < demand_addr.size:
+            miss = np.flatnonzero(~hit(start)[demand_addr[pos:]])
+            if miss.size == 0:
+                break
+            pos += int(miss[0])
+            while not hit(start)[demand_addr[pos]]:  # the while loop of service_reads
+                events.append(int(demand_lines[pos]))
+                start = (start + n_pf) % num_sets
+    return _ReadBuffer(first, math.ceil(prefetch / bw), np.asarray(events, dtype=np.int64))
+
+
+def _window_hits(addr: np.ndarray, set_id: np.ndarray, num_sets: int, n_act: int):
+    """`hit(start)`: per address, whether one of the sets holding it is active when the active
+    window starts at set `start` (`read_buffer.active_buffer_hit`: an address hits wherever it
+    sits in the window)."""
+    pairs = np.unique(addr * num_sets + set_id)
+    pair_addr, pair_set = pairs // num_sets, pairs % num_sets
+    size = int(addr.max()) + 1
+    cache: dict[int, np.ndarray] = {}
+
+    def hit(start: int) -> np.ndarray:
+        if start not in cache:
+            row = np.zeros(size, dtype=bool)
+            row[pair_addr[(pair_set - start) % num_sets < n_act]] = True
+            cache[start] = row
+        return cache[start]
+
+    return hit
+
+
+class _WriteBuffer:
+    """memory/write_buffer.py's ofmap SRAM, word by word where its state changes."""
+
+    def __init__(self, words: int, bw: int):
+        self.total = words
+        self.drain_size = words - int(math.ceil(words * ACTIVE_BUF_FRAC))
+        self.bw = bw
+        self.free = words
+        self.drain_end = 0
+        self.line_fill = 0  # words in the open trace line
+        self.trace_lines: list[int] = []  # words in each closed trace line
+        self.drained_lines = 0
+        self.dram_stop = None
+
+    def _store(self, k: int) -> None:
+        self.free -= k
+        words = self.line_fill + k
+        self.trace_lines.extend([self.bw] * (words // self.bw))
+        self.line_fill = words % self.bw
+
+    def _close_line(self) -> None:  # append_to_trace_mat(force=True)
+        if self.line_fill:
+            self.trace_lines.append(self.line_fill)
+            self.line_fill = 0
+
+    def _drain(self, start: int) -> int:  # empty_drain_buf
+        lines = min(math.ceil(self.drain_size / self.bw),
+                    len(self.trace_lines) - self.drained_lines)
+        if lines == 0:
+            return start
+        chunk = self.trace_lines[self.drained_lines:self.drained_lines + lines]
+        self.free += (lines - 1) * self.bw + chunk[-1]
+        self.drained_lines += lines
+        end = start + lines - 1
+        self.dram_stop = end if self.dram_stop is None else max(self.dram_stop, end)
+        return end
+
+    def write(self, n: int, cycle: int) -> int:
+        """Store `n` words demanded at `cycle` (service_writes); the cycle the line is done."""
+        current = cycle
+        threshold = self.total - self.drain_size
+        while n:
+            if current < self.drain_end:  # a drain runs: a write into a full SRAM waits
+                bulk = min(n, self.free - 1)
+            else:  # more than the drain half held: start a drain
+                bulk = min(n, self.free - threshold)
+            if bulk > 0:  # words that change nothing but the count
+                self._store(bulk)
+                n -= bulk
+                continue
+            self._store(1)
+            n -= 1
+            if current < self.drain_end:
+                if not self.free > 0:
+                    current = self.drain_end
+            elif self.free < threshold:
+                self._close_line()
+                self.drain_end = self._drain(current)
+        return current
+
+    def drain_all(self, cycle: int) -> None:  # empty_all_buffers
+        self._close_line()
+        while self.drained_lines < len(self.trace_lines):
+            self.drain_end = self._drain(cycle)
+            cycle = self.drain_end + 1
+
+
+def _read_stall(buf: _ReadBuffer, n: int, cycle: int, issued: int) -> int:
+    """The line's wait in `service_reads` for its `n` prefetches after `issued` earlier ones
+    (prefetch j lands at -1 + j (lines + 1): each starts the cycle after the previous one)."""
+    offset = READ_HIT_LATENCY
+    for j in range(issued + 1, issued + n + 1):
+        p = (-1 + j * (buf.prefetch_lines + READ_PORT_LATENCY)) - (cycle + offset)
+        offset += p
+        if p > 0:
+            offset += p
+    return offset - READ_HIT_LATENCY
+
+
+def systolic_memory(sm: SystolicMapping, arch: ArchSpec,
+                    ifmap_addresses: np.ndarray | None = None) -> SystolicMemoryTimeline:
+    """SCALE-Sim's USER-bandwidth run of one systolic kernel (see the module docstring).
+    `ifmap_addresses`: the M x K ifmap operand's addresses as SCALE-Sim numbers them (a
+    convolution's im2col repeats pixels: `scalesim_im2col_addresses`; -1 over the edge); by
+    default every element of A is its own address."""
+    bw = link_words_per_cycle(arch)
+    sizes = sram_words(arch)
+    (d_if, d_f, d_of), lines = _demand(sm, ifmap_addresses)
+    fetch_if, fetch_f = _prefetch_orders(sm, ifmap_addresses)
+    bufs = (_read_buffer(fetch_if, *d_if, sizes[0], bw), _read_buffer(fetch_f, *d_f, sizes[1], bw))
+    ofmap = _WriteBuffer(sizes[2], bw)
+    writes = np.bincount(d_of[0], minlength=lines)
+    counts = [dict(zip(*(a.tolist() for a in np.unique(b.prefetch_at_line,
+                                                       return_counts=True)))) for b in bufs]
+    busy = np.union1d(np.flatnonzero(writes), np.concatenate([b.prefetch_at_line for b in bufs]))
+    issued = [0, 0]
+    stall, total, last_out = 0, 0, None
+    for i in busy.tolist():
+        cycle = i + stall
+        waits = []
+        for b, buf in enumerate(bufs):
+            n = counts[b].get(i, 0)
+            waits.append(_read_stall(buf, n, cycle, issued[b]))
+            issued[b] += n
+        done = ofmap.write(int(writes[i]), cycle)
+        total = max(total, done)
+        last_out = done if i == lines - 1 else None
+        stall += int(max(*waits, done - cycle))
+    if last_out is None:  # the last line writes nothing: its service cycle is its own
+        last_out = lines - 1 + stall
+    total = max(total, last_out)
+    ofmap.drain_all(last_out)
+    first = max(b.first_fill_lines for b in bufs)
+    stop = ofmap.dram_stop if ofmap.dram_stop is not None else total
+    return SystolicMemoryTimeline(
+        total_cycles=int(total), total_cycles_incl_prefetch=int(stop + first),
+        stall_cycles=int(stall), prefetch_cycles=int(first), link_words_per_cycle=bw,
+        dram_words_read=sum((b.first_fill_lines + b.prefetch_lines * b.prefetch_at_line.size)
+                            * bw for b in bufs),
+        dram_words_written=int(writes.sum()),
+        sram_words=sizes)
+
+
+def run_systolic_system(kernels: list[SystolicMapping], arrays: list[ArrayResult], arch: ArchSpec
+                        ) -> tuple[SystemTimeline, tuple[SystolicMemoryTimeline, ...]]:
+    """The system timeline of systolic kernels run one after another, each as one SCALE-Sim
+    layer (`systolic_memory`): a kernel lasts its "Total Cycles" + 1 (a count, where SCALE-Sim
+    reports the 0-based index of the last cycle; the caller takes the 1 off the whole run), its
+    stalls are DRAM stalls, and its first fill is left out as SCALE-Sim leaves it out (it is
+    in each kernel's `total_cycles_incl_prefetch`). Tiles are placed at their compute offsets
+    in the kernel's span (SCALE-Sim does not place its stalls per fold)."""
+    mems = tuple(systolic_memory(sm, arch) for sm in kernels)
+    spans, tile_spans, now = [], [], 0
+    for mem, a in zip(mems, arrays):
+        start = now
+        for t in a.tiles:
+            tile_spans.append((a.kernel, t.index, now, now + t.compute_cycles))
+            now += t.compute_cycles
+        now = start + mem.total_cycles + 1
+        spans.append((start, now))
+    return SystemTimeline(cycles=now, stall_cycles_dram=sum(m.stall_cycles for m in mems),
+                          stall_cycles_reconfiguration=0, kernel_spans=tuple(spans),
+                          tile_spans=tuple(tile_spans)), mems
+
+
+def memory_notes(mems: tuple[SystolicMemoryTimeline, ...]) -> tuple[str, ...]:
+    """One line per kernel with SCALE-Sim's figures that `SimResult` has no field for."""
+    return tuple(
+        f"SCALE-Sim memory (kernel {i}): Total Cycles {m.total_cycles}, Total Cycles (incl. "
+        f"prefetch) {m.total_cycles_incl_prefetch}, Stall Cycles {m.stall_cycles}; SRAMs "
+        f"{'/'.join(map(str, m.sram_words))} words, {m.link_words_per_cycle} words/cycle a "
+        f"DRAM link" for i, m in enumerate(mems))
