@@ -181,23 +181,9 @@ def test_duplicate_names_empty_and_missing_files(tmp_path):
 
 # ---- USER bandwidth: SCALE-Sim's memory model (dataflow/pe_array/systolic_memory.py) ----
 
-# the im2col matrix repeats ifmap pixels; SCALE-Sim's addresses share them, the runner path's
-# (the GEMM's) do not: with the ifmap stationary (is) and larger than its SRAM, a fold's flipped
-# rows cross a prefetch-set boundary and the window thrashes where shared addresses still hit
-# (with SCALE-Sim's addresses the model is exact: test_memory_model_with_scalesim_conv_...)
-ADDRESS_SHARING_GAP = {"resnet18_conv1-is-0"}
-
-
-def _user_case(case):
-    marks = ()
-    if _ids(case) in ADDRESS_SHARING_GAP:
-        marks = pytest.mark.xfail(strict=True, reason="the runner path hands the model GEMM "
-                                  "addresses, not SCALE-Sim's shared im2col ones "
-                                  "(docs/conventions.md#scale-sim-convolution-and-user-bandwidth)")
-    return pytest.param(case, id=_ids(case), marks=marks)
-
-
-@pytest.mark.parametrize("case", [_user_case(c) for c in CASES])
+# the im2col matrix repeats ifmap pixels: the conv runner hands the memory model SCALE-Sim's
+# addresses, which share them (GEMM addresses would thrash conv1-is's stationary ifmap window)
+@pytest.mark.parametrize("case", CASES, ids=_ids)
 def test_user_bandwidth_total_within_10_percent(case):
     name, df, i = case
     gold = GOLDEN["files"][name]["dataflows"][df]["user"][i]
@@ -212,7 +198,7 @@ def _memory(name, df, i):
     return res, note
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if _ids(c) not in ADDRESS_SHARING_GAP],
+@pytest.mark.parametrize("case", CASES,
                          ids=_ids)
 def test_user_bandwidth_incl_prefetch_and_stalls(case):
     """Every layer but the known gap: SCALE-Sim's stall count within 5 % of the run (exact on

@@ -12,7 +12,7 @@ with `dataclasses.replace`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from functools import cached_property
 
@@ -283,11 +283,15 @@ def vector_nodes(kernel: Kernel) -> frozenset[int]:
 
 @dataclass(frozen=True)
 class GemmShape:
-    """C[m, n] = A[m, k] @ B[k, n]: a program that is one dense GEMM (a systolic array's work)."""
+    """C[m, n] = A[m, k] @ B[k, n]: a program that is one dense GEMM (a systolic array's work).
+    `a_addresses`: the m x k addresses of A's elements in memory when several elements are one
+    word (a convolution's im2col repeats input pixels; -1 for padding); None when each element
+    is its own word. The systolic memory model fetches by address."""
 
     m: int
     n: int
     k: int
+    a_addresses: np.ndarray | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

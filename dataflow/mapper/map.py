@@ -119,7 +119,7 @@ def map_program(program: Program, arch: ArchSpec, dataflow: str | None = None,
                 raise MappingError(f"unknown systolic dataflow {df!r}; choose one of {DATAFLOWS}")
             kernels.append(SystolicMapping(kernel=k, dataflow=df, rows=arch.pe_array.rows,
                                            cols=arch.pe_array.cols, m=gemm.m, n=gemm.n,
-                                           k=gemm.k))
+                                           k=gemm.k, a_addresses=gemm.a_addresses))
         else:
             kernels.append(map_kernel(k, arch, **options))
     mapping = Mapping(program=program, arch=arch, kernels=tuple(kernels))

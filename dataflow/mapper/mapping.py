@@ -6,8 +6,10 @@ checked by `dataflow.mapper.legality.check_mapping`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
+
+import numpy as np
 
 from dataflow.arch.spec import ArchSpec
 from dataflow.dfg.graph import Kernel, Program
@@ -113,6 +115,8 @@ class SystolicMapping:
     m: int
     n: int
     k: int
+    # A's element addresses when elements share words (`GemmShape.a_addresses`), else None
+    a_addresses: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     @property
     def ii(self) -> int:

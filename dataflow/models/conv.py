@@ -37,6 +37,7 @@ from dataflow.models.gemm import simulate_gemm
 from dataflow.models.layers import Layer, LayerKind, ModelError
 from dataflow.models.runners import LayerRun, RunOptions, register_runner
 from dataflow.models.topology import SCALESIM_SIZING
+from dataflow.pe_array.systolic_memory import scalesim_im2col_addresses
 from dataflow.workloads import finish
 
 SIZINGS = ("", SCALESIM_SIZING)
@@ -185,7 +186,11 @@ def run_conv2d(layer: Layer, inputs: list[np.ndarray], weights: dict[str, np.nda
     x = _as_nchw(inputs[0], cs, layer.where)
     w = _check_weight(weights["weight"], cs, layer.where)
     bias = weights.get("bias")
-    product, res = simulate_gemm(im2col(x, cs), filter_matrix(w, cs), arch, options, layer.name)
+    # as SCALE-Sim maps it, the im2col operand's repeated pixels are one word each in memory
+    shared = (scalesim_im2col_addresses(cs.h, cs.w, cs.r, cs.s, cs.c, cs.stride)
+              if cs.sizing == SCALESIM_SIZING and cs.padding == 0 and x.shape[0] == 1 else None)
+    product, res = simulate_gemm(im2col(x, cs), filter_matrix(w, cs), arch, options, layer.name,
+                                 a_addresses=shared)
     oh, ow = cs.out_hw
     out = product.reshape(x.shape[0], oh, ow, cs.k).transpose(0, 3, 1, 2)
     if bias is not None:  # a per-filter add on the output, done on the host

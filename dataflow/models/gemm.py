@@ -36,15 +36,21 @@ def weight_shapes(layer: Layer) -> dict[str, tuple[int, ...]]:
 
 
 def simulate_gemm(a: np.ndarray, b: np.ndarray, arch: ArchSpec, options: RunOptions,
-                  name: str) -> tuple[np.ndarray, SimResult]:
+                  name: str, a_addresses: np.ndarray | None = None
+                  ) -> tuple[np.ndarray, SimResult]:
     """One dense (m x k) @ (k x n) on `arch` through the ordinary GEMM path (lowered, mapped,
     simulated with `options.engine`; `options.dataflow` on systolic arrays only): the product
-    in fp32 and the engine's result. The GEMM and conv layer runners both run here."""
+    in fp32 and the engine's result. The GEMM and conv layer runners both run here.
+    `a_addresses` (m x k) say which elements of A are one word in memory (an im2col's repeated
+    pixels), for the systolic memory model (`GemmShape.a_addresses`)."""
     a = np.ascontiguousarray(a, np.float32)
     b = np.ascontiguousarray(b, np.float32)
     systolic = arch.pe_array.kind == PEKind.SYSTOLIC
-    mapping = map_program(lower_matmul(as_tensor(a), as_tensor(b)), arch,
-                          dataflow=options.dataflow if systolic else None)
+    program = lower_matmul(as_tensor(a), as_tensor(b))
+    if a_addresses is not None and program.gemm is not None:
+        program = dataclasses.replace(program, gemm=dataclasses.replace(
+            program.gemm, a_addresses=np.asarray(a_addresses, np.int64)))
+    mapping = map_program(program, arch, dataflow=options.dataflow if systolic else None)
     res = simulate_mapping(mapping, engine=options.engine, workload=name)
     out = res.output.reshape(a.shape[0], b.shape[1])
     return out, dataclasses.replace(res, mapping_summary=mapping.summary())

@@ -379,7 +379,7 @@ def run_systolic_system(kernels: list[SystolicMapping], arrays: list[ArrayResult
     stalls are DRAM stalls, and its first fill is left out as SCALE-Sim leaves it out (it is
     in each kernel's `total_cycles_incl_prefetch`). Tiles are placed at their compute offsets
     in the kernel's span (SCALE-Sim does not place its stalls per fold)."""
-    mems = tuple(systolic_memory(sm, arch) for sm in kernels)
+    mems = tuple(systolic_memory(sm, arch, sm.a_addresses) for sm in kernels)
     spans, tile_spans, now = [], [], 0
     for mem, a in zip(mems, arrays):
         start = now
