@@ -17,6 +17,7 @@ from dataflow.attention.patterns import PATTERNS
 from dataflow.errors import USER_ERRORS, UserError
 from dataflow.models import ModelResult
 from dataflow.models import simulate as simulate_model
+from dataflow.models.topology import read_topology
 from dataflow.report import save_result, write_trace
 from dataflow.workloads import all_params, workloads
 
@@ -49,6 +50,8 @@ def _parser() -> argparse.ArgumentParser:
                        help=f"{prm.help} [{', '.join(users)}]", **kw)
     s.add_argument("--model", metavar="FILE", help="simulate a whole model file (models/*.yaml) "
                    "layer by layer; --seq and the other size flags fill its sizes")
+    s.add_argument("--topology", metavar="FILE.csv", help="simulate every layer of a SCALE-Sim "
+                   "topology file (conv or GEMM rows, read as they are)")
     s.add_argument("--size", metavar="NAME=N", action="append", default=[],
                    help="a model file's size by name, e.g. --size heads=2 (repeatable)")
     s.add_argument("--attention-pattern", dest="attention_pattern", choices=PATTERNS,
@@ -111,11 +114,15 @@ def _model_sizes(args, params: dict) -> dict[str, int]:
 
 
 def _model_source(args):
-    """What `dataflow.models.simulate` takes, from the flags: a model file. (A second source,
-    e.g. a topology CSV, is one more branch here.)"""
+    """What `dataflow.models.simulate` takes, from the flags: a model file or a SCALE-Sim
+    topology file (read into a `Model`)."""
+    if args.model and args.topology:
+        raise UserError("give --model or --topology, not both")
+    if args.topology:
+        return read_topology(args.topology)
     if args.model:
         return args.model
-    raise UserError("no model given: use --model FILE")
+    raise UserError("no model given: use --model FILE or --topology FILE.csv")
 
 
 def _model_table(r: ModelResult) -> list[str]:
@@ -150,7 +157,10 @@ def _model_summary(r: ModelResult) -> str:
 
 def _simulate_model_command(args, params: dict) -> int:
     if args.trace:
-        raise UserError("--trace applies to one workload, not to --model")
+        raise UserError("--trace applies to one workload, not to --model or --topology")
+    if args.topology and (args.size or any(v is not None for k, v in params.items()
+                                           if k != "dataflow")):
+        raise UserError("--topology takes no size flags: its rows give every size")
     r = simulate_model(_model_source(args), arch=args.arch, engine=args.engine,
                        dataflow=params.get("dataflow"), seed=args.seed,
                        attention_pattern=args.attention_pattern, **_model_sizes(args, params))
@@ -166,10 +176,10 @@ def _simulate_model_command(args, params: dict) -> int:
 def _simulate_command(args) -> int:
     params = {name: getattr(args, name) for name in all_params()
               if getattr(args, name, None) is not None}
-    if args.model:
+    if args.model or args.topology:
         return _simulate_model_command(args, params)
     if args.csv or args.attention_pattern or args.size:
-        raise UserError("--csv, --attention-pattern and --size apply to --model")
+        raise UserError("--csv, --attention-pattern and --size apply to --model or --topology")
     if args.trace and args.engine != "reference":
         raise UserError("--trace needs --engine reference (the fast engine keeps no "
                         "per-cycle trace)")

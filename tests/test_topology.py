@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from dataflow.arch import load_arch
+from dataflow.cli import main
 from dataflow.mapper import map_program
 from dataflow.models import conv, gemm
 from dataflow.models import simulate as simulate_model
@@ -258,3 +259,21 @@ def _mapping_of(m, n, k, df):
     b = np.zeros((k, n), dtype=np.float32)
     return map_program(lower_matmul(as_tensor(a), as_tensor(b)), USER_ARCH,
                        dataflow=df).kernels
+
+
+def test_cli_simulates_a_topology_file(tmp_path, capsys):
+    name = "resnet18_stage2.csv"
+    out_csv = tmp_path / "layers.csv"
+    assert main(["simulate", "--topology", str(TOPO_DIR / name), "--arch", "systolic_32x32",
+                 "--dataflow", "ws", "--json", "--csv", str(out_csv)]) == 0
+    d = json.loads(capsys.readouterr().out)
+    gold = GOLDEN["files"][name]["dataflows"]["ws"]["calc"]
+    assert [la["compute_cycles"] for la in d["layers"]] == [g["total_cycles"] for g in gold]
+    for la in d["layers"]:
+        assert {"name", "cycles", "stall_cycles", "macs", "dram_bytes", "fraction_of_roofline",
+                "values_match_reference"} <= set(la)
+        assert 0 < la["fraction_of_roofline"] <= 1 and la["values_match_reference"]
+    assert d["cycles"] == sum(la["cycles"] for la in d["layers"])
+    assert out_csv.read_text().splitlines()[0].startswith("name,kind,cycles")
+    assert main(["simulate", "--topology", str(TOPO_DIR / name), "--seq", "8"]) == 2
+    assert "no size flags" in capsys.readouterr().err
