@@ -52,10 +52,7 @@ def _parser() -> argparse.ArgumentParser:
                    "layer by layer; --seq and the other size flags fill its sizes")
     s.add_argument("--topology", metavar="FILE.csv", help="simulate every layer of a SCALE-Sim "
                    "topology file (conv or GEMM rows, read as they are)")
-    s.add_argument("--size", metavar="NAME=N", action="append", default=[],
-                   help="a model file's size by name, e.g. --size heads=2 (repeatable)")
-    s.add_argument("--attention-pattern", dest="attention_pattern", choices=PATTERNS,
-                   help="the pattern of every attention layer of --model")
+    add_model_size_flags(s)
     s.add_argument("--csv", metavar="FILE", help="write the per-layer table of --model as CSV")
     s.add_argument("--engine", choices=("fast", "reference"), default="fast")
     s.add_argument("--seed", type=int, default=0)
@@ -102,7 +99,15 @@ def _summary(r) -> str:
     return "\n".join(lines)
 
 
-def _model_sizes(args, params: dict) -> dict[str, int]:
+def add_model_size_flags(parser) -> None:
+    """`--size NAME=N` and `--attention-pattern` of a command that takes a model file."""
+    parser.add_argument("--size", metavar="NAME=N", action="append", default=[],
+                        help="a model file's size by name, e.g. --size heads=2 (repeatable)")
+    parser.add_argument("--attention-pattern", dest="attention_pattern", choices=PATTERNS,
+                        help="the pattern of every attention layer of --model")
+
+
+def model_sizes(args, params: dict) -> dict[str, int]:
     """--size NAME=N and the size flags given (a flag the file lacks is the loader's error)."""
     sizes = {k: v for k, v in params.items() if k != "dataflow"}
     for item in args.size:
@@ -163,7 +168,7 @@ def _simulate_model_command(args, params: dict) -> int:
         raise UserError("--topology takes no size flags: its rows give every size")
     r = simulate_model(_model_source(args), arch=args.arch, engine=args.engine,
                        dataflow=params.get("dataflow"), seed=args.seed,
-                       attention_pattern=args.attention_pattern, **_model_sizes(args, params))
+                       attention_pattern=args.attention_pattern, **model_sizes(args, params))
     if args.csv:
         with open(args.csv, "w", newline="", encoding="utf-8") as fh:
             csv.writer(fh).writerows(r.csv_rows())

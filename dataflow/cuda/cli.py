@@ -7,7 +7,7 @@ import json
 import sys
 
 from dataflow.arch import preset_names
-from dataflow.attention.patterns import PATTERNS
+from dataflow.cli import add_model_size_flags, model_sizes
 from dataflow.cuda.compare import compare, compare_model, crosscheck, plot_comparison
 from dataflow.cuda.device import GpuUnavailableError
 from dataflow.cuda.gpu_spec import available_gpus
@@ -52,10 +52,7 @@ def add_parser(sub) -> None:
     _workload_flags(m, required=False)
     m.add_argument("--model", metavar="FILE", help="compare a whole model file layer by layer "
                    "(instead of --workload); --seq and the other size flags fill its sizes")
-    m.add_argument("--size", metavar="NAME=N", action="append", default=[],
-                   help="a model file's size by name (repeatable)")
-    m.add_argument("--attention-pattern", dest="attention_pattern", choices=PATTERNS,
-                   help="the pattern of every attention layer of --model")
+    add_model_size_flags(m)
     m.add_argument("--gpu", action="append", default=None, metavar="NAME|FILE.yaml",
                    help="GPU spec: a preset (" + ", ".join(available_gpus()) + ", also written "
                    "gpus/NAME) or a YAML path (repeatable; default jetson_xavier_nx)")
@@ -81,23 +78,14 @@ def crosscheck_command(args) -> int:
     return 0 if r.ok else 1
 
 
-def _model_sizes(args) -> dict[str, int]:
-    sizes = {k: v for k, v in _params(args).items() if k != "dataflow"}
-    for item in args.size:
-        name, sep, value = item.partition("=")
-        if not sep or not value.strip().lstrip("-").isdigit():
-            raise UserError(f"--size {item}: expected NAME=INTEGER")
-        sizes[name.strip()] = int(value)
-    return sizes
-
-
 def compare_model_command(args) -> int:
     try:
         if args.workload:
             raise UserError("give --model FILE or --workload NAME, not both")
         r = compare_model(args.model, args.arch, args.gpu or ["jetson_xavier_nx"],
                           seed=args.seed, measure_if_present=not args.model_only,
-                          attention_pattern=args.attention_pattern, **_model_sizes(args))
+                          attention_pattern=args.attention_pattern,
+                          **model_sizes(args, _params(args)))
     except CUDA_USER_ERRORS as exc:
         print(f"dataflow compare: error: {exc}", file=sys.stderr)
         return 2
