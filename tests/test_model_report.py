@@ -13,7 +13,7 @@ from dataflow.cli import main
 from dataflow.errors import UserError
 from dataflow.models import simulate
 from dataflow.report import MODEL_FORMAT, load_result, model_result_data, save_result, write_report
-from tests.test_report import _extents_outside
+from tests.test_report import record_figure_extents
 
 ROOT = Path(__file__).resolve().parent.parent
 BERT = ROOT / "models" / "bert_base_layer.yaml"
@@ -46,16 +46,7 @@ def test_model_result_file_round_trips(bert, tmp_path):
 
 
 def test_every_model_picture_fits_its_figure(bert, tmp_path, monkeypatch):
-    from dataflow.report import plots
-
-    checked = {}
-    save = plots._save
-
-    def checking_save(fig, path):
-        checked[Path(path).name] = _extents_outside(fig)
-        return save(fig, path)
-
-    monkeypatch.setattr(plots, "_save", checking_save)
+    checked = record_figure_extents(monkeypatch)
     data = load_result(save_result(bert, tmp_path / "r.json"))
     written, skipped = write_report(data, tmp_path / "out")
     assert skipped == []

@@ -13,6 +13,7 @@ from dataflow.cli import main
 from dataflow.errors import UserError
 from dataflow.report import (
     load_result,
+    plots,
     read_trace,
     result_data,
     save_result,
@@ -118,10 +119,9 @@ def _extents_outside(fig) -> list[str]:
     return bad
 
 
-def test_every_picture_fits_its_figure(bigbird_data, traced, tmp_path, monkeypatch):
-    from dataflow.report import plots
-
-    checked = {}
+def record_figure_extents(monkeypatch) -> dict[str, list[str]]:
+    """Picture file name -> what lies outside its figure, for every picture saved from now."""
+    checked: dict[str, list[str]] = {}
     save = plots._save
 
     def checking_save(fig, path):
@@ -129,6 +129,11 @@ def test_every_picture_fits_its_figure(bigbird_data, traced, tmp_path, monkeypat
         return save(fig, path)
 
     monkeypatch.setattr(plots, "_save", checking_save)
+    return checked
+
+
+def test_every_picture_fits_its_figure(bigbird_data, traced, tmp_path, monkeypatch):
+    checked = record_figure_extents(monkeypatch)
     for name, data in (("bigbird", bigbird_data), ("gemm", json.loads(json.dumps(
             result_data(traced))))):
         written, skipped = write_report(data, tmp_path / name)
