@@ -10,8 +10,8 @@ import scipy.sparse as sp
 
 from dataflow.arch import ArchSpec, PEKind
 from dataflow.errors import UserError
-from dataflow.mapper import map_program
 from dataflow.pe_array.simulate import simulate_mapping
+from dataflow.plan.compile import compile_program
 from dataflow.ust_frontend.ops import as_tensor, lower_matmul, matmul_reference
 from dataflow.workloads import (
     Param,
@@ -59,7 +59,7 @@ def _run_matmul(workload: str):
                             f"(pe_array.kind: systolic); {spec.name} is {spec.pe_array.kind}")
         a, b = make_operands(workload, m, k, n, density, seed)
         ta, tb = as_tensor(a), as_tensor(b)
-        mapping = map_program(lower_matmul(ta, tb), spec, dataflow=dataflow)
+        mapping = compile_program(lower_matmul(ta, tb), spec, dataflow=dataflow)
         res = simulate_mapping(mapping, engine=engine, trace=trace, workload=workload)
         return finish(res, matmul_reference(ta, tb), t0, mapping)
     return run

@@ -29,11 +29,17 @@ class DFGError(UserError):
 
 @dataclass(frozen=True)
 class Addr:
-    """Word address = const + sum(coef * loop_var) + index_stride * value(index input)."""
+    """Word address = const + sum(coef * loop_var) + index_stride * value(index input).
+
+    `span` > 0 makes the access a vector of `span` consecutive words from that address, lanes
+    along memory rather than along the kernel's vector loop, whose variable (if the address
+    uses it) counts as a plain term (a row of a packed panel: the register-blocked GEMM's
+    column of A, docs/conventions.md#register-blocking)."""
 
     terms: tuple[tuple[str, int], ...] = ()
     const: int = 0
     index_stride: int = 0
+    span: int = 0
 
     def coef(self, var: str) -> int:
         return sum(c for v, c in self.terms if v == var)
@@ -44,7 +50,8 @@ class Addr:
             parts.append(f"{self.index_stride}*idx" if self.index_stride != 1 else "idx")
         if self.const or not parts:
             parts.append(str(self.const))
-        return " + ".join(parts)
+        text = " + ".join(parts)
+        return f"{text} : {self.span}" if self.span else text
 
 
 @dataclass(frozen=True)
@@ -56,11 +63,17 @@ class Node:
     addr: Addr | None = None
     value: float = 0.0  # for CONST
     name: str = ""
+    # mul / macc: input 0 is this lane of a vector, broadcast to every lane (an outer product's
+    # column operand); None: inputs are used as they are
+    lane: int | None = None
 
     def __str__(self) -> str:
         mem = f" {self.buffer}[{self.addr}]" if self.buffer else ""
-        ins = f"({', '.join(f'%{i}' for i in self.inputs)})" if self.inputs else ""
-        return f"%{self.id} = {self.op.value}{ins}{mem}"
+        ins = [f"%{i}" for i in self.inputs]
+        if self.lane is not None and ins:
+            ins[0] += f".lane{self.lane}"
+        ins_text = f"({', '.join(ins)})" if ins else ""
+        return f"%{self.id} = {self.op.value}{ins_text}{mem}"
 
 
 @dataclass(frozen=True)
@@ -212,6 +225,9 @@ class Kernel:
                            "(body must be a DAG in order)")
         if n.op.is_memory:
             self._verify_memory_node(where, n)
+        if n.lane is not None and (not n.op.selects_lane or n.lane < 0):
+            raise DFGError(f"{where}: node %{n.id} {n.op.value}: only mul and macc select a "
+                           f"lane of input 0, with lane >= 0 (got {n.lane})")
 
     def _verify_memory_node(self, where: str, n: Node) -> None:
         if n.buffer not in self.buffer_map or n.addr is None:
@@ -220,6 +236,10 @@ class Kernel:
         for v, _ in n.addr.terms:
             if v not in loop_vars:
                 raise DFGError(f"{where}: node %{n.id} address uses unknown variable {v!r}")
+        if n.addr.span and (self.vector_var is None or n.op is not Op.LOAD
+                            or n.addr.span < 0):
+            raise DFGError(f"{where}: node %{n.id}: a span (consecutive-word vector) is for "
+                           "loads of a vectorised kernel")
         if n.op.is_indirect != bool(n.addr.index_stride):
             raise DFGError(f"{where}: node %{n.id}: only gather/scatter/scatter_acc use "
                            "an index")
@@ -268,15 +288,18 @@ class Kernel:
 
 
 def vector_nodes(kernel: Kernel) -> frozenset[int]:
-    """Nodes whose value is a SIMD vector: memory nodes addressed by the vector variable, and
-    nodes computed from a vector by an op that keeps its lanes (`Op.inherits_lanes`; a vsum's
-    value is a scalar). The one rule for the mapper's link flits and the engines' lanes."""
+    """Nodes whose value is a SIMD vector: memory nodes addressed by the vector variable or
+    spanning consecutive words, and nodes computed from a vector by an op that keeps its
+    lanes (`Op.inherits_lanes`; a vsum's value is a scalar; a selected lane is a scalar). The one rule for the mapper's link flits and the engines' lanes."""
     vec: set[int] = set()
     if kernel.vector_var is None:
         return frozenset()
     for n in kernel.nodes:
-        addressed = n.addr is not None and n.addr.coef(kernel.vector_var) != 0
-        if addressed or (n.op.inherits_lanes and any(i in vec for i in n.inputs)):
+        addressed = n.addr is not None and (n.addr.coef(kernel.vector_var) != 0
+                                            or n.addr.span > 0)
+        # a selected lane is a scalar: only the other inputs can make the node a vector
+        lanes_in = n.inputs[1:] if n.lane is not None else n.inputs
+        if addressed or (n.op.inherits_lanes and any(i in vec for i in lanes_in)):
             vec.add(n.id)
     return frozenset(vec)
 

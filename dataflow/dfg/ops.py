@@ -31,6 +31,10 @@ class Op(str, Enum):
     # combines in the PE's register like ACC, one SPM read-modify-write per run of same-address
     # iterations; lanes of one vector that hit the same word are serialised (see fast.py)
     SCATTER_ACC = "scatter_acc"
+    # fused multiply-accumulate into an SPM buffer: a*b combines into the PE's accumulator
+    # register like ACC (one read-modify-write per run of same-address iterations); the
+    # multiplier is pipelined and the accumulate stage takes one cycle (docs/conventions.md#macc)
+    MACC = "macc"
 
     @property
     def is_memory(self) -> bool:
@@ -38,17 +42,18 @@ class Op(str, Enum):
 
     @property
     def reads_spm(self) -> bool:
-        return self in (Op.LOAD, Op.GATHER, Op.ACC, Op.ACC_MAX, Op.SCATTER_ACC)
+        return self in (Op.LOAD, Op.GATHER, Op.ACC, Op.ACC_MAX, Op.SCATTER_ACC, Op.MACC)
 
     @property
     def writes_spm(self) -> bool:
-        return self in (Op.STORE, Op.SCATTER, Op.ACC, Op.ACC_MAX, Op.SCATTER_ACC)
+        return self in (Op.STORE, Op.SCATTER, Op.ACC, Op.ACC_MAX, Op.SCATTER_ACC, Op.MACC)
 
     @property
     def accumulates(self) -> bool:
         """Combines into its PE's register and flushes one SPM read-modify-write per run of
-        same-address iterations (ACC and SCATTER_ACC add, ACC_MAX takes the maximum)."""
-        return self in (Op.ACC, Op.ACC_MAX, Op.SCATTER_ACC)
+        same-address iterations (ACC, SCATTER_ACC and MACC add -- MACC its inputs' product --,
+        ACC_MAX takes the maximum)."""
+        return self in (Op.ACC, Op.ACC_MAX, Op.SCATTER_ACC, Op.MACC)
 
     @property
     def is_indirect(self) -> bool:
@@ -65,11 +70,21 @@ class Op(str, Enum):
     def is_mac(self) -> bool:
         return self is Op.MAC
 
+    @property
+    def multiplies(self) -> bool:
+        """Counts as a multiply-accumulate (the engines' MAC count, the energy table's mac_pj)."""
+        return self in (Op.MUL, Op.MAC, Op.MACC)
+
+    @property
+    def selects_lane(self) -> bool:
+        """May take input 0 as one lane of a vector, broadcast (`Node.lane`)."""
+        return self in (Op.MUL, Op.MACC)
+
 
 MEMORY_OPS = frozenset({Op.LOAD, Op.GATHER, Op.STORE, Op.SCATTER, Op.ACC, Op.ACC_MAX,
-                        Op.SCATTER_ACC})
+                        Op.SCATTER_ACC, Op.MACC})
 ARITY = {
     Op.CONST: 0, Op.LOAD: 0, Op.GATHER: 1, Op.STORE: 1, Op.SCATTER: 2, Op.ACC: 1,
     Op.MUL: 2, Op.ADD: 2, Op.SUB: 2, Op.MAC: 3, Op.MAX: 2, Op.EXP: 1, Op.BFLY: 2, Op.ROUTE: 1,
-    Op.ACC_MAX: 1, Op.DIV: 2, Op.VSUM: 1, Op.SCATTER_ACC: 2,
+    Op.ACC_MAX: 1, Op.DIV: 2, Op.VSUM: 1, Op.SCATTER_ACC: 2, Op.MACC: 2,
 }

@@ -98,22 +98,35 @@ def res_mii(kernel: Kernel, arch: ArchSpec, copies: int) -> int:
         bound = max(bound, fu.issue_interval_cycles)  # the FU must be free again next II
     for cycles in busy.values():
         bound = max(bound, math.ceil(copies * cycles / pes))
-    reads = sum(1 for n in kernel.nodes if n.op.reads_spm)
-    writes = sum(1 for n in kernel.nodes if n.op.writes_spm)
+    streaming = [n for n in kernel.nodes if not _flushes_per_run(kernel, n)]
+    reads = sum(1 for n in streaming if n.op.reads_spm)
+    writes = sum(1 for n in streaming if n.op.writes_spm)
     spm = arch.spm
     bound = max(bound, math.ceil(copies * reads / (spm.lines * spm.read_ports_per_line)))
     bound = max(bound, math.ceil(copies * writes / (spm.lines * spm.write_ports_per_line)))
     return max(1, bound)
 
 
+def _flushes_per_run(kernel: Kernel, node) -> bool:
+    """An accumulation whose address does not move with the innermost loop touches the SPM
+    once per run of that loop (its register flush), not every iteration, so it takes no SPM
+    port slot in the steady state (docs/conventions.md#accumulation-flushing)."""
+    inner = kernel.loops[-1].var
+    return (node.op.accumulates and not node.op.is_indirect and node.addr.coef(inner) == 0
+            and inner != kernel.vector_var)
+
+
 def rec_mii(kernel: Kernel, arch: ArchSpec) -> int:
-    """Recurrence-constrained MII: max over dependence cycles of ceil(latency / distance)."""
+    """Recurrence-constrained MII: max over dependence cycles of ceil(latency / distance). An
+    accumulating op's own recurrence is its register's one-cycle combine (a macc's multiplier
+    is pipelined ahead of it: docs/conventions.md#register-blocking)."""
     g = kernel.graph()
     best = 1
     for cycle in nx.simple_cycles(g):
         lat = dist = 0
         for a, b in zip(cycle, cycle[1:] + cycle[:1]):
-            lat += op_latency(arch, kernel.nodes[a].op)
+            op = kernel.nodes[a].op
+            lat += 1 if op.accumulates and len(cycle) == 1 else op_latency(arch, op)
             dist += g.edges[a, b]["distance"]
         if dist:
             best = max(best, math.ceil(lat / dist))

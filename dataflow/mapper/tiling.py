@@ -27,7 +27,8 @@ def classify_buffers(kernel: Kernel) -> dict[str, bool]:
             moving.add(lp.var)
     streamed = {b.name: False for b in kernel.buffers}
     for n in kernel.nodes:
-        if n.op in (Op.LOAD, Op.STORE, Op.ACC) and any(v in moving and c for v, c in n.addr.terms):
+        if n.op in (Op.LOAD, Op.STORE, Op.ACC, Op.MACC) and any(
+                v in moving and c for v, c in n.addr.terms):
             streamed[n.buffer] = True
     # a buffer touched by any indirect access must be whole
     for n in kernel.nodes:
@@ -50,8 +51,7 @@ def _row_windows(kernel: Kernel, lanes: int,
         a = np.full(len(o), n.addr.const, dtype=np.int64)
         for v, c in n.addr.terms:
             a += c * dom[v]
-        span = 0
-        if kernel.vector_var is not None:
+        if kernel.vector_var is not None and not n.addr.span:
             c = n.addr.coef(kernel.vector_var)
             if c:
                 extent = kernel.vector_extent
@@ -61,7 +61,7 @@ def _row_windows(kernel: Kernel, lanes: int,
             else:
                 lo_a, hi_a = a, a + 1
         else:
-            lo_a, hi_a = a, a + 1 + span
+            lo_a, hi_a = a, a + max(1, n.addr.span)
         lo = np.full(outer.extent, np.iinfo(np.int64).max, dtype=np.int64)
         hi = np.full(outer.extent, np.iinfo(np.int64).min, dtype=np.int64)
         np.minimum.at(lo, o, lo_a)

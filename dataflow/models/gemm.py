@@ -9,11 +9,11 @@ import dataclasses
 import numpy as np
 
 from dataflow.arch import ArchSpec, PEKind
-from dataflow.mapper import map_program
 from dataflow.models.layers import Layer, LayerKind, ModelError
 from dataflow.models.runners import RunOptions
 from dataflow.pe_array.result import SimResult
 from dataflow.pe_array.simulate import simulate_mapping
+from dataflow.plan.compile import compile_program
 from dataflow.ust_frontend.ops import as_tensor, lower_matmul
 
 
@@ -50,7 +50,7 @@ def simulate_gemm(a: np.ndarray, b: np.ndarray, arch: ArchSpec, options: RunOpti
     if a_addresses is not None and program.gemm is not None:
         program = dataclasses.replace(program, gemm=dataclasses.replace(
             program.gemm, a_addresses=np.asarray(a_addresses, np.int64)))
-    mapping = map_program(program, arch, dataflow=options.dataflow if systolic else None)
+    mapping = compile_program(program, arch, dataflow=options.dataflow if systolic else None)
     res = simulate_mapping(mapping, engine=options.engine, workload=name)
     out = res.output.reshape(a.shape[0], b.shape[1])
     return out, dataclasses.replace(res, mapping_summary=mapping.summary())

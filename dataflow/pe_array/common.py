@@ -144,5 +144,6 @@ class Counters:
                            spm_reads_per_line=self.reads_line, spm_writes_per_line=self.writes_line,
                            spm_conflicts_per_line=self.conflicts_line,
                            op_counts=tuple(sorted((k, v) for k, v in ops.items() if v)),
-                           link_word_hops=self.link_word_hops, macs=ops["mul"] + ops["mac"],
+                           link_word_hops=self.link_word_hops,
+                           macs=sum(v for k, v in ops.items() if Op(k).multiplies),
                            outputs=outputs, trace=trace)

@@ -40,7 +40,15 @@ from dataflow.pe_array.common import (
     tile_result,
 )
 from dataflow.pe_array.result import ArrayResult, TileResult
-from dataflow.pe_array.semantics import ACC_IDENTITY, ACC_UFUNC, apply_op, commit, commit_order
+from dataflow.pe_array.semantics import (
+    ACC_IDENTITY,
+    ACC_UFUNC,
+    apply_op,
+    commit,
+    commit_order,
+    operands,
+    stored_value,
+)
 from dataflow.spm.lines import StoreQueues, line_of_row, port_cycles
 
 #: Row index of an inactive lane in the row arrays (sorts before every real row).
@@ -185,7 +193,8 @@ def _issue_node(ctx: _Kernel, ct: Counters, w: _Waves, dom, vals: dict[int, np.n
     is_vec = node.id in ctx.vec
     ct.op_counts[node.op.value] += int(w.active.sum()) if is_vec else w.n
     if not node.op.is_memory:
-        vals[node.id] = apply_op(node.op, [vals[i] for i in node.inputs], ctx.dtype, node.value)
+        vals[node.id] = apply_op(node.op, operands(node, [vals[i] for i in node.inputs]),
+                                 ctx.dtype, node.value)
         return
     addr, m = _addresses(ctx, w, dom, vals, node)
     cyc = w.wave * ctx.km.ii + ctx.times[w.copy, node.id]
@@ -199,8 +208,9 @@ def _issue_node(ctx: _Kernel, ct: Counters, w: _Waves, dom, vals: dict[int, np.n
     if node.op in (Op.LOAD, Op.GATHER):
         vals[node.id] = np.where(m, buf[np.where(m, addr, 0)], 0).astype(buf.dtype)
     else:
-        acc.writes.append(_Writes(cyc, w.k, node.id, addr, _lane_values(vals, node, addr), m,
-                                  node.op, node.buffer))
+        acc.writes.append(_Writes(cyc, w.k, node.id, addr,
+                                  _lane_values(vals, node, addr, ctx.dtype), m, node.op,
+                                  node.buffer))
 
 
 def _addresses(ctx: _Kernel, w: _Waves, dom, vals, node: Node) -> tuple[np.ndarray, np.ndarray]:
@@ -209,19 +219,22 @@ def _addresses(ctx: _Kernel, w: _Waves, dom, vals, node: Node) -> tuple[np.ndarr
     kernel = ctx.km.kernel
     a = np.full(w.n, node.addr.const, dtype=np.int64)
     for v, c in node.addr.terms:
-        if v != kernel.vector_var:
+        if v != kernel.vector_var or node.addr.span:
             a = a + c * dom[v]
     if node.addr.index_stride:
         a = a + node.addr.index_stride * vals[node.inputs[0]][:, 0].astype(np.int64)
     if node.id not in ctx.vec:
         return a[:, None], np.ones((w.n, 1), dtype=bool)
+    if node.addr.span:  # consecutive words: lanes along memory, `span` of them live
+        live = np.arange(ctx.lanes) < node.addr.span
+        return lane_addresses(a, 1, ctx.lanes), np.broadcast_to(live, (w.n, ctx.lanes))
     cv = node.addr.coef(kernel.vector_var)
     return lane_addresses(a + dom[kernel.vector_var] * cv, cv, ctx.lanes), w.mask
 
 
-def _lane_values(vals, node: Node, addr: np.ndarray) -> np.ndarray:
-    """The stored operand (the node's last input) broadcast to one value per address."""
-    src = np.asarray(vals[node.inputs[-1]])
+def _lane_values(vals, node: Node, addr: np.ndarray, dtype) -> np.ndarray:
+    """The stored value (`semantics.stored_value`) broadcast to one value per address."""
+    src = np.asarray(stored_value(node, [vals[i] for i in node.inputs], dtype))
     return np.broadcast_to(src if src.ndim == 2 else src.reshape(-1, 1), addr.shape)
 
 
@@ -233,7 +246,7 @@ def _flushes(ctx: _Kernel, w: _Waves, vals, node: Node, addr: np.ndarray, m: np.
     lane0 = addr[:, 0]
     flush[:-1] = (lane0[1:] != lane0[:-1]) | (w.copy[1:] != w.copy[:-1])
     run = np.concatenate(([0], np.cumsum(flush[:-1])))
-    src = _lane_values(vals, node, addr)
+    src = _lane_values(vals, node, addr, ctx.dtype)
     reg = np.full((int(run[-1]) + 1, addr.shape[1]), ACC_IDENTITY[node.op], dtype=ctx.dtype)
     ACC_UFUNC[node.op].at(reg, run, src.astype(ctx.dtype))
     sel = np.flatnonzero(flush)

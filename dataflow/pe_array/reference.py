@@ -35,7 +35,15 @@ from dataflow.pe_array.common import (
     tile_result,
 )
 from dataflow.pe_array.result import ArrayResult, TileResult
-from dataflow.pe_array.semantics import ACC_IDENTITY, ACC_UFUNC, apply_op, commit, commit_order
+from dataflow.pe_array.semantics import (
+    ACC_IDENTITY,
+    ACC_UFUNC,
+    apply_op,
+    commit,
+    commit_order,
+    operands,
+    stored_value,
+)
 from dataflow.spm.lines import StoreQueues, line_of_row, port_cycles
 
 
@@ -190,7 +198,8 @@ def _issue(ctx: _Kernel, ct: Counters, st: _Tile, now: _Cycle, p: Placement, wav
         ct.link_word_hops += len(route.links) * (act if route.src in ctx.vec else 1)
     if not node.op.is_memory:
         st.values[(k, node.id)] = apply_op(
-            node.op, [st.values[(k, i)] for i in node.inputs], ctx.dtype, node.value)
+            node.op, operands(node, [st.values[(k, i)] for i in node.inputs]), ctx.dtype,
+            node.value)
         return
     addrs = _lane_addresses(ctx, st, node, env, k, act)
     if node.op.accumulates and not _accumulate(ctx, st, p, node, wave, k):
@@ -205,11 +214,13 @@ def _lane_addresses(ctx: _Kernel, st: _Tile, node: Node, env: dict[str, int], k:
     one adds its loaded index times the stride."""
     kernel = ctx.km.kernel
     base = node.addr.const + sum(cf * env[v] for v, cf in node.addr.terms
-                                 if v != kernel.vector_var)
+                                 if v != kernel.vector_var or node.addr.span)
     if node.addr.index_stride:
         base += node.addr.index_stride * int(st.values[(k, node.inputs[0])])
     if node.id not in ctx.vec:
         return [base]
+    if node.addr.span:  # consecutive words, lanes along memory
+        return [base + lane for lane in range(min(node.addr.span, ctx.lanes))]
     cv = node.addr.coef(kernel.vector_var)
     base += cv * env[kernel.vector_var]
     return [base + lane * cv for lane in range(act)]
@@ -219,7 +230,8 @@ def _accumulate(ctx: _Kernel, st: _Tile, p: Placement, node: Node, wave: int, k:
     """Combine iteration k's value into the PE's register; True when the register flushes
     (the copy's next iteration targets another address, or the copy's chunk ends), leaving
     the register's value as the node's value of iteration k."""
-    v = np.asarray(st.values[(k, node.inputs[-1])], dtype=ctx.dtype)
+    v = np.asarray(stored_value(node, [st.values[(k, i)] for i in node.inputs], ctx.dtype),
+                   dtype=ctx.dtype)
     v = np.broadcast_to(v, (ctx.lanes,)) if node.id in ctx.vec else v.reshape(1)
     key = (p.copy, node.id)
     start = np.full(len(v), ACC_IDENTITY[node.op], ctx.dtype)

@@ -9,9 +9,13 @@ add (no fused rounding), so results do not depend on whether a backend has FMA. 
 instruction constant is negative subtracts the product (c - a*b, the negate bit of an FMA
 unit's fnmadd; the negation is exact).
 
-Write-back (`ACC_UFUNC`, `ACC_IDENTITY`, `commit_order`, `commit`):
-- acc and scatter_acc add, accmax takes the maximum; a PE's accumulation register starts at
-  the op's identity (0 for the adds, -inf for accmax) and combines with the same ufunc;
+Operands (`operands`): a mul or macc with `Node.lane` set takes lane `lane` of input 0 and
+broadcasts it to every lane (the column operand of an outer product).
+
+Write-back (`ACC_UFUNC`, `ACC_IDENTITY`, `stored_value`, `commit_order`, `commit`):
+- acc and scatter_acc add their input, macc adds its inputs' product (one rounded multiply,
+  then the rounded add of the accumulation), accmax takes the maximum; a PE's accumulation
+  register starts at the op's identity (0 for the adds, -inf for accmax) and combines with the same ufunc;
 - store and scatter overwrite;
 - SPM updates commit in (cycle, iteration, node id) order, the lanes of one vector access in
   lane order;
@@ -26,12 +30,36 @@ from types import MappingProxyType
 
 import numpy as np
 
+from dataflow.dfg.graph import Node
 from dataflow.dfg.ops import Op
 
 #: How an accumulating op combines, in its PE's register and in the SPM read-modify-write.
-ACC_UFUNC = MappingProxyType({Op.ACC: np.add, Op.ACC_MAX: np.maximum, Op.SCATTER_ACC: np.add})
+ACC_UFUNC = MappingProxyType({Op.ACC: np.add, Op.ACC_MAX: np.maximum, Op.SCATTER_ACC: np.add,
+                              Op.MACC: np.add})
 #: The starting value of an accumulating op's register (the identity of its ufunc).
-ACC_IDENTITY = MappingProxyType({Op.ACC: 0.0, Op.ACC_MAX: -np.inf, Op.SCATTER_ACC: 0.0})
+ACC_IDENTITY = MappingProxyType({Op.ACC: 0.0, Op.ACC_MAX: -np.inf, Op.SCATTER_ACC: 0.0,
+                                 Op.MACC: 0.0})
+
+
+def operands(node: Node, args: list) -> list:
+    """The node's input values as its op uses them: with `node.lane` set, input 0 becomes that
+    lane of its vector (kept as a one-lane axis, so it broadcasts over the other's lanes).
+    Values are arrays whose last axis is the lanes (the fast engine's (iterations, lanes), the
+    reference engine's (lanes,))."""
+    if node.lane is None:
+        return args
+    first = np.asarray(args[0])
+    return [first[..., node.lane:node.lane + 1], *args[1:]]
+
+
+def stored_value(node: Node, args: list, dtype) -> np.ndarray:
+    """What a writing node sends each iteration (to the SPM, or into its accumulation
+    register): macc its inputs' product (rounded once), the other ops their last input (a
+    scatter's or scatter_acc's first is its index)."""
+    if node.op is Op.MACC:
+        a, b = (np.asarray(x, dtype=dtype) for x in operands(node, args))
+        return a * b
+    return args[-1]
 
 
 def apply_op(op: Op, args: list[np.ndarray], dtype, const: float = 0.0) -> np.ndarray:

@@ -63,7 +63,7 @@ def energy_breakdown(arrays: list[ArrayResult], arch, dram_bytes: int,
     for a in arrays:
         for name, count in a.op_counts:
             op = Op(name)
-            if op in (Op.MUL, Op.MAC):
+            if op.multiplies:
                 compute += count * e.mac_pj
             elif op in (Op.EXP, Op.DIV):
                 compute += count * e.sfu_pj

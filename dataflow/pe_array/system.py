@@ -15,6 +15,10 @@ import simpy
 from dataflow.arch.spec import ArchSpec
 from dataflow.pe_array.result import TileResult
 
+#: DRAM pages are interleaved over the channels at this granularity (a common 4 KiB page): a
+#: transfer of at least one page per channel streams over all of them at the full bandwidth
+DRAM_PAGE_BYTES = 4096
+
 
 @dataclass(frozen=True)
 class SystemTimeline:
@@ -38,18 +42,31 @@ def _transfers(t: TileResult, kind: str) -> list[tuple[str, int]]:
     return [("tile", n)] if n > 0 else []
 
 
+def _on_every_channel(env: simpy.Environment, channels: list, cycles: float):
+    """Hold every DRAM channel for `cycles` (taken in index order, so two striped transfers
+    never deadlock)."""
+    held = [c.request() for c in channels]
+    for req in held:
+        yield req
+    yield env.timeout(math.ceil(cycles))
+    for c, req in zip(channels, held):
+        c.release(req)
+
+
 def run_system(kernel_tiles: list[tuple[str, tuple[TileResult, ...]]],
                arch: ArchSpec) -> SystemTimeline:
     """Schedule the kernels' tiles; the array waits only for data or reconfiguration.
 
-    Memory system: `dram.channels` channels share the aggregate `bytes_per_cycle` equally; a
-    buffer's data lives on one channel (buffers of a kernel are spread over the channels in
-    declaration order, as a page-interleaved allocator would), so one transfer streams at
-    bytes_per_cycle / channels. `dram.dma_engines` engines each carry one transfer at a time
-    and stay busy for its whole life: `latency_cycles` until the first byte, then the
-    streaming. Loads of one tile are issued together (one transfer per buffer) and the tile may
-    start when all have landed; write-backs go behind the compute. With one engine the latency
-    of every transfer is exposed; with more, transfers overlap up to the channel bandwidth.
+    Memory system: `dram.channels` channels share the aggregate `bytes_per_cycle` equally.
+    Pages (`DRAM_PAGE_BYTES`) are interleaved over the channels, so a transfer of at least one
+    page per channel streams over every channel at once at the full bytes_per_cycle (holding
+    them all meanwhile); a smaller one lives on one channel (a kernel's buffers are spread
+    over the channels in declaration order) and streams at bytes_per_cycle / channels.
+    `dram.dma_engines` engines each carry one transfer at a time and stay busy for its whole
+    life: `latency_cycles` until the first byte, then the streaming. Loads of one tile are
+    issued together (one transfer per buffer) and the tile may start when all have landed;
+    write-backs go behind the compute. With one engine the latency of every transfer is
+    exposed; with more, transfers overlap up to the channel bandwidth.
     """
     env = simpy.Environment()
     dram = arch.dram
@@ -70,9 +87,13 @@ def run_system(kernel_tiles: list[tuple[str, tuple[TileResult, ...]]],
         return channels[channel_of[key]]
 
     def transfer(kernel: str, buffer: str, nbytes: int):
+        striped = dram.channels > 1 and nbytes >= dram.channels * DRAM_PAGE_BYTES
         with engines.request() as eng:
             yield eng
             yield env.timeout(lat)
+            if striped:
+                yield from _on_every_channel(env, channels, nbytes / dram.bytes_per_cycle)
+                return
             with channel(kernel, buffer).request() as ch:
                 yield ch
                 yield env.timeout(math.ceil(nbytes / bw))

@@ -25,9 +25,9 @@ from dataflow.arch.load import arch_to_dict
 from dataflow.arch.spec import ArchSpec
 from dataflow.dfg.graph import Program
 from dataflow.errors import UserError
-from dataflow.mapper import map_program
 from dataflow.mapper.mapping import KernelMapping, Mapping, SystolicMapping
 from dataflow.pe_array.simulate import simulate_mapping
+from dataflow.plan.compile import GemmSchedule, apply_schedule, choose_schedule
 
 
 class PlanMismatchError(UserError):
@@ -67,12 +67,16 @@ class Plan:
     summary: str
     notes: tuple[str, ...] = ()
     plan_seconds: float = 0.0
+    # the compiler's transformations (`dataflow.plan.compile`), re-applied to each program
+    # lowered from new values; None: the program runs as lowered
+    schedule: GemmSchedule | None = None
 
     def bind(self, program: Program) -> Mapping:
         """The `Mapping` of this plan over `program` (same kernels, current values)."""
         if self.backend != "sim":
             raise PlanMismatchError(f"plan {self.key[:12]} is a {self.backend!r} plan; "
                                     "only 'sim' plans hold a mapping")
+        program = apply_schedule(program, self.schedule, self.arch)
         names = [k.name for k in program.kernels]
         planned = [km.kernel.name for km in self.kernel_mappings]
         if names != planned or program.name != self.program_name:
@@ -144,10 +148,11 @@ def build_plan(key: str, op: str, backend: str, operands: tuple[OperandSignature
                     plan_seconds=time.perf_counter() - t0)
 
     program = lower()
-    mapping = map_program(program, arch, dataflow=dataflow)
+    mapping, schedule = choose_schedule(program, arch, dataflow=dataflow)
     return Plan(key=key, op=op, backend=backend, operands=operands, arch=arch,
                 dataflow=dataflow, kernel_mappings=mapping.kernels, program_name=program.name,
-                summary=mapping.summary(), notes=notes, plan_seconds=time.perf_counter() - t0)
+                summary=mapping.summary(), notes=notes, plan_seconds=time.perf_counter() - t0,
+                schedule=schedule)
 
 
 def run_plan(plan: Plan, program: Program):

@@ -1,0 +1,287 @@
+"""Schedule transformations over the kernel IR: each takes a `Kernel` (or a `Program`, where
+the data layout changes with it) and returns a new one computing the same values
+(docs/conventions.md#register-blocking). The planning stage (`dataflow.plan.compile`) chooses
+which to apply and with what factors; this module knows no architecture.
+
+- `fuse_multiply_accumulate`: a `mul` whose one user is an `acc` becomes one `macc`, so the
+  product accumulates in the multiplier PE's register (no second PE, no value on a link);
+- `unroll_and_jam`: a loop split by a factor whose copies of the body run side by side in one
+  iteration (register blocking: a loaded value that does not depend on the loop feeds every
+  copy, so one load serves several MACs);
+- `pack_panels`: a buffer's layout changed to panels of `panel` rows stored column by column
+  (BLIS's packed A), so `panel` rows of one column are consecutive words: one SPM row;
+- `vectorise_lanes`: scalar loads of consecutive words become one row load (`Addr.span`), each
+  user taking its lane (`Node.lane`): the column operand of an outer product.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from dataflow.dfg.graph import Addr, DFGError, Kernel, Loop, Node, Program
+from dataflow.dfg.ops import Op
+
+
+def _users(kernel: Kernel) -> dict[int, list[int]]:
+    users: dict[int, list[int]] = {n.id: [] for n in kernel.nodes}
+    for n in kernel.nodes:
+        for i in n.inputs:
+            users[i].append(n.id)
+    return users
+
+
+def _renumber(kernel: Kernel, nodes: list[Node], carried) -> Kernel:
+    """`nodes` (with their old ids, inputs naming old ids) renumbered 0..n-1 in list order."""
+    remap = {n.id: new for new, n in enumerate(nodes)}
+    out = tuple(dataclasses.replace(n, id=remap[n.id], inputs=tuple(remap[i] for i in n.inputs))
+                for n in nodes)
+    carried = tuple((remap[s], remap[d], dist) for s, d, dist in carried)
+    return dataclasses.replace(kernel, nodes=out, carried=carried)
+
+
+def fuse_multiply_accumulate(kernel: Kernel) -> Kernel:
+    """Every `mul` used only by an `acc` merges into it: one `macc` with the mul's inputs (and
+    selected lane) at the acc's buffer and address. The acc's register recurrence stays."""
+    users = _users(kernel)
+    carried_nodes = {s for s, _, _ in kernel.carried} | {d for _, d, _ in kernel.carried}
+    fused: dict[int, Node] = {}  # acc id -> its macc
+    dropped: set[int] = set()
+    for n in kernel.nodes:
+        if n.op is not Op.ACC or n.addr.index_stride:
+            continue
+        src = kernel.nodes[n.inputs[0]]
+        if src.op is Op.MUL and users[src.id] == [n.id] and src.id not in carried_nodes:
+            fused[n.id] = dataclasses.replace(n, op=Op.MACC, inputs=src.inputs, lane=src.lane,
+                                              name=f"{src.name or 'mul'}+={n.buffer}")
+            dropped.add(src.id)
+    if not fused:
+        return kernel
+    nodes = [fused.get(n.id, n) for n in kernel.nodes if n.id not in dropped]
+    return _renumber(kernel, nodes, kernel.carried)
+
+
+def _depends(kernel: Kernel, var: str) -> set[int]:
+    """Nodes whose address uses `var`, and every node computed from one of them."""
+    dep: set[int] = set()
+    for n in kernel.nodes:
+        if (n.addr is not None and n.addr.coef(var)) or any(i in dep for i in n.inputs):
+            dep.add(n.id)
+    return dep
+
+
+def _shifted(addr: Addr, var: str, factor: int, offset: int, inner: bool) -> Addr:
+    """`addr` with `var` replaced by factor*var + offset (inner) or var + offset (outer)."""
+    c = addr.coef(var)
+    terms = tuple((v, cf * factor if inner and v == var else cf) for v, cf in addr.terms)
+    return dataclasses.replace(addr, terms=terms, const=addr.const + c * offset)
+
+
+def unroll_and_jam(kernel: Kernel, var: str, factor: int, inner: bool = True) -> Kernel:
+    """Split loop `var` (extent E, a multiple of `factor`) into E / factor iterations whose body
+    holds `factor` copies of every node that depends on `var`; copy u computes the original
+    iteration factor*v + u (`inner`: neighbouring rows, as a register block) or v + u*E/factor
+    (outer: blocks E / factor apart, the way a vector loop splits). Nodes that do not depend on
+    `var` stay single and feed every copy."""
+    where = f"kernel {kernel.name!r}: unroll_and_jam({var!r}, {factor})"
+    loops = {lp.var: lp for lp in kernel.loops}
+    lp = loops.get(var)
+    if lp is None or not lp.is_dense or any(x.parent == var for x in kernel.loops):
+        raise DFGError(f"{where}: needs a dense loop no sparse loop hangs off")
+    if factor < 1 or lp.extent % factor:
+        raise DFGError(f"{where}: extent {lp.extent} is not a multiple of {factor}")
+    if inner and var == kernel.vector_var and factor > 1:
+        raise DFGError(f"{where}: a vector loop splits into outer blocks (inner=False)")
+    if factor == 1:
+        return kernel
+    step = 1 if inner else lp.extent // factor
+    dep = _depends(kernel, var)
+    copies: dict[tuple[int, int], Node] = {}  # (old id, u) -> node with a fresh old-style id
+    nodes: list[Node] = []
+    next_id = len(kernel.nodes)
+    for n in kernel.nodes:
+        if n.id not in dep:
+            nodes.append(n)
+            for u in range(factor):
+                copies[(n.id, u)] = n
+            continue
+        for u in range(factor):
+            ins = tuple(copies[(i, u)].id for i in n.inputs)
+            addr = None if n.addr is None else _shifted(n.addr, var, factor, u * step, inner)
+            new = dataclasses.replace(n, id=next_id, inputs=ins, addr=addr,
+                                      name=f"{n.name}[{var}+{u * step}]")
+            next_id += 1
+            nodes.append(new)
+            copies[(n.id, u)] = new
+    carried = tuple((copies[(s, u)].id, copies[(d, u)].id, dist)
+                    for s, d, dist in kernel.carried
+                    for u in (range(factor) if s in dep or d in dep else (0,)))
+    new_loops = tuple(Loop(x.var, x.extent // factor) if x.var == var else x
+                      for x in kernel.loops)
+    return _renumber(dataclasses.replace(kernel, loops=new_loops), nodes, carried)
+
+
+def _split_address(addr: Addr, cols: int, where: str) -> tuple[dict, int, dict, int]:
+    """(row terms, row const, column terms, column const) of `addr` = row * cols + col."""
+    row, col = {}, {}
+    for v, c in addr.terms:
+        if c % cols == 0:
+            row[v] = row.get(v, 0) + c // cols
+        elif abs(c) < cols:
+            col[v] = col.get(v, 0) + c
+        else:
+            raise DFGError(f"{where}: coefficient {c} of {v!r} mixes rows and columns")
+    rconst, cconst = divmod(addr.const, cols)
+    return row, rconst, col, cconst
+
+
+def pack_panels(program: Program, buffer: str, rows: int, cols: int, panel: int) -> Program:
+    """Store input `buffer` (rows x cols, row-major) as panels of `panel` rows, each panel
+    column by column: element (r, c) at (r // panel) * panel * cols + c * panel + r % panel.
+    Every access to it in every kernel is rewritten (row coefficients must be multiples of
+    `panel`), and the input data is permuted the same way (the DMA writes it so)."""
+    where = f"program {program.name!r}: pack_panels({buffer!r}, panel {panel})"
+    if rows % panel:
+        raise DFGError(f"{where}: {rows} rows are not a multiple of the panel")
+    kernels = []
+    for k in program.kernels:
+        nodes = []
+        for n in k.nodes:
+            if n.buffer != buffer:
+                nodes.append(n)
+                continue
+            if n.addr.index_stride or n.addr.span or (k.vector_var and n.addr.coef(k.vector_var)):
+                raise DFGError(f"{where}: node %{n.id} is not a scalar affine access")
+            row, rconst, col, cconst = _split_address(n.addr, cols, where)
+            if any(c % panel for c in row.values()):
+                raise DFGError(f"{where}: node %{n.id}'s row steps are not whole panels")
+            terms = {v: c // panel * panel * cols for v, c in row.items()}
+            for v, c in col.items():
+                terms[v] = terms.get(v, 0) + c * panel
+            const = rconst // panel * panel * cols + cconst * panel + rconst % panel
+            nodes.append(dataclasses.replace(
+                n, addr=Addr(tuple((v, c) for v, c in terms.items() if c), const)))
+        kernels.append(dataclasses.replace(k, nodes=tuple(nodes)))
+    data = program.input_map[buffer].reshape(rows // panel, panel, cols)
+    inputs = tuple((name, np.ascontiguousarray(data.transpose(0, 2, 1)).ravel()
+                    if name == buffer else x) for name, x in program.inputs)
+    return dataclasses.replace(program, kernels=tuple(kernels), inputs=inputs)
+
+
+def pack_column_panels(program: Program, buffer: str, rows: int, cols: int,
+                       panel: int) -> Program:
+    """Store input `buffer` (rows x cols, row-major) as panels of `panel` columns, each panel
+    row by row (BLIS's packed B): element (r, c) at (c // panel) * panel * rows + r * panel +
+    c % panel. Its vector accesses (lanes along the columns: the kernel's vector loop, stepping
+    by `panel`) become row loads of `panel` consecutive words (`Addr.span`), so a walk down the
+    rows of one panel moves through the SPM lines instead of staying on one."""
+    where = f"program {program.name!r}: pack_column_panels({buffer!r}, panel {panel})"
+    if cols % panel:
+        raise DFGError(f"{where}: {cols} columns are not a multiple of the panel")
+    kernels = []
+    for k in program.kernels:
+        nodes = []
+        for n in k.nodes:
+            if n.buffer != buffer:
+                nodes.append(n)
+                continue
+            vv = k.vector_var
+            row, rconst, col, cconst = _split_address(n.addr, cols, where)
+            if n.op is not Op.LOAD or n.addr.index_stride or n.addr.span or \
+                    col != {vv: 1} or cconst % panel:
+                raise DFGError(f"{where}: node %{n.id} is not a vector load along the columns")
+            terms = {v: c * panel for v, c in row.items()}
+            terms[vv] = terms.get(vv, 0) + rows  # the vector loop steps whole panels
+            const = cconst * rows + rconst * panel
+            nodes.append(dataclasses.replace(
+                n, addr=Addr(tuple((v, c) for v, c in terms.items() if c), const, span=panel)))
+        kernels.append(dataclasses.replace(k, nodes=tuple(nodes)))
+    data = program.input_map[buffer].reshape(rows, cols // panel, panel)
+    inputs = tuple((name, np.ascontiguousarray(data.transpose(1, 0, 2)).ravel()
+                    if name == buffer else x) for name, x in program.inputs)
+    return dataclasses.replace(program, kernels=tuple(kernels), inputs=inputs)
+
+
+def vectorise_lanes(kernel: Kernel, width: int) -> Kernel:
+    """Groups of `width` scalar loads of one buffer at consecutive words base + 0 .. width - 1
+    (base and every coefficient multiples of `width`, so the group is one aligned row), each
+    used only as an operand of mul or macc, become one row load (`Addr.span = width`); every
+    user takes its lane of it as input 0 (`Node.lane`; mul and macc commute)."""
+    users = _users(kernel)
+    groups: dict[tuple, dict[int, Node]] = {}
+    for n in kernel.nodes:
+        if n.op is not Op.LOAD or n.addr.span or n.addr.index_stride or \
+                (kernel.vector_var and n.addr.coef(kernel.vector_var)):
+            continue
+        if not all(kernel.nodes[u].op.selects_lane and kernel.nodes[u].lane is None
+                   for u in users[n.id]):
+            continue
+        base = n.addr.const - n.addr.const % width
+        if any(c % width for _, c in n.addr.terms):
+            continue
+        groups.setdefault((n.buffer, n.addr.terms, base), {})[n.addr.const - base] = n
+    merged: dict[int, tuple[int, int]] = {}  # old load id -> (row load id, lane)
+    rows: dict[int, Node] = {}
+    for (_, terms, base), members in groups.items():
+        if sorted(members) != list(range(width)):
+            continue
+        first = members[0]
+        rows[first.id] = dataclasses.replace(first, addr=Addr(terms, base, span=width),
+                                             name=f"{first.buffer}[row]")
+        for lane, n in members.items():
+            merged[n.id] = (first.id, lane)
+    if not merged or any(sum(i in merged for i in n.inputs) > 1 for n in kernel.nodes):
+        return kernel  # nothing to merge, or a product of two lanes (left as it is)
+    nodes = []
+    for n in kernel.nodes:
+        if n.id in merged:
+            if n.id in rows:
+                nodes.append(rows[n.id])
+            continue
+        hit = [k for k, i in enumerate(n.inputs) if i in merged]
+        if hit:
+            k = hit[0]
+            row, lane = merged[n.inputs[k]]
+            other = tuple(i for j, i in enumerate(n.inputs) if j != k)
+            n = dataclasses.replace(n, inputs=(row, *other), lane=lane)
+        nodes.append(n)
+    return _renumber(kernel, nodes, kernel.carried)
+
+
+def pad_rows(program: Program, buffer: str, rows: int, cols: int, pad: int) -> Program:
+    """Store input `buffer` (rows x cols, row-major) with a row pitch of cols + pad words (the
+    pad words zero), so successive rows start `pad` words further along the SPM lines: a
+    stream down a column no longer returns to one line every row. Accesses are rewritten;
+    the DMA moves the pitched rows (docs/conventions.md#register-blocking)."""
+    where = f"program {program.name!r}: pad_rows({buffer!r}, pad {pad})"
+    if pad < 0:
+        raise DFGError(f"{where}: the pad must not be negative")
+    if pad == 0:
+        return program
+    kernels = []
+    for k in program.kernels:
+        nodes = []
+        for n in k.nodes:
+            if n.buffer != buffer:
+                nodes.append(n)
+                continue
+            if n.addr.index_stride:
+                raise DFGError(f"{where}: node %{n.id} is an indirect access")
+            row, rconst, col, cconst = _split_address(n.addr, cols, where)
+            terms = {v: c * (cols + pad) for v, c in row.items()}
+            for v, c in col.items():
+                terms[v] = terms.get(v, 0) + c
+            nodes.append(dataclasses.replace(n, addr=dataclasses.replace(
+                n.addr, terms=tuple((v, c) for v, c in terms.items() if c),
+                const=rconst * (cols + pad) + cconst)))
+        size = rows * (cols + pad)
+        buffers = tuple(dataclasses.replace(b, size=size) if b.name == buffer else b
+                        for b in k.buffers)
+        kernels.append(dataclasses.replace(k, nodes=tuple(nodes), buffers=buffers))
+    data = program.input_map[buffer].reshape(rows, cols)
+    padded = np.zeros((rows, cols + pad), dtype=data.dtype)
+    padded[:, :cols] = data
+    inputs = tuple((name, padded.ravel() if name == buffer else x)
+                   for name, x in program.inputs)
+    return dataclasses.replace(program, kernels=tuple(kernels), inputs=inputs)
