@@ -290,7 +290,8 @@ class Kernel:
 def vector_nodes(kernel: Kernel) -> frozenset[int]:
     """Nodes whose value is a SIMD vector: memory nodes addressed by the vector variable or
     spanning consecutive words, and nodes computed from a vector by an op that keeps its
-    lanes (`Op.inherits_lanes`; a vsum's value is a scalar; a selected lane is a scalar). The one rule for the mapper's link flits and the engines' lanes."""
+    lanes (`Op.inherits_lanes`; a vsum's value is a scalar; a selected lane is a scalar). The
+    one rule for the mapper's link flits and the engines' lanes."""
     vec: set[int] = set()
     if kernel.vector_var is None:
         return frozenset()

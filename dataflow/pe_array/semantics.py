@@ -15,7 +15,8 @@ broadcasts it to every lane (the column operand of an outer product).
 Write-back (`ACC_UFUNC`, `ACC_IDENTITY`, `stored_value`, `commit_order`, `commit`):
 - acc and scatter_acc add their input, macc adds its inputs' product (one rounded multiply,
   then the rounded add of the accumulation), accmax takes the maximum; a PE's accumulation
-  register starts at the op's identity (0 for the adds, -inf for accmax) and combines with the same ufunc;
+  register starts at the op's identity (0 for the adds, -inf for accmax) and combines with
+  the same ufunc;
 - store and scatter overwrite;
 - SPM updates commit in (cycle, iteration, node id) order, the lanes of one vector access in
   lane order;
