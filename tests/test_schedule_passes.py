@@ -18,14 +18,14 @@ from dataflow.dfg.ops import Op
 from dataflow.mapper import map_program
 from dataflow.pe_array.semantics import operands, stored_value
 from dataflow.pe_array.simulate import run_array, simulate_mapping
-from dataflow.plan.compile import (
+from dataflow.plan.compile import choose_schedule
+from dataflow.plan.gemm_schedule import (
     GemmSchedule,
     apply_gemm_schedule,
-    choose_schedule,
     compile_gemm,
     gemm_candidates,
-    stagger_flushes,
 )
+from dataflow.plan.retime import stagger_flushes
 from tests.archs import variant
 from tests.conftest import ARCH_DIR
 
@@ -241,7 +241,7 @@ def test_an_architecture_without_macc_still_blocks_with_unfused_products():
         {"name": "mul", "ops": ["mul", "mac"], "latency_cycles": 2,
          "issue_interval_cycles": 1}]})
     mapping, sched = choose_schedule(prog, no_macc)
-    assert sched is None or not sched.fuse
+    assert sched is None or not sched.gemm.fuse
     res = simulate_mapping(mapping)
     _check_values(res, a, b)
     assert all(n.op is not Op.MACC for n in mapping.kernels[0].kernel.nodes)

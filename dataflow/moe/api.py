@@ -24,7 +24,6 @@ import numpy as np
 
 from dataflow.arch import resolve_arch
 from dataflow.errors import UserError
-from dataflow.mapper import map_program
 from dataflow.moe.gating import (
     check_moe_params,
     gate_logits,
@@ -35,6 +34,7 @@ from dataflow.moe.gating import (
 from dataflow.moe.lower import combine_program, expert_program, front_program, sequential_program
 from dataflow.pe_array.roofline import program_roofline
 from dataflow.pe_array.simulate import assemble_result, simulate_mapping
+from dataflow.plan.compile import compile_program
 from dataflow.workloads import Param, Workload, finish, register
 
 PLACEMENTS = ("parallel", "sequential")
@@ -71,7 +71,7 @@ def region_arch(arch, parts: int):
 
 
 def _run(prog, arch, engine, name):
-    mapping = map_program(prog, arch)
+    mapping = compile_program(prog, arch)
     return simulate_mapping(mapping, engine=engine, workload=name), mapping
 
 

@@ -27,7 +27,7 @@ from dataflow.dfg.graph import Program
 from dataflow.errors import UserError
 from dataflow.mapper.mapping import KernelMapping, Mapping, SystolicMapping
 from dataflow.pe_array.simulate import simulate_mapping
-from dataflow.plan.compile import GemmSchedule, apply_schedule, choose_schedule
+from dataflow.plan.compile import ProgramSchedule, apply_schedule, choose_schedule
 
 
 class PlanMismatchError(UserError):
@@ -69,7 +69,7 @@ class Plan:
     plan_seconds: float = 0.0
     # the compiler's transformations (`dataflow.plan.compile`), re-applied to each program
     # lowered from new values; None: the program runs as lowered
-    schedule: GemmSchedule | None = None
+    schedule: ProgramSchedule | None = None
 
     def bind(self, program: Program) -> Mapping:
         """The `Mapping` of this plan over `program` (same kernels, current values)."""

@@ -1,0 +1,178 @@
+"""The dense GEMM's schedules (docs/conventions.md#register-blocking).
+
+A dense GEMM is lowered as `load a, load b, mul, acc` per 8-lane MAC: four PEs and two SPM
+reads for eight MACs. The candidates here block it into an outer product per body:
+
+    for i in m / r, j in n / (s * lanes) (vector), kk in k:
+        a = A_packed[i, kk, 0:r]            one SPM row: r rows of A in one column (`span`)
+        b_v = B_packed[j + v * n / s, kk]   one SPM row per vector block v = 0 .. s - 1
+        C[r*i + u, j + v * n / s] += a.lane(u) * b_v    r * s maccs, accumulators in registers
+
+so r * s * lanes MACs cost 1 + s loads, A and B stored as BLIS packs them (panels of r rows,
+panels of `lanes` columns), which also makes every copy's streams walk the SPM lines in step
+instead of piling onto one. Each candidate (r, s) is mapped (the mapper picks the copies and
+II) and scored by the engine's cycles on the problem's first tile; the fastest wins, and the
+plain kernel stays among the candidates, so the choice never loses to it on that tile.
+A last, line-aware pass (`stagger_flushes`) moves each copy's accumulations to distinct issue
+cycles, so their register flushes, which hit the same SPM line, do not share a cycle.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+from dataflow.arch.spec import ArchSpec
+from dataflow.dfg import transform
+from dataflow.dfg.graph import Program
+from dataflow.mapper import map_program
+from dataflow.mapper.mapping import Mapping, MappingError
+from dataflow.plan.retime import (
+    best_candidate,
+    best_measured,
+    cycles_bound,
+    kernel_iterations,
+    skew_copies,
+    stagger_flushes,
+)
+
+#: row-block heights tried (A panel rows per body): at most the SIMD width, one SPM row
+BLOCK_ROWS = (8, 4, 2, 1)
+#: vector blocks per body tried
+BLOCK_COLS = (1, 2, 3, 4, 6)
+
+
+@dataclass(frozen=True)
+class GemmSchedule:
+    """How a dense GEMM body is blocked: `rows` x `cols` accumulators (rows of C by vector
+    blocks), A packed in panels of `rows` rows, B packed in panels of `lanes` columns when
+    `pack_b`; `fuse` merges each mul into its acc (a macc). rows = cols = 1 without packing or
+    fusing is the plain kernel."""
+
+    rows: int = 1
+    cols: int = 1
+    pack_b: bool = False
+    fuse: bool = False
+
+    @property
+    def plain(self) -> bool:
+        return self == GemmSchedule()
+
+    def label(self) -> str:
+        if self.plain:
+            return "plain (load a, load b, mul, acc)"
+        parts = [f"{self.rows}x{self.cols} register block"]
+        if self.fuse:
+            parts.append("macc")
+        if self.rows > 1:
+            parts.append(f"A packed in {self.rows}-row panels")
+        if self.pack_b:
+            parts.append("B packed in column panels")
+        return ", ".join(parts)
+
+
+def apply_gemm_schedule(program: Program, sched: GemmSchedule, lanes: int) -> Program:
+    """`program` (one dense GEMM from `dfg.lower.lower_gemm`) with `sched`'s transformations:
+    the same values, a different body and operand layout."""
+    if sched.plain:
+        return program
+    g = program.gemm
+    kern = program.kernels[0]
+    if sched.fuse:
+        kern = transform.fuse_multiply_accumulate(kern)
+    kern = transform.unroll_and_jam(kern, "i", sched.rows, inner=True)
+    kern = transform.unroll_and_jam(kern, "j", sched.cols, inner=False)
+    out = dataclasses.replace(program, kernels=(kern,))
+    if sched.rows > 1:
+        out = transform.pack_panels(out, "A", g.m, g.k, sched.rows)
+        out = dataclasses.replace(
+            out, kernels=(transform.vectorise_lanes(out.kernels[0], sched.rows),))
+    if sched.pack_b:
+        out = transform.pack_column_panels(out, "B", g.k, g.n, lanes)
+    return out
+
+
+def supports(arch: ArchSpec, op: str) -> bool:
+    """Whether a functional unit of `arch` executes `op`."""
+    try:
+        arch.fu_for(op)
+    except KeyError:
+        return False
+    return True
+
+
+def gemm_candidates(program: Program, arch: ArchSpec) -> list[GemmSchedule]:
+    """Every blocking of this GEMM the architecture can hold: rows dividing m (at most the SIMD
+    width and an SPM row), vector blocks dividing n's vectors, bodies no larger than the
+    array; the plain kernel first."""
+    g = program.gemm
+    lanes = arch.pe_array.simd_lanes
+    pes = arch.pe_array.num_pes
+    fuse = supports(arch, "macc")
+    out = [GemmSchedule()]
+    vectors = g.n // lanes if g.n % lanes == 0 else 0
+    for r in BLOCK_ROWS:
+        if r > lanes or g.m % r or arch.spm.words_per_row % r:
+            continue
+        for s in BLOCK_COLS:
+            if s > 1 and (not vectors or vectors % s):
+                continue
+            nodes = 1 + s + r * s * (1 if fuse else 2)  # loads of a and b, the products
+            if nodes > pes:
+                continue
+            sched = GemmSchedule(r, s, pack_b=vectors > 0, fuse=fuse)
+            if not sched.plain:
+                out.append(sched)
+    return out
+
+
+def _evaluate(program: Program, sched: GemmSchedule, arch: ArchSpec, options: dict):
+    """(cycles predicted from the first tile, (program, mapping)) of `sched`; None when it
+    does not map."""
+    prog = apply_gemm_schedule(program, sched, arch.pe_array.simd_lanes)
+    try:
+        mapping = map_program(prog, arch, **options)
+    except MappingError:
+        if sched.plain:
+            raise
+        return None
+    km = mapping.kernels[0]
+    variants = [km]
+    if not sched.plain:
+        km = stagger_flushes(km, arch)
+        variants = [km, skew_copies(km, arch)]
+    per, km = best_measured(variants, arch, prog)
+    mapping = dataclasses.replace(mapping, kernels=(km,))
+    return per * kernel_iterations(prog.kernels[0], arch.pe_array.simd_lanes), (prog, mapping)
+
+
+def _estimate(sched: GemmSchedule, arch: ArchSpec) -> tuple[float, int]:
+    """(-accumulator lanes per cycle, SPM row reads per cycle) of `sched` if the mapper reached
+    II = 1 with as many copies as the PEs hold (more MACs first; of equals, fewer reads, which
+    leave the lines room)."""
+    nodes = 1 + sched.cols + sched.rows * sched.cols * (1 if sched.fuse else 2)
+    copies = max(1, arch.pe_array.num_pes // nodes)
+    reads = copies * (1 + sched.cols)
+    ports = arch.spm.lines * arch.spm.read_ports_per_line
+    ii = max(1, math.ceil(reads / ports))
+    return (-copies * sched.rows * sched.cols / ii, reads)
+
+
+def compile_gemm(program: Program, arch: ArchSpec, **options) -> tuple[Mapping, GemmSchedule]:
+    """The fastest blocking of a dense GEMM on `arch` (see the module docstring), mapped:
+    candidates in order of their lower bound, each mapped and run on its first tile unless
+    the best so far is within `BOUND_SLACK` of that bound (`retime.best_candidate`)."""
+    lanes = arch.pe_array.simd_lanes
+    bodies = {s: apply_gemm_schedule(program, s, lanes).kernels[0]
+              for s in gemm_candidates(program, arch)}
+    # equal bounds keep the order of `_estimate`: fewer SPM reads per cycle first
+    order = sorted(bodies, key=lambda s: _estimate(s, arch))
+    cost, sched, (_, mapping), evaluated = best_candidate(
+        order, lambda s: cycles_bound(bodies[s], arch),
+        lambda s: _evaluate(program, s, arch, options))
+    km = mapping.kernels[0]
+    note = (f"schedule: {sched.label()} (best of {evaluated} candidates mapped and run on the "
+            f"first tile, of {len(bodies)} that fit)")
+    km = dataclasses.replace(km, notes=(*km.notes, note))
+    return dataclasses.replace(mapping, kernels=(km,)), sched

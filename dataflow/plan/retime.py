@@ -1,0 +1,168 @@
+"""Line-aware post-passes on a modulo schedule, and the measurement the schedule search scores
+with (docs/conventions.md#register-blocking).
+
+The passes move issue times by whole IIs only, so every modulo reservation (issue slots, units,
+links) stays where the mapper put it; the legality checker has the last word, and a pass whose
+result is not legal returns the schedule it was given.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from dataflow.arch.spec import ArchSpec
+from dataflow.dfg.graph import Kernel, Program
+from dataflow.dfg.ops import Op
+from dataflow.mapper.legality import check_kernel_mapping
+from dataflow.mapper.mapping import KernelMapping, MappingError
+from dataflow.mapper.schedule import rec_mii, res_mii
+from dataflow.pe_array.fast import run_kernel_fast
+
+
+def retime(km: KernelMapping, arch: ArchSpec, delay: dict[tuple[int, int], int],
+           note: str) -> KernelMapping:
+    """`km` with (copy, node) issued `delay` cycles later, rounded up to whole IIs (so every
+    modulo reservation -- issue slots, units, links -- stays where it was), each consumer at
+    least as late as its latest-moved producer and each route departing as much later as its
+    source moved. Returns `km` unchanged when the result is not legal (registers: operands
+    wait longer) or nothing moves."""
+    ii = km.ii
+    nodes = km.kernel.nodes
+    shift: dict[tuple[int, int], int] = {}
+    for c in range(km.copies):
+        for n in nodes:  # nodes are in topological order
+            own = -(-delay.get((c, n.id), 0) // ii) * ii
+            shift[(c, n.id)] = max([own] + [shift[(c, i)] for i in n.inputs])
+    if not any(shift.values()):
+        return km
+    placements = tuple(dataclasses.replace(p, time=p.time + shift[(p.copy, p.node)])
+                       for p in km.placements)
+    routes = tuple(dataclasses.replace(r, depart=r.depart + shift[(r.copy, r.src)])
+                   for r in km.routes)
+    length = max(p.time + p.latency for p in placements)
+    out = dataclasses.replace(km, placements=placements, routes=routes, schedule_length=length,
+                              notes=(*km.notes, note))
+    try:
+        check_kernel_mapping(out, arch)
+    except MappingError:
+        return km
+    return out
+
+
+def align_gathers(km: KernelMapping, arch: ArchSpec) -> KernelMapping:
+    """Line-aware issue times for gathers: a copy's gathers of one buffer through one index
+    (the row blocks of one gathered row, consecutive SPM rows on consecutive lines) issue in
+    the same cycle, so each iteration's row blocks cover distinct lines together instead of
+    landing, one per cycle, wherever other iterations' blocks happen to be."""
+    nodes = km.kernel.nodes
+    groups: dict[tuple, list] = {}
+    for p in km.placements:
+        n = nodes[p.node]
+        if n.op is Op.GATHER:
+            groups.setdefault((p.copy, n.buffer, n.inputs[0]), []).append(p)
+    delay = {}
+    for members in groups.values():
+        if len(members) > 1:
+            last = max(p.time for p in members)
+            delay.update({(p.copy, p.node): last - p.time for p in members})
+    return retime(km, arch, delay, "gathers of one row aligned (line-aware)")
+
+
+def skew_copies(km: KernelMapping, arch: ArchSpec) -> KernelMapping:
+    """Copy c issues everything c IIs later. Copies whose chunks start at the same point of a
+    stream (a chunk a whole number of reduction runs long) otherwise read rows one line apart
+    in lock step -- all on one line -- and a skew of one row per copy spreads them over the
+    lines; where the chunks were already offset it may do the opposite, so the search measures
+    both."""
+    delay = {(c, n.id): c for c in range(km.copies) for n in km.kernel.nodes}
+    return retime(km, arch, delay, "copies skewed by one II each (line-aware)")
+
+
+def best_measured(variants: list[KernelMapping], arch: ArchSpec,
+                  program: Program) -> tuple[float, KernelMapping]:
+    """(cycles per iteration on the first tile, mapping) of the fastest of `variants`."""
+    return min(((sample_cycles(km, arch, program), km) for km in variants),
+               key=lambda x: x[0])
+
+
+def stagger_flushes(km: KernelMapping, arch: ArchSpec) -> KernelMapping:
+    """Line-aware issue times: within each copy, accumulating nodes that issue in the same
+    cycle are moved to distinct cycles (later, never earlier; they have no users), so their
+    register flushes -- which for a register block hit rows one line apart -- never share
+    a cycle on a line's write port. Returns `km` unchanged when the moved schedule is not legal
+    (a register file too small to hold the operands longer)."""
+    nodes = km.kernel.nodes
+    taken: dict[tuple[int, int], int] = {}
+    moved = []
+    for p in sorted(km.placements, key=lambda p: (p.copy, p.time, p.node)):
+        if nodes[p.node].op.accumulates:
+            t = p.time
+            while (p.copy, t) in taken:
+                t += 1
+            taken[(p.copy, t)] = p.node
+            p = dataclasses.replace(p, time=t)
+        moved.append(p)
+    moved.sort(key=lambda p: (p.copy, p.node))
+    length = max(p.time + p.latency for p in moved)
+    out = dataclasses.replace(km, placements=tuple(moved), schedule_length=length,
+                              notes=(*km.notes, "accumulator flushes staggered (line-aware)"))
+    try:
+        check_kernel_mapping(out, arch)
+    except MappingError:
+        return km
+    return out
+
+
+def sample_cycles(km: KernelMapping, arch: ArchSpec, program: Program) -> float:
+    """Cycles per iteration of the kernel's first tile on the fast engine (stalls included):
+    the measured score of a schedule."""
+    first = dataclasses.replace(km, tiles=km.tiles[:1])
+    res = run_kernel_fast(first, arch, program.input_map, program.dtype)
+    tile = res.tiles[0]
+    return tile.compute_cycles / max(1, tile.iterations)
+
+
+#: a candidate is not mapped when the best schedule measured so far is within this factor of
+#: its lower bound: it could win by at most that much
+BOUND_SLACK = 1.1
+
+
+def kernel_iterations(kernel: Kernel, lanes: int) -> int:
+    """Iterations of `kernel` (its vector loop counted in vectors of `lanes`); a sparse loop
+    contributes its pos array's total over its parent's extent."""
+    total = 1
+    for lp in kernel.loops:
+        if lp.is_dense:
+            total *= -(-lp.extent // lanes) if lp.var == kernel.vector_var else lp.extent
+    for lp in kernel.loops:
+        if not lp.is_dense:
+            pos = kernel.domain[lp.pos]
+            total = total // max(1, len(pos) - 1) * int(pos[-1])
+    return max(1, total)
+
+
+def cycles_bound(kernel: Kernel, arch: ArchSpec) -> float:
+    """A lower bound on the kernel's cycles before anything is mapped: its iterations over the
+    best throughput any copy count could reach, copies / max(ResMII, RecMII)."""
+    lanes = arch.pe_array.simd_lanes if kernel.vector_var else 1
+    rec = rec_mii(kernel, arch)
+    most = max(1, arch.pe_array.num_pes // len(kernel.nodes))
+    best = min(max(res_mii(kernel, arch, u), rec) / u for u in range(1, most + 1))
+    return kernel_iterations(kernel, lanes) * best
+
+
+def best_candidate(candidates: list, bound, evaluate):
+    """Branch and bound: `candidates` in order of `bound(c)` (a lower bound on c's cost); each
+    is `evaluate`d (-> (cost, result), or None when it cannot be mapped) unless the best cost
+    so far is within `BOUND_SLACK` of its bound. Returns (cost, candidate, result, evaluated)
+    of the cheapest; the first candidate is always evaluated."""
+    ranked = sorted(candidates, key=bound)  # stable: equal bounds keep the given order
+    best, evaluated = None, 0
+    for c in ranked:
+        if best is not None and best[0] <= BOUND_SLACK * bound(c):
+            break
+        got = evaluate(c)
+        evaluated += 1
+        if got is not None and (best is None or got[0] < best[0]):
+            best = (got[0], c, got[1])
+    return (*best, evaluated) if best is not None else None
