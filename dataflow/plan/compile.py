@@ -40,9 +40,11 @@ from dataflow.plan.gemm_schedule import (
     supports,
 )
 from dataflow.plan.retime import (
+    CHOICES,
     align_gathers,
     best_candidate,
     best_measured,
+    choice_key,
     cycles_bound,
     kernel_iterations,
     skew_copies,
@@ -155,13 +157,20 @@ def _choose_kernel(program: Program, index: int, arch: ArchSpec,
     cands = kernel_candidates(kernel, arch)
     if len(cands) == 1:
         return map_kernel(kernel, arch, **options), cands[0]
-    bodies = {c: apply_kernel_schedule(kernel, c) for c in cands}
-    _, sched, km, evaluated = best_candidate(
-        cands, lambda c: cycles_bound(bodies[c], arch),
-        lambda c: _evaluate(program, index, c, arch, options))
+    key = choice_key(kernel, arch, f"kernel {index} {options}")
+    known = CHOICES.get(key)
+    if known is not None:  # chosen before for this kernel on this array: map that one
+        sched, km = known, _evaluate(program, index, known, arch, options)[1]
+        how = "chosen earlier for this kernel and array"
+    else:
+        bodies = {c: apply_kernel_schedule(kernel, c) for c in cands}
+        _, sched, km, evaluated = best_candidate(
+            cands, lambda c: cycles_bound(bodies[c], arch),
+            lambda c: _evaluate(program, index, c, arch, options))
+        CHOICES.put(key, sched)
+        how = f"best of {evaluated} mapped, of {len(cands)}"
     if not sched.plain:
-        km = dataclasses.replace(km, notes=(*km.notes, f"schedule: {sched.label()} (best of "
-                                            f"{evaluated} mapped, of {len(cands)})"))
+        km = dataclasses.replace(km, notes=(*km.notes, f"schedule: {sched.label()} ({how})"))
     return km, sched
 
 

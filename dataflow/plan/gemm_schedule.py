@@ -29,8 +29,10 @@ from dataflow.dfg.graph import Program
 from dataflow.mapper import map_program
 from dataflow.mapper.mapping import Mapping, MappingError
 from dataflow.plan.retime import (
+    CHOICES,
     best_candidate,
     best_measured,
+    choice_key,
     cycles_bound,
     kernel_iterations,
     skew_copies,
@@ -147,16 +149,17 @@ def _evaluate(program: Program, sched: GemmSchedule, arch: ArchSpec, options: di
     return per * kernel_iterations(prog.kernels[0], arch.pe_array.simd_lanes), (prog, mapping)
 
 
-def _estimate(sched: GemmSchedule, arch: ArchSpec) -> tuple[float, int]:
-    """(-accumulator lanes per cycle, SPM row reads per cycle) of `sched` if the mapper reached
-    II = 1 with as many copies as the PEs hold (more MACs first; of equals, fewer reads, which
-    leave the lines room)."""
+def _estimate(sched: GemmSchedule, arch: ArchSpec) -> tuple[float, int, int]:
+    """(-accumulator lanes per cycle, body nodes, SPM row reads per cycle) of `sched` if the
+    mapper reached II = 1 with as many copies as the PEs hold: more MACs first; of equals the
+    smaller body (the mapper reaches its copies more often), then fewer reads (which leave
+    the lines room)."""
     nodes = 1 + sched.cols + sched.rows * sched.cols * (1 if sched.fuse else 2)
     copies = max(1, arch.pe_array.num_pes // nodes)
     reads = copies * (1 + sched.cols)
     ports = arch.spm.lines * arch.spm.read_ports_per_line
     ii = max(1, math.ceil(reads / ports))
-    return (-copies * sched.rows * sched.cols / ii, reads)
+    return (-copies * sched.rows * sched.cols / ii, nodes, reads)
 
 
 def compile_gemm(program: Program, arch: ArchSpec, **options) -> tuple[Mapping, GemmSchedule]:
@@ -164,15 +167,22 @@ def compile_gemm(program: Program, arch: ArchSpec, **options) -> tuple[Mapping, 
     candidates in order of their lower bound, each mapped and run on its first tile unless
     the best so far is within `BOUND_SLACK` of that bound (`retime.best_candidate`)."""
     lanes = arch.pe_array.simd_lanes
-    bodies = {s: apply_gemm_schedule(program, s, lanes).kernels[0]
-              for s in gemm_candidates(program, arch)}
-    # equal bounds keep the order of `_estimate`: fewer SPM reads per cycle first
-    order = sorted(bodies, key=lambda s: _estimate(s, arch))
-    cost, sched, (_, mapping), evaluated = best_candidate(
-        order, lambda s: cycles_bound(bodies[s], arch),
-        lambda s: _evaluate(program, s, arch, options))
+    key = choice_key(program.kernels[0], arch, f"gemm {options}")
+    known = CHOICES.get(key)
+    if known is not None:  # chosen before for this kernel on this array: map that one
+        sched, (_, mapping) = known, _evaluate(program, known, arch, options)[1]
+        note = f"schedule: {sched.label()} (chosen earlier for this kernel and array)"
+    else:
+        bodies = {s: apply_gemm_schedule(program, s, lanes).kernels[0]
+                  for s in gemm_candidates(program, arch)}
+        # equal bounds keep the order of `_estimate`
+        order = sorted(bodies, key=lambda s: _estimate(s, arch))
+        _, sched, (_, mapping), evaluated = best_candidate(
+            order, lambda s: cycles_bound(bodies[s], arch),
+            lambda s: _evaluate(program, s, arch, options))
+        CHOICES.put(key, sched)
+        note = (f"schedule: {sched.label()} (best of {evaluated} candidates mapped and run on "
+                f"the first tile, of {len(bodies)} that fit)")
     km = mapping.kernels[0]
-    note = (f"schedule: {sched.label()} (best of {evaluated} candidates mapped and run on the "
-            f"first tile, of {len(bodies)} that fit)")
     km = dataclasses.replace(km, notes=(*km.notes, note))
     return dataclasses.replace(mapping, kernels=(km,)), sched

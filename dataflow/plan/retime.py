@@ -9,8 +9,12 @@ result is not legal returns the schedule it was given.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 
+from dataflow.arch.load import arch_to_dict
 from dataflow.arch.spec import ArchSpec
+from dataflow.cachefiles import BoundedCache
 from dataflow.dfg.graph import Kernel, Program
 from dataflow.dfg.ops import Op
 from dataflow.mapper.legality import check_kernel_mapping
@@ -123,8 +127,12 @@ def sample_cycles(km: KernelMapping, arch: ArchSpec, program: Program) -> float:
 
 
 #: a candidate is not mapped when the best schedule measured so far is within this factor of
-#: its lower bound: it could win by at most that much
-BOUND_SLACK = 1.1
+#: its lower bound: it could win by at most that much (the bound leaves out fill, drain and
+#: stalls, which a measured tile of a good schedule carries by some 10-20 %)
+BOUND_SLACK = 1.25
+#: most candidates mapped and measured per kernel (planning stays fast: each costs a mapping
+#: and a tile); the ranking puts the likely winners first
+MAX_EVALUATED = 3
 
 
 def kernel_iterations(kernel: Kernel, lanes: int) -> int:
@@ -154,15 +162,39 @@ def cycles_bound(kernel: Kernel, arch: ArchSpec) -> float:
 def best_candidate(candidates: list, bound, evaluate):
     """Branch and bound: `candidates` in order of `bound(c)` (a lower bound on c's cost); each
     is `evaluate`d (-> (cost, result), or None when it cannot be mapped) unless the best cost
-    so far is within `BOUND_SLACK` of its bound. Returns (cost, candidate, result, evaluated)
+    so far is within `BOUND_SLACK` of its bound, and at most `MAX_EVALUATED` once one has
+    mapped. Returns (cost, candidate, result, evaluated)
     of the cheapest; the first candidate is always evaluated."""
     ranked = sorted(candidates, key=bound)  # stable: equal bounds keep the given order
     best, evaluated = None, 0
     for c in ranked:
-        if best is not None and best[0] <= BOUND_SLACK * bound(c):
+        if best is not None and (best[0] <= BOUND_SLACK * bound(c)
+                                 or evaluated >= MAX_EVALUATED):
             break
         got = evaluate(c)
         evaluated += 1
         if got is not None and (best is None or got[0] < best[0]):
             best = (got[0], c, got[1])
     return (*best, evaluated) if best is not None else None
+
+
+#: the schedule each (kernel, array) was given, so a sweep that varies only the memory system,
+#: energy or area re-plans with one mapping instead of a search (process-wide, bounded)
+CHOICES = BoundedCache(512)
+#: arch fields a schedule choice does not depend on: the choice is made on tile compute cycles
+_CHOICE_FREE = ("dram", "energy", "area", "name", "source")
+
+
+def choice_key(kernel: Kernel, arch: ArchSpec, kind: str) -> str:
+    """A key for `CHOICES`: the kernel's loops, body, buffers and domain arrays, and every arch
+    field the choice depends on."""
+    h = hashlib.sha256(kind.encode())
+    h.update(str(kernel).encode())
+    h.update(repr([(lp.var, lp.extent, lp.pos, lp.parent) for lp in kernel.loops]).encode())
+    h.update(repr([(b.name, b.size, str(b.role)) for b in kernel.buffers]).encode())
+    for name, arr in kernel.domain_arrays:
+        h.update(name.encode())
+        h.update(arr.tobytes())
+    spec = {k: v for k, v in arch_to_dict(arch).items() if k not in _CHOICE_FREE}
+    h.update(json.dumps(spec, sort_keys=True, default=str).encode())
+    return h.hexdigest()
