@@ -104,8 +104,10 @@ def test_speedup_over_dense_grows_with_sparsity(default_arch):
     speedup = [dense.cycles / cycles[s] for s in (0.5, 0.9, 0.99)]
     assert speedup[0] < speedup[1] < speedup[2]
     # at this small size the index build (a DRAM-bound pass over A) and loading A again for
-    # the gathers cost about as much as dense compute; still a win at every sparsity here
-    assert speedup[0] > 1.0
+    # the gathers cost about as much as dense compute; against the compiled dense kernel
+    # (macc, vector blocks: docs/conventions.md#register-blocking) half-sparse 32 x 1 tiles
+    # lose, and from 90 % sparsity on they win
+    assert speedup[0] < 1.0 < speedup[1]
 
 
 def test_column_blocks_have_identical_timing(default_arch):
@@ -197,7 +199,10 @@ def test_compute_kernel_iterations_and_cycles_against_closed_forms(element_runs,
         ks = {kr.kernel: kr for kr in res.kernels}
         sread = ks["sread_0"]
         iters = sum(t.iterations for t in sread.tiles)
-        assert iters == index.nnz_tiles * bh * bw * (n // lanes)
+        # the compiler may split the vector loop into blocks, one iteration covering that many
+        # vectors (docs/conventions.md#register-blocking)
+        closed = index.nnz_tiles * bh * bw * (n // lanes)
+        assert closed % iters == 0 and closed // iters in (1, 2, 4, 8)
         assert sread.compute_cycles >= -(-iters // sread.copies) * sread.ii
         scan_iters = sum(t.iterations for t in ks["index_scan"].tiles)
         assert scan_iters == m * k // lanes  # every element of A read once, a vector at a time

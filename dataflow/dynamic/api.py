@@ -25,8 +25,8 @@ from dataflow.dynamic.microtile import (
 )
 from dataflow.dynamic.stats import CHOICES, DynamicStats
 from dataflow.errors import UserError
-from dataflow.mapper import map_program
 from dataflow.pe_array.simulate import simulate_mapping
+from dataflow.plan.compile import compile_program
 from dataflow.workloads import check_host_memory, dense_bytes, finish
 
 
@@ -82,7 +82,7 @@ def simulate_dynamic_matmul(a: np.ndarray, b: np.ndarray, granularity: str, arch
                                          capacity_words=spec.spm.capacity_words, scheme=scheme,
                                          fetch=fetch)
         density, skip = index.tile_density, a.size  # the scan squares every element once
-    mapping = map_program(prog, spec)
+    mapping = compile_program(prog, spec)
     res = simulate_mapping(mapping, engine=engine, trace=trace,
                            workload=f"dynamic-spmm/{granularity}")
     res = finish(res, (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32), t0, mapping)

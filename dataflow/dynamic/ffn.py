@@ -34,8 +34,8 @@ from dataflow.dynamic.lower import (
 from dataflow.dynamic.microtile import build_index, check_shape, check_sparsity, parse_granularity
 from dataflow.dynamic.stats import CHOICES, DynamicStats
 from dataflow.errors import UserError
-from dataflow.mapper import map_program
 from dataflow.pe_array.simulate import simulate_mapping
+from dataflow.plan.compile import compile_program
 from dataflow.workloads import Param, check_host_memory, dense_bytes, finish
 
 DEAD_BIAS = -100.0
@@ -135,7 +135,7 @@ def simulate_relu_ffn(x, w1, b, w2, granularity: str = "32x1", arch=None, *, eng
     t0 = time.perf_counter()
     spec = resolve_arch(arch)
     prog, hact, index = lower_relu_ffn(x, w1, b, w2, granularity)
-    mapping = map_program(prog, spec)
+    mapping = compile_program(prog, spec)
     res = simulate_mapping(mapping, engine=engine, trace=trace, workload=f"relu-ffn/{granularity}")
     res = finish(res, ffn_reference(x, w1, b, w2), t0, mapping)
     t, d = x.shape

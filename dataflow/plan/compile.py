@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from dataflow.arch.spec import ArchSpec, PEKind
 from dataflow.dfg import transform
 from dataflow.dfg.graph import Kernel, Program
+from dataflow.dfg.lower import gemm_kernel
 from dataflow.dfg.ops import Op
 from dataflow.mapper import map_program
 from dataflow.mapper.legality import check_mapping
@@ -186,10 +187,11 @@ def _compile_kernels(program: Program, arch: ArchSpec,
 
 
 def _blockable(program: Program, arch: ArchSpec) -> bool:
-    """One dense GEMM as `lower_gemm` makes it."""
-    return (program.gemm is not None and len(program.kernels) == 1
-            and program.kernels[0].name == "gemm" and program.gemm.a_addresses is None
-            and len(program.kernels[0].nodes) == 4)
+    """One dense GEMM exactly as `lower_gemm` makes it (row-major A and B, no padding)."""
+    g = program.gemm
+    if g is None or len(program.kernels) != 1 or g.a_addresses is not None:
+        return False
+    return str(program.kernels[0]) == str(gemm_kernel(g.m, g.k, g.n))
 
 
 def choose_schedule(program: Program, arch: ArchSpec, dataflow: str | None = None,
