@@ -65,7 +65,8 @@ def program_roofline(program: Program, arch: ArchSpec, arrays: list[ArrayResult]
     once (see the module docstring)."""
     moved = _moved_words(arrays, arch.word_bytes)
     read = sum(_compulsory(int(x.size), moved.get(name)) for name, x in program.inputs)
-    written = sum(math.prod(shape) for _, shape in program.outputs)
+    written = sum(_compulsory(math.prod(shape), moved.get(name))
+                  for name, shape in program.outputs)
     return floors(arch, program.macs, read, written)
 
 
