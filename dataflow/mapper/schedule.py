@@ -45,14 +45,15 @@ from dataflow.mapper.mapping import Placement, Route
 from dataflow.mapper.routing import (
     Link,
     RouteState,
+    hop,
     hop_distance,
     is_immediate,
     shortest_path,
     value_flits,
 )
 
-__all__ = ["Link", "anneal", "hop_distance", "is_immediate", "op_latency", "rec_mii", "res_mii",
-           "schedule_kernel", "shortest_path", "value_flits"]
+__all__ = ["Link", "anneal", "hop", "hop_distance", "is_immediate", "op_latency", "rec_mii",
+           "res_mii", "schedule_kernel", "shortest_path", "value_flits"]
 
 NEGOTIATION_ITERATIONS = 24
 # PathFinder gives up after this many iterations without a lower total overuse: by then the
@@ -71,10 +72,6 @@ PLACEMENT_OPTIONS = 8
 # placement with overuse prices at most this many free PEs per time step (each costs a full
 # PathFinder search per input)
 OVERUSE_CANDIDATES = 6
-# hop counts standing in for a PE no path reaches: a large sort key puts it last among the
-# candidates; an impossibly large distance fails the arrival-time check outright
-UNREACHABLE_SORT_HOPS = 99
-UNREACHABLE_HOPS = 1 << 30
 
 
 def op_latency(arch: ArchSpec, op: Op) -> int:
@@ -240,15 +237,15 @@ class _Attempt:
         self.searches = ROUTE_SEARCHES_FIRST + ROUTE_SEARCHES_PER_ATTEMPT * self.attempt
         # candidate PEs closest to the producers first (then to the copy's anchor)
         routed = [p for p in preds if not is_immediate(kernel, p.node)]
-        order = sorted(near, key=lambda q: sum(st.dist[p.pe].get(q, UNREACHABLE_SORT_HOPS)
-                                                for p in routed)) if routed else near
+        order = sorted(near, key=lambda q: sum(st.hops(p.pe, q) for p in routed)) \
+            if routed else near
         for t in range(ready, ready + self.horizon):
             options = []
             for pe in order:
                 if st.entries[pe] >= self.limit or not st.slot_free(pe, t, node.op):
                     continue
                 free_seen = True
-                if any(st.dist[p.pe].get(pe, UNREACHABLE_HOPS) * st.hop + st.flits[p.node] - 1
+                if any(st.hops(p.pe, pe) * st.hop + st.flits[p.node] - 1
                        > t - p.time - p.latency for p in routed):
                     continue
                 got = self._try_pe(pe, t, preds)
