@@ -86,8 +86,8 @@ def _check_pe_array(c: _Checks, spec: ArchSpec) -> None:
     if pe.kind == PEKind.SYSTOLIC:
         side, why = MAX_SYSTOLIC_SIDE, " for a systolic array"
     else:
-        side, why = (MAX_RECONFIGURABLE_SIDE, " for a reconfigurable array (mapping a larger "
-                     "one takes minutes)")
+        side, why = (MAX_RECONFIGURABLE_SIDE, " for a reconfigurable array (planning a "
+                     "larger one takes tens of seconds)")
     c.at_most("pe_array.rows", pe.rows, side, why)
     c.at_most("pe_array.cols", pe.cols, side, why)
     c.at_most("pe_array.simd_lanes", pe.simd_lanes, MAX_SIMD_LANES)

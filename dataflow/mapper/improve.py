@@ -28,9 +28,6 @@ REPAIR_START_TEMPERATURE = 1.5
 # retiming delays each node by its depth x this many IIs: slack for moved nodes to route around
 # congestion, at the price of a longer schedule
 RETIME_IIS_PER_LEVEL = 2
-# hop count taken for a PE pair with no route (absent from the distance table): larger than any
-# real distance, so the slack test rejects the candidate
-UNREACHABLE_HOPS = 99
 # anneal's cost: one cycle of schedule length is worth 16 link hops, so length decides and hops
 # break ties between schedules of equal length
 LENGTH_WEIGHT = 16.0
@@ -162,13 +159,13 @@ def _repair_candidates(st: RouteState, where, succs, copy: int, nid: int, t: int
     reach = range(-REPAIR_REACH, REPAIR_REACH + 1)
 
     def inputs_arrive(q) -> bool:
-        return all(st.dist[where[(copy, i)].pe].get(q, UNREACHABLE_HOPS) * st.hop + st.flits[i] - 1
+        return all(st.hops(where[(copy, i)].pe, q) * st.hop + st.flits[i] - 1
                    <= t - where[(copy, i)].time - where[(copy, i)].latency
                    for i in node.inputs if not is_immediate(kernel, i))
 
     def outputs_leave(q) -> bool:
         return is_immediate(kernel, nid) or all(
-            st.dist[q].get(where[(copy, x)].pe, UNREACHABLE_HOPS) * st.hop + fl - 1
+            st.hops(q, where[(copy, x)].pe) * st.hop + fl - 1
             <= where[(copy, x)].time - t - old.latency for x in succs[nid])
 
     return [q for q in ((r + dr, c + dc) for dr in reach for dc in reach)

@@ -25,12 +25,12 @@ def _check_issue_slots(km: KernelMapping, arch, where: str) -> None:
     """Every placement on the array, one op per (PE, slot), functional units free for their
     issue interval, every node of every copy placed, instruction entries within the PE's."""
     k, ii = km.kernel, km.ii
-    pes = {(r, c) for r in range(arch.pe_array.rows) for c in range(arch.pe_array.cols)}
+    rows, cols = arch.pe_array.rows, arch.pe_array.cols
     slots: dict = {}
     fu_busy: dict = {}
     entries = Counter()
     for p in km.placements:
-        if p.pe not in pes:
+        if not (len(p.pe) == 2 and 0 <= p.pe[0] < rows and 0 <= p.pe[1] < cols):
             raise MappingError(f"{where}: node %{p.node} placed on PE {p.pe} outside the array")
         key = (p.pe, p.time % ii)
         if key in slots:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import heapq
+
 from dataflow.arch.spec import ArchSpec, PEKind
 from dataflow.dfg.graph import Kernel, Program
 from dataflow.mapper.legality import check_kernel_mapping, check_mapping
@@ -46,29 +48,7 @@ def map_kernel(kernel: Kernel, arch: ArchSpec, copies: int | None = None,
     tiles, allocs = tile_and_allocate(kernel, arch, max_tile_rows)
     rec = rec_mii(kernel, arch)
     candidates = [copies] if copies else list(range(max(1, pes // n_nodes), 0, -1))
-    best: KernelMapping | None = None
-    why: dict[int, str] = {}  # copies -> last reason an attempt failed
-    for u in candidates:
-        res = res_mii(kernel, arch, u)
-        mii = max(res, rec)
-        if best is not None and _score(u, mii) <= _score(best.copies, best.ii):
-            continue  # cannot beat the throughput already found
-        for ii in range(mii, mii + max_ii_slack + 1):
-            if best is not None and _score(u, ii) <= _score(best.copies, best.ii):
-                break
-            diag: list[str] = []
-            got = schedule_kernel(kernel, arch, u, ii, diag)
-            if got is None:
-                why[u] = f"at II = {ii}: {diag[-1]}" if diag else f"at II = {ii}"
-                continue
-            km = _kernel_mapping(kernel, u, ii, res, rec, got, allocs, tiles)
-            try:
-                check_kernel_mapping(km, arch)
-            except MappingError as exc:
-                why[u] = f"at II = {ii}: {exc}"
-                continue
-            best = km
-            break
+    best, why = _best_schedule(kernel, arch, candidates, rec, max_ii_slack, allocs, tiles)
     if best is None:
         u = min(why) if why else 1
         raise MappingError(f"kernel {kernel.name!r}: no legal modulo schedule found up to "
@@ -86,6 +66,40 @@ def map_kernel(kernel: Kernel, arch: ArchSpec, copies: int | None = None,
         except MappingError:
             pass  # keep the legal schedule; annealing only ever offers improvements
     return best
+
+
+def _best_schedule(kernel, arch, candidates, rec, max_ii_slack, allocs, tiles):
+    """(the best legal mapping or None, copies -> last reason an attempt failed).
+
+    Best first: (copies, II) pairs are tried in falling `_score` order, each copy count from
+    its MII up to MII + max_ii_slack, so the first legal schedule is the best one there is and
+    nothing worse is ever scheduled (trying every copy count from the most down scheduled
+    hundreds of large bodies on a large array first, each beaten later by fewer copies at a
+    shorter II)."""
+    heap = []
+    for u in candidates:
+        res = res_mii(kernel, arch, u)
+        mii = max(res, rec)
+        heap.append((tuple(-x for x in _score(u, mii)), u, mii, mii, res))
+    heapq.heapify(heap)
+    why: dict[int, str] = {}
+    while heap:
+        _, u, ii, mii, res = heapq.heappop(heap)
+        if ii < mii + max_ii_slack:
+            heapq.heappush(heap, (tuple(-x for x in _score(u, ii + 1)), u, ii + 1, mii, res))
+        diag: list[str] = []
+        got = schedule_kernel(kernel, arch, u, ii, diag)
+        if got is None:
+            why[u] = f"at II = {ii}: {diag[-1]}" if diag else f"at II = {ii}"
+            continue
+        km = _kernel_mapping(kernel, u, ii, res, rec, got, allocs, tiles)
+        try:
+            check_kernel_mapping(km, arch)
+        except MappingError as exc:
+            why[u] = f"at II = {ii}: {exc}"
+            continue
+        return km, why
+    return None, why
 
 
 def _kernel_mapping(kernel, copies, ii, res, rec, got, allocs, tiles, notes=()) -> KernelMapping:

@@ -5,6 +5,11 @@ A link carries `links_per_direction` values per cycle; a value of w words crosse
 width W in ceil(w / W) flits, one per cycle (wormhole: the hop latency applies to the head flit,
 the tail arrives ceil(w / W) - 1 cycles later); a value multicast to several consumers rides a
 link once. Each (link, slot) costs (1 + history) x (1 + present_factor x overuse).
+
+Nothing here grows with the array before it is used: hop counts come in closed form from the
+mesh / torus / skip-hop geometry (`hop`), shortest paths and the Dijkstra search visit only PEs
+on or near the route, and a `RouteState`'s neighbour and link tables fill in as routes touch
+PEs, so routing work follows the PEs a kernel uses, not the PEs the array has.
 """
 
 from __future__ import annotations
@@ -15,8 +20,6 @@ import math
 from collections import Counter
 from itertools import pairwise
 
-import networkx as nx
-
 from dataflow.arch.spec import ArchSpec, Topology
 from dataflow.dfg.graph import Kernel, vector_nodes
 from dataflow.dfg.ops import Op
@@ -24,9 +27,6 @@ from dataflow.mapper.mapping import MappingError
 
 Link = tuple[tuple[int, int], tuple[int, int]]
 
-# hop count taken for a PE pair with no route (absent from the distance table): more than any
-# route may take, so the search skips it
-UNREACHABLE_HOPS = 1 << 30
 # cost per cycle a route waits before departing: a tie-breaker, far below one link's cost, so of
 # equally cheap routes the earliest departure wins
 DEPART_DELAY_COST = 0.01
@@ -51,13 +51,21 @@ def value_flits(kernel: Kernel, arch: ArchSpec) -> dict[int, int]:
     return {n.id: -(-(lanes if n.id in vec else 1) // width) for n in kernel.nodes}
 
 
-@functools.lru_cache(maxsize=65536)
-def _neighbours(arch: ArchSpec, pe: tuple[int, int], cols_first: bool = False) -> tuple:
-    rows, cols = arch.pe_array.rows, arch.pe_array.cols
+def _geometry(arch: ArchSpec) -> tuple:
+    """(rows, columns, torus?, skip-hop strides largest first): what decides the links, as a
+    small tuple that is cheap to hash (hashing the whole `ArchSpec` per PE dominated the
+    searches)."""
+    return (arch.pe_array.rows, arch.pe_array.cols,
+            arch.interconnect.topology == Topology.TORUS,
+            tuple(sorted(arch.interconnect.skip_hop_strides, reverse=True)))
+
+
+@functools.lru_cache(maxsize=1 << 17)
+def _grid_neighbours(geo: tuple, pe: tuple[int, int], cols_first: bool = False) -> tuple:
+    rows, cols, torus, strides = geo
     r, c = pe
-    torus = arch.interconnect.topology == Topology.TORUS
     out = []
-    for stride in (*sorted(arch.interconnect.skip_hop_strides, reverse=True), 1):
+    for stride in (*strides, 1):
         steps = ((stride, 0), (-stride, 0), (0, stride), (0, -stride))
         if cols_first:
             steps = steps[2:] + steps[:2]
@@ -70,20 +78,33 @@ def _neighbours(arch: ArchSpec, pe: tuple[int, int], cols_first: bool = False) -
     return tuple(out)
 
 
+def _neighbours(arch: ArchSpec, pe: tuple[int, int], cols_first: bool = False) -> tuple:
+    """The PEs one link away from `pe`, largest stride first, rows before columns (columns
+    first with `cols_first`)."""
+    return _grid_neighbours(_geometry(arch), pe, cols_first)
+
+
 @functools.lru_cache(maxsize=65536)
 def shortest_path(arch: ArchSpec, src: tuple[int, int], dst: tuple[int, int],
                   cols_first: bool = False) -> tuple:
     """PEs from src to dst over the interconnect (BFS; rows-first or columns-first ties).
-    Cached: `ArchSpec` is frozen and hashable."""
+    Cached: `ArchSpec` is frozen and hashable. The search steps only to PEs one hop nearer
+    to dst (`hop`), so it visits the PEs on shortest routes, not every PE nearer to src than
+    dst: the same path as the plain BFS (a PE on a shortest route is first reached from
+    another one), found in time independent of the array's size."""
     if src == dst:
         return (src,)
+    geo = _geometry(arch)
+    rows_from, cols_from = _line_tables(arch)
+    to_row, to_col = rows_from(dst[0]), cols_from(dst[1])
     prev = {src: None}
     frontier = [src]
     while frontier:
         nxt = []
         for pe in frontier:
-            for nb in _neighbours(arch, pe, cols_first):
-                if nb not in prev:
+            closer = to_row[pe[0]] + to_col[pe[1]] - 1
+            for nb in _grid_neighbours(geo, pe, cols_first):
+                if nb not in prev and to_row[nb[0]] + to_col[nb[1]] == closer:
                     prev[nb] = pe
                     if nb == dst:
                         path = [dst]
@@ -95,16 +116,113 @@ def shortest_path(arch: ArchSpec, src: tuple[int, int], dst: tuple[int, int],
     raise MappingError(f"no route from PE {src} to PE {dst}")
 
 
-@functools.lru_cache(maxsize=256)
+# -- distances ------------------------------------------------------------------------------------
+#
+# Every link moves a value along one axis by +-1 or +-a skip-hop stride (wrapping on a torus,
+# bounded by the edges on a mesh), and which moves exist along the rows does not depend on the
+# column (nor the other way round): the interconnect is the Cartesian product of a row line and
+# a column line, so the hops between two PEs are the row line's distance plus the column line's.
+# Without skip hops a line's distance is |x - y| (mesh) or min(|x - y|, n - |x - y|) (torus);
+# with them it is a breadth-first search over the n positions of that one line (exact for any
+# strides, at the edges too), n entries per starting row or column: never a PE x PE table.
+
+
+@functools.lru_cache(maxsize=8192)
+def line_hops(n: int, strides: tuple[int, ...], wrap: bool, x: int) -> tuple[int, ...]:
+    """Hops from position x to every position of a line of n PEs whose links step +-1 and
+    +-each stride (`wrap`: modulo n, a torus; else within [0, n), a mesh)."""
+    if not strides:
+        if wrap:
+            return tuple(min(abs(y - x), n - abs(y - x)) for y in range(n))
+        return tuple(abs(y - x) for y in range(n))
+    steps = sorted({s for stride in (1, *strides) for s in (stride, -stride)})
+    dist = [-1] * n
+    dist[x] = 0
+    frontier = [x]
+    while frontier:
+        nxt = []
+        for p in frontier:
+            for s in steps:
+                q = (p + s) % n if wrap else p + s
+                if 0 <= q < n and dist[q] < 0:
+                    dist[q] = dist[p] + 1
+                    nxt.append(q)
+        frontier = nxt
+    return tuple(dist)
+
+
+def _line_tables(arch: ArchSpec):
+    """(row line, column line): `line_hops` with the array's row and column geometry bound."""
+    ic = arch.interconnect
+    strides = tuple(sorted(set(ic.skip_hop_strides)))
+    wrap = ic.topology == Topology.TORUS
+    return (functools.partial(line_hops, arch.pe_array.rows, strides, wrap),
+            functools.partial(line_hops, arch.pe_array.cols, strides, wrap))
+
+
+def hop(arch: ArchSpec, a: tuple[int, int], b: tuple[int, int]) -> int:
+    """Hop count of the shortest route from PE a to PE b (the interconnect's graph distance),
+    in closed form over the mesh, torus and skip-hop geometry: row-line plus column-line
+    distance (see `line_hops`)."""
+    rows_from, cols_from = _line_tables(arch)
+    return rows_from(a[0])[b[0]] + cols_from(a[1])[b[1]]
+
+
 def hop_distance(arch: ArchSpec) -> dict:
-    """All-pairs hop counts over the interconnect."""
+    """All-pairs hop counts, {a: {b: hops}}: O(PEs^2), for tests and small arrays only (the
+    mapper asks `hop` for the pairs it needs)."""
     pes = [(r, c) for r in range(arch.pe_array.rows) for c in range(arch.pe_array.cols)]
-    g = nx.DiGraph()
-    g.add_nodes_from(pes)
-    for pe in pes:
-        for nb in _neighbours(arch, pe):
-            g.add_edge(pe, nb)
-    return {a: dict(d) for a, d in nx.all_pairs_shortest_path_length(g)}
+    return {a: {b: hop(arch, a, b) for b in pes} for a in pes}
+
+
+def ball(arch: ArchSpec, centre: tuple[int, int]):
+    """The PEs around `centre` layer by layer: yields, for d = 0, 1, 2, ..., the list of PEs
+    exactly d hops away (breadth-first over the links), until the array is exhausted. Visits
+    only as many PEs as the caller consumes layers for."""
+    geo = _geometry(arch)
+    seen = {centre}
+    layer = [centre]
+    while layer:
+        yield layer
+        nxt = []
+        for pe in layer:
+            for nb in _grid_neighbours(geo, pe):
+                if nb not in seen:
+                    seen.add(nb)
+                    nxt.append(nb)
+        layer = nxt
+
+
+class _Neighbours(dict):
+    """PE -> ((neighbour, link id), ...), filled on first use. A link's id is
+    (PE index) x (most links a PE can have) + its position among the PE's links: the same
+    link gets the same id in every `RouteState` of an array (the congestion history carries
+    over between placement attempts), and no per-array table is built up front."""
+
+    def __init__(self, arch: ArchSpec):
+        super().__init__()
+        self.arch = arch
+        self.cols = arch.pe_array.cols
+        self.width = 4 * (len(set(arch.interconnect.skip_hop_strides)) + 1)
+        self.ids: dict[Link, int] = {}
+
+    def __missing__(self, pe):
+        base = (pe[0] * self.cols + pe[1]) * self.width
+        out = self[pe] = tuple((nb, base + j) for j, nb in enumerate(_neighbours(self.arch, pe)))
+        return out
+
+    def link_id(self, link: Link) -> int:
+        got = self.ids.get(link)
+        if got is None:
+            got = next((lid for nb, lid in self[link[0]] if nb == link[1]), None)
+            if got is None:
+                raise MappingError(f"no link from PE {link[0]} to PE {link[1]}")
+            self.ids[link] = got
+        return got
+
+    def link_of(self, lid: int) -> Link:
+        pe = divmod(lid // self.width, self.cols)
+        return pe, _neighbours(self.arch, pe)[lid % self.width]
 
 
 class RouteState:
@@ -115,7 +233,7 @@ class RouteState:
         self.hop = arch.interconnect.hop_latency_cycles
         self.cap = arch.interconnect.links_per_direction
         self.flits = value_flits(kernel, arch)
-        self.dist = hop_distance(arch)
+        self.rows_from, self.cols_from = _line_tables(arch)
         self.slots: dict[tuple[tuple[int, int], int], tuple[int, int]] = {}
         self.fu: dict[tuple[tuple[int, int], str, int], tuple[int, int]] = {}
         # (link, slot) -> {value: routes using it}; a link carries each value once per cycle
@@ -126,19 +244,12 @@ class RouteState:
         self.entries: Counter = Counter()
         self.paths_cache: dict = {}
         # links as small ints so (link, slot) keys are ints (link_id * II + slot): hashing
-        # nested tuples dominated the route search
-        self.link_id: dict = {}
-        self.link_of: list = []
-        self.nbrs: dict = {}
-        for r in range(arch.pe_array.rows):
-            for c in range(arch.pe_array.cols):
-                pe = (r, c)
-                out = []
-                for nb in _neighbours(arch, pe):
-                    self.link_id[(pe, nb)] = len(self.link_of)
-                    out.append((nb, len(self.link_of)))
-                    self.link_of.append((pe, nb))
-                self.nbrs[pe] = tuple(out)
+        # nested tuples dominated the route search; PE -> ((neighbour, link id), ...), lazily
+        self.nbrs = _Neighbours(arch)
+
+    def hops(self, a: tuple[int, int], b: tuple[int, int]) -> int:
+        """`hop(arch, a, b)`."""
+        return self.rows_from(a[0])[b[0]] + self.cols_from(a[1])[b[1]]
 
     # -- FU slots -------------------------------------------------------------------------------
     def fu_keys(self, pe, t, op: Op):
@@ -164,13 +275,13 @@ class RouteState:
 
     # -- links ----------------------------------------------------------------------------------
     def link_keys(self, path, depart, flits):
-        ii, lid = self.ii, self.link_id
-        return [lid[link] * ii + (depart + h * self.hop + j) % ii
+        ii, lid = self.ii, self.nbrs.link_id
+        return [lid(link) * ii + (depart + h * self.hop + j) % ii
                 for h, link in enumerate(pairwise(path)) for j in range(flits)]
 
     def describe(self, key) -> tuple:
         """(link, slot) of an int (link, slot) key."""
-        return self.link_of[key // self.ii], key % self.ii
+        return self.nbrs.link_of(key // self.ii), key % self.ii
 
     def arrival(self, hops: int, depart: int, flits: int) -> int:
         return depart + hops * self.hop + (flits - 1 if hops else 0)
@@ -232,7 +343,7 @@ class RouteState:
         best = None
         for depart in range(ready, ready + min(ii, max(1, t - ready + 1))):
             max_hops = (t - depart - (flits - 1)) // hop
-            if self.dist[src_pe].get(dst_pe, UNREACHABLE_HOPS) > max_hops:
+            if self.hops(src_pe, dst_pe) > max_hops:
                 break
             if src_pe == dst_pe:
                 return (src_pe,), depart, 0.0
@@ -248,6 +359,8 @@ class RouteState:
         """Dijkstra over (PE, hops) for one departure cycle, at most `max_hops` hops;
         (path, cost) or None when dst_pe is not reached."""
         seen: dict = {}
+        # hops left to dst_pe from each row and column (distances are symmetric)
+        to_row, to_col = self.rows_from(dst_pe[0]), self.cols_from(dst_pe[1])
         heap = [(start_cost, 0, src_pe)]
         prev = {(src_pe, 0): None}
         while heap:
@@ -257,7 +370,7 @@ class RouteState:
             if seen.get((pe, h), math.inf) < cost or h >= max_hops:
                 continue
             for nb, lid in self.nbrs[pe]:
-                if self.dist[nb].get(dst_pe, UNREACHABLE_HOPS) > max_hops - h - 1:
+                if to_row[nb[0]] + to_col[nb[1]] > max_hops - h - 1:
                     continue
                 step = self._hop_cost(lid, depart + h * self.hop, flits, strict, value, extra)
                 if step is None:

@@ -14,7 +14,10 @@ Resources reserved modulo II, per attempt:
   flit, the tail arrives ceil(w / W) - 1 cycles later).
 
 Placement is list scheduling in topological order (each node at its earliest time, on the
-nearest PE whose inputs can be routed within capacity). Routes are searched in the
+nearest PE whose inputs can be routed within capacity). The PEs considered for a node are those
+near its producers (a ball around the tightest input holding at most PLACEMENT_REACH_PES PEs,
+grown as the node's start time allows longer routes), never a scan of the whole array, so a
+placement costs the same on an 8 x 8 array as on a 256 x 256 one. Routes are searched in the
 time-expanded array graph (any path, any departure between the producer's result and the
 consumer's issue), costed PathFinder-style (McMurchie & Ebeling, FPGA 1995): each (link, slot)
 costs (1 + history) x (1 + present_factor x overuse). When no strictly legal placement exists
@@ -45,14 +48,16 @@ from dataflow.mapper.mapping import Placement, Route
 from dataflow.mapper.routing import (
     Link,
     RouteState,
+    ball,
+    hop,
     hop_distance,
     is_immediate,
     shortest_path,
     value_flits,
 )
 
-__all__ = ["Link", "anneal", "hop_distance", "is_immediate", "op_latency", "rec_mii", "res_mii",
-           "schedule_kernel", "shortest_path", "value_flits"]
+__all__ = ["Link", "anneal", "hop", "hop_distance", "is_immediate", "op_latency", "rec_mii",
+           "res_mii", "schedule_kernel", "shortest_path", "value_flits"]
 
 NEGOTIATION_ITERATIONS = 24
 # PathFinder gives up after this many iterations without a lower total overuse: by then the
@@ -71,10 +76,12 @@ PLACEMENT_OPTIONS = 8
 # placement with overuse prices at most this many free PEs per time step (each costs a full
 # PathFinder search per input)
 OVERUSE_CANDIDATES = 6
-# hop counts standing in for a PE no path reaches: a large sort key puts it last among the
-# candidates; an impossibly large distance fails the arrival-time check outright
-UNREACHABLE_SORT_HOPS = 99
-UNREACHABLE_HOPS = 1 << 30
+# a node with routed inputs is placed on one of the PEs of the smallest ball (in hops) around
+# its tightest input that holds this many PEs: twice the default 8 x 8 array, so arrays of up
+# to 128 PEs see every PE as before; on a larger one a PE further away would need long routes
+# anyway, and the bound keeps a node's placement work independent of the array size
+# (256 PEs made hard-to-route kernels twice as slow on a 64 x 64 array for the same II)
+PLACEMENT_REACH_PES = 128
 
 
 def op_latency(arch: ArchSpec, op: Op) -> int:
@@ -207,7 +214,6 @@ class _Attempt:
         self.st = RouteState(kernel, arch, ii)
         self.st.history = history
         self.limit = arch.pe_array.instruction_entries
-        self.pes = [(r, c) for r in range(arch.pe_array.rows) for c in range(arch.pe_array.cols)]
         self.horizon = (ii + 2 * (arch.pe_array.rows + arch.pe_array.cols) * self.st.hop
                         + max(self.st.flits.values(), default=1))
         self.where: dict[tuple[int, int], Placement] = {}
@@ -229,9 +235,11 @@ class _Attempt:
         return list(self.where.values()), out
 
     def _place_copy(self, copy: int) -> ScheduleFailure | None:
-        pes = self.pes
-        anchor = pes[(copy * len(self.kernel.nodes)) % len(pes)]
-        near = sorted(pes, key=lambda q: (abs(q[0] - anchor[0]) + abs(q[1] - anchor[1]), q))
+        # copies start at consecutive PEs in row-major order, one body's length apart
+        arch = self.arch
+        anchor = divmod((copy * len(self.kernel.nodes)) % arch.pe_array.num_pes,
+                        arch.pe_array.cols)
+        near = _NearPEs(anchor, arch.pe_array.rows, arch.pe_array.cols)
         for nid in _order(self.kernel):
             node = self.kernel.nodes[nid]
             preds = list({i: self.where[(copy, i)] for i in node.inputs}.values())
@@ -247,33 +255,56 @@ class _Attempt:
 
     def _place_legal(self, near, preds, node, ready):
         """(chosen, free_seen): the earliest time with a PE whose inputs route within capacity
-        (chosen = (pe, t, routes) or None), and whether any PE had a free slot at all."""
+        (chosen = (pe, t, routes) or None), and whether any PE had a free slot at all.
+
+        Candidate PEs closest to the producers first (then to the copy's anchor); at cycle t
+        only those the tightest input can reach by t (`_Candidates`), not the whole array.
+        The search stops early once later cycles can only repeat earlier ones: the candidates
+        have stopped growing, no Dijkstra detour is left, and a whole II has passed since every
+        input's shortest routes could leave at any of its II departure cycles."""
         st, kernel = self.st, self.kernel
-        free_seen = False
         self.searches = ROUTE_SEARCHES_FIRST + ROUTE_SEARCHES_PER_ATTEMPT * self.attempt
-        # candidate PEs closest to the producers first (then to the copy's anchor)
         routed = [p for p in preds if not is_immediate(kernel, p.node)]
-        order = sorted(near, key=lambda q: sum(st.dist[p.pe].get(q, UNREACHABLE_SORT_HOPS)
-                                                for p in routed)) if routed else near
+        cands = _Candidates(st, near, routed) if routed else None
+        repeats_from = None  # the cycle from which each II repeats the one before
         for t in range(ready, ready + self.horizon):
-            options = []
-            for pe in order:
-                if st.entries[pe] >= self.limit or not st.slot_free(pe, t, node.op):
-                    continue
-                free_seen = True
-                if any(st.dist[p.pe].get(pe, UNREACHABLE_HOPS) * st.hop + st.flits[p.node] - 1
-                       > t - p.time - p.latency for p in routed):
-                    continue
-                got = self._try_pe(pe, t, preds)
-                if got is not None:
-                    options.append((pe, t, got))
-                    if self.attempt == 0 or len(options) == PLACEMENT_OPTIONS:
-                        break
+            options = self._options_at(cands.at(t) if cands else near, t, node, preds, routed)
             if options:
                 # negotiated placement: the least congested-history routes, then nearest
                 return min(options, key=lambda o: sum(
-                    self.history[k] for _, _, _, keys in o[2] for k in keys)), free_seen
-        return None, free_seen
+                    self.history[k] for _, _, _, keys in o[2] for k in keys)), True
+            if repeats_from is None and cands is not None and cands.final and not self.searches:
+                repeats_from = max(t + 1, cands.settled_cycle(self.ii))
+            if repeats_from is not None and t + 1 >= repeats_from + self.ii:
+                break
+        return None, self._any_free(near, node, ready)
+
+    def _options_at(self, order, t, node, preds, routed) -> list:
+        """(pe, t, routes) for the PEs of `order` (in order) that take `node` at cycle t with
+        every input routed within capacity: the first only on the first attempt, else up to
+        PLACEMENT_OPTIONS."""
+        st = self.st
+        options = []
+        for pe in order:
+            if st.entries[pe] >= self.limit or not st.slot_free(pe, t, node.op):
+                continue
+            if any(st.hops(p.pe, pe) * st.hop + st.flits[p.node] - 1
+                   > t - p.time - p.latency for p in routed):
+                continue
+            got = self._try_pe(pe, t, preds)
+            if got is not None:
+                options.append((pe, t, got))
+                if self.attempt == 0 or len(options) == PLACEMENT_OPTIONS:
+                    break
+        return options
+
+    def _any_free(self, near, node, ready) -> bool:
+        """Whether any PE has a free instruction entry and a free slot for `node` in some
+        cycle of [ready, ready + II) (the slots repeat every II), nearest the anchor first."""
+        st = self.st
+        return any(st.entries[pe] < self.limit and any(st.slot_free(pe, t, node.op)
+                                                       for t in range(ready, ready + self.ii))
+                   for pe in near)
 
     def _try_pe(self, pe, t, preds):
         """Routes for every input into `pe` at `t`, jointly within capacity, or None."""
@@ -308,12 +339,12 @@ class _Attempt:
             self.routes[(copy, p.node, nid)] = (path, depart, keys)
 
     def _no_slot(self, copy, nid, node) -> ScheduleFailure:
-        limit, pes = self.limit, self.pes
-        full = sum(1 for pe in pes if self.st.entries[pe] >= limit)
+        limit, pes = self.limit, self.arch.pe_array.num_pes
+        full = sum(1 for n in self.st.entries.values() if n >= limit)
         fu = self.arch.fu_for(node.op.value)
         return ScheduleFailure(FailureCause.NO_SLOT, (
             f"copy {copy} node %{nid} ({node.op.value}) found no free slot: "
-            f"{full} of {len(pes)} PEs have all pe_array.instruction_entries = {limit} "
+            f"{full} of {pes} PEs have all pe_array.instruction_entries = {limit} "
             f"used and the {fu.name!r} units (issue interval {fu.issue_interval_cycles}) "
             f"are busy in every slot of II = {self.ii}"))
 
@@ -334,6 +365,91 @@ class _Attempt:
             f"rip-up-and-reroute negotiation (worst: link {link[0]}->{link[1]} needs "
             f"{n + st.cap} values in slot {slot} of II = {self.ii}, capacity "
             f"interconnect.links_per_direction = {st.cap})"))
+
+
+class _NearPEs:
+    """The array's PEs by Manhattan distance from `anchor`, then (row, column): built ring by
+    ring, only as far as anyone iterates (a copy's nodes usually sit within a few rings)."""
+
+    def __init__(self, anchor: tuple[int, int], rows: int, cols: int):
+        self.anchor, self.rows, self.cols = anchor, rows, cols
+        self.pes: list[tuple[int, int]] = []
+        self.rings = 0
+        r, c = anchor
+        self.last_ring = max(r, rows - 1 - r) + max(c, cols - 1 - c)
+
+    def rank(self, q: tuple[int, int]) -> tuple:
+        """q's sort key: its position in this order."""
+        return abs(q[0] - self.anchor[0]) + abs(q[1] - self.anchor[1]), q
+
+    def __iter__(self):
+        i = 0
+        while True:
+            while i < len(self.pes):
+                yield self.pes[i]
+                i += 1
+            if self.rings > self.last_ring:
+                return
+            self._add_ring()
+
+    def _add_ring(self) -> None:
+        """Append the PEs exactly `self.rings` steps from the anchor, in (row, column) order."""
+        d, (r, c) = self.rings, self.anchor
+        for dr in range(-d, d + 1):
+            row, dc = r + dr, d - abs(dr)
+            if 0 <= row < self.rows:
+                self.pes.extend((row, col) for col in dict.fromkeys((c - dc, c + dc))
+                                if 0 <= col < self.cols)
+        self.rings += 1
+
+
+class _Candidates:
+    """The PEs a node with routed inputs may take, in placement order: fewest hops summed over
+    its routed inputs, then nearest the copy's anchor (`_NearPEs` order). At cycle t only PEs
+    the tightest input (the latest value, counting its tail flits) reaches by t can take the
+    node, so `at(t)` returns the ball of that radius around the tightest input's PE, grown
+    layer by layer as t advances (never more layers than hold PLACEMENT_REACH_PES PEs): the
+    same PEs in the same order as sorting the whole array and skipping those too far."""
+
+    def __init__(self, st: RouteState, near: _NearPEs, routed):
+        self.st, self.near, self.routed = st, near, routed
+        self.tight = max(routed, key=lambda p: p.time + p.latency + st.flits[p.node])
+        self.reach_from = self.tight.time + self.tight.latency + st.flits[self.tight.node] - 1
+        self.layers = ball(st.arch, self.tight.pe)
+        self.radius = -1  # layers taken so far, minus one
+        self.final = False  # no more layers will be taken
+        self.keyed: list = []  # (key, pe), sorted
+        self.pes: list[tuple[int, int]] = []
+
+    def at(self, t: int) -> list[tuple[int, int]]:
+        want = (t - self.reach_from) // self.st.hop
+        grew = False
+        while self.radius < want and not self.final:
+            layer = next(self.layers, None)
+            if layer is None:
+                self.final = True
+                break
+            self.radius += 1
+            self.keyed.extend((self._key(q), q) for q in layer)
+            self.final = len(self.keyed) >= PLACEMENT_REACH_PES
+            grew = True
+        if grew:
+            self.keyed.sort()
+            self.pes = [q for _, q in self.keyed]
+        return self.pes
+
+    def settled_cycle(self, ii: int) -> int:
+        """A cycle from which every input's shortest routes to every candidate may leave at
+        any of their II departure cycles (`RouteState.quick_route`), so that, with the
+        candidates final, a quick route found at cycle t is found at t + II too. Each
+        candidate is within `radius` hops of the tightest input, so within its hops to that
+        input plus `radius` of any other."""
+        st = self.st
+        return max(p.time + p.latency + ii - 1 + st.flits[p.node] - 1
+                   + (st.hops(p.pe, self.tight.pe) + self.radius) * st.hop for p in self.routed)
+
+    def _key(self, q) -> tuple:
+        return sum(self.st.hops(p.pe, q) for p in self.routed), self.near.rank(q)
 
 
 def _place_with_overuse(st: RouteState, near, preds, node, ready, horizon, limit):
