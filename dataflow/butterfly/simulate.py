@@ -170,7 +170,7 @@ def simulate_orchestrated(om: OrchestratedMapping, engine: str = "fast",
         stall_cycles_dependency=tl.stall_cycles_dependency, macs=mapping.program.macs,
         dram_bytes_read=rd, dram_bytes_written=wr, kernels=kernels,
         output=outputs[mapping.program.outputs[0][0]], notes=notes, mapping_summary=om.summary(),
-        roofline=program_roofline(mapping.program, arch, arrays))
+        roofline=program_roofline(mapping.program, arch, arrays, dram_bytes=(rd, wr)))
     return OrchestratedRun(result=res, outputs=outputs, spans=tuple(spans), bounds=bounds,
                            spec=spec)
 

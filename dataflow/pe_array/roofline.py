@@ -60,13 +60,29 @@ def _compulsory(size: int, moved: list[int] | None) -> int:
     return size if not moved else min(size, max(moved))
 
 
-def program_roofline(program: Program, arch: ArchSpec, arrays: list[ArrayResult]) -> Roofline:
+def _program_compulsory(size: int, name: str, moved: dict[str, list[int]]) -> int:
+    """A program operand's compulsory words: as `_compulsory`; one the DMA never moved while
+    it moved others (an imaginary part a real transform makes on chip) costs none -- a floor
+    must not claim bytes the run does not need. Without any per-buffer record, the size."""
+    if moved and name not in moved:
+        return 0
+    return _compulsory(size, moved.get(name))
+
+
+def program_roofline(program: Program, arch: ArchSpec, arrays: list[ArrayResult],
+                     dram_bytes: tuple[int, int] | None = None) -> Roofline:
     """The run's floors: the program's useful MACs, its inputs read once, its outputs written
-    once (see the module docstring)."""
+    once (see the module docstring). `dram_bytes` = (read, written) by a DMA that is not the
+    kernels' own (a butterfly residency loads for all its kernels at once): the compulsory
+    words are capped at what it moved, so the floor never claims bytes the lowering does not
+    need (a real transform's zero imaginary part, made on chip)."""
     moved = _moved_words(arrays, arch.word_bytes)
-    read = sum(_compulsory(int(x.size), moved.get(name)) for name, x in program.inputs)
-    written = sum(_compulsory(math.prod(shape), moved.get(name))
+    read = sum(_program_compulsory(int(x.size), name, moved) for name, x in program.inputs)
+    written = sum(_program_compulsory(math.prod(shape), name, moved)
                   for name, shape in program.outputs)
+    if dram_bytes is not None:
+        read = min(read, dram_bytes[0] // arch.word_bytes)
+        written = min(written, dram_bytes[1] // arch.word_bytes)
     return floors(arch, program.macs, read, written)
 
 
