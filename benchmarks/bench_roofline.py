@@ -151,7 +151,8 @@ def run_case(case: Case, preset: str, arch, quick: bool = False) -> dict:
     try:
         res = case.runner()(arch, **sizes)
     except UserError as err:
-        row["refused"] = str(err).strip().splitlines()[0]
+        # the reason's first line, with this checkout's paths relative (the table is quoted)
+        row["refused"] = str(err).strip().splitlines()[0].replace(f"{ROOT}{os.sep}", "")
     else:
         fraction = res.fraction_of_roofline
         row.update(cycles=int(res.cycles), roofline_cycles=float(res.roofline_cycles),
