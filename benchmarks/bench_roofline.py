@@ -53,6 +53,12 @@ from dataflow.ust_frontend.sddmm_op import Sddmm
 PRESETS = {"default": ROOT / "arch_configs" / "default.yaml",
            "mlx_4x4": ROOT / "arch_configs" / "mlx_4x4.yaml"}
 STALLS = ("spm_conflict", "dram_bandwidth", "reconfiguration")
+BELOW_BOUND = "BELOW THE BOUND: fewer cycles than the roofline allows (a bug)"
+FOOTER = ("binds: where a target is missed, the largest share of the run's cycles lost to one "
+          "cause -- a stall category, or issue slots (unstalled cycles beyond the bound; for a "
+          "compute-bound run, MACs issued per unstalled cycle against the peak). refused: the "
+          "simulator's one-line reason (a UserError). wall s: planning + simulation of the row, "
+          "cold, on a machine shared with other jobs.")
 
 
 def run_sddmm(arch, *, m: int, n: int, k: int, density: float, seed: int = 0):
@@ -159,7 +165,9 @@ def run_case(case: Case, preset: str, arch, quick: bool = False) -> dict:
                    bound=str(res.bound), fraction_of_roofline=float(fraction),
                    met=bool(fraction >= row["target"]), values_ok=res.values_match_reference,
                    stall_cycles=dict(res.stall_cycles), macs=int(res.macs))
-        if not row["met"]:
+        if fraction > 1 + 1e-9:  # a run can never beat its floors: the bound or the engine errs
+            row["binds"] = BELOW_BOUND
+        elif not row["met"]:
             row["binds"] = binds(res)
     row["wall_seconds"] = time.perf_counter() - t0
     return row
@@ -170,7 +178,7 @@ def row_text(row: dict) -> str:
     head = f"{row['preset']:8} {row['workload']:50}"
     if row["refused"]:
         return f"{head} refused: {row['refused']} ({row['wall_seconds']:.1f} s)"
-    met = "met" if row["met"] else f"MISSED, {row['binds']}"
+    met = ("met" if row["met"] else "MISSED") + (f", {row['binds']}" if row["binds"] else "")
     values = "" if row["values_ok"] else ", VALUES WRONG"
     return (f"{head} {row['cycles']:>11,} cycles, bound {row['roofline_cycles']:>11,.0f} "
             f"({row['bound']}), fraction {row['fraction_of_roofline']:.3f} vs "
@@ -193,7 +201,7 @@ def markdown(rows: list[dict], header: str) -> str:
                    f"{r['fraction_of_roofline']:.3f} | {r['target']:.2f} | "
                    f"{'yes' if r['met'] else 'no'} | {r['binds']} | "
                    f"{'ok' if r['values_ok'] else 'WRONG'} | {wall} |")
-    return "\n".join(out) + "\n"
+    return "\n".join([*out, "", FOOTER]) + "\n"
 
 
 def machine() -> str:

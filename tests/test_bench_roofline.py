@@ -54,8 +54,8 @@ def test_a_refused_row_and_the_table(bench):
     row = bench.run_case(sddmm, "default", bench.PRESETS["default"])
     assert row["refused"] is None and row["values_ok"] is True and row["cycles"] > 0
     table = bench.markdown([row, refused], "header").splitlines()
-    assert table[0] == "header" and len(table) == 6
-    assert "refused: " in table[-1] and "| ok |" in table[-2]
+    assert table[0] == "header" and table[-1] == bench.FOOTER and len(table) == 8
+    assert "refused: " in table[5] and "| ok |" in table[4]
 
 
 def test_every_case_labels_its_sizes(bench):
