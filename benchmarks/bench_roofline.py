@@ -4,9 +4,8 @@ For every workload x preset (arch_configs/default.yaml, arch_configs/mlx_4x4.yam
 cycles, the run's roofline bound (`SimResult.roofline_cycles`, the largest of the compute, DRAM
 and SPM-port floors, docs/conventions.md#roofline-and-compulsory-bytes), which floor it is
 (`bound`), `fraction_of_roofline` = bound / cycles, the issue's target and whether it is met,
-and the wall seconds of the row (planning + simulation, cold: no plan cache is shared between
-rows' programs of different sizes, and each size runs once). Values are checked against numpy
-in every row.
+and the wall seconds of the row (planning + simulation, cold: the run gets an empty plan and
+SPM-layout cache folder unless --warm). Values are checked against numpy in every row.
 
 Where a target is missed, "binds" names what the lost cycles went to, as a share of the run's
 cycles: the largest of the stall categories (spm_conflict, dram_bandwidth, reconfiguration)
@@ -20,6 +19,7 @@ runs through the frontend op (`ust_frontend.sddmm_op.Sddmm`, the `sddmm` kernel 
 an operand that does not fit the SPM) is a row that says "refused: <reason>".
 
     python benchmarks/bench_roofline.py [--quick] [--only SUBSTRING] [--presets default ...]
+        [--warm]
 
 Writes benchmarks/out/bench_roofline.json and .md (bench_roofline_quick.* with --quick).
 """
@@ -32,6 +32,7 @@ import json
 import os
 import platform
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ sys.path.insert(0, str(ROOT))
 
 import dataflow
 from dataflow.arch import resolve_arch
+from dataflow.cachefiles import ENV_VAR as CACHE_VAR
 from dataflow.errors import UserError
 from dataflow.testing import values_match
 from dataflow.ust_frontend.sddmm_op import Sddmm
@@ -57,8 +59,8 @@ BELOW_BOUND = "BELOW THE BOUND: fewer cycles than the roofline allows (a bug)"
 FOOTER = ("binds: where a target is missed, the largest share of the run's cycles lost to one "
           "cause -- a stall category, or issue slots (unstalled cycles beyond the bound; for a "
           "compute-bound run, MACs issued per unstalled cycle against the peak). refused: the "
-          "simulator's one-line reason (a UserError). wall s: planning + simulation of the row, "
-          "cold, on a machine shared with other jobs.")
+          "simulator's one-line reason (a UserError). wall s: planning + simulation of the row "
+          "(cold unless the header says warm), on a machine shared with other jobs.")
 
 
 def run_sddmm(arch, *, m: int, n: int, k: int, density: float, seed: int = 0):
@@ -111,8 +113,8 @@ def _attention(pattern: str) -> Case:
                 {"seq": 128, "dim": 32}, 0.5)
 
 
-# FNet plans slowly (the butterfly SPM layout search runs the engine): one small row with
-# --quick, and dim 32 there (dim 64 at seq 64 plans for over a minute on the default preset)
+# FNet plans slowly when cold (the butterfly SPM layout search runs the engine; over a minute at
+# seq 64 on the default preset): one small row with --quick
 CASES = (
     Case("GEMM", "gemm", {"m": 512, "k": 512, "n": 512}, {"m": 64, "k": 64, "n": 64}, 0.7),
     Case("GEMM", "gemm", {"m": 384, "k": 640, "n": 256}, {"m": 48, "k": 80, "n": 32}, 0.6),
@@ -217,7 +219,24 @@ def main(argv: list[str] | None = None) -> int:
                     help="only workloads whose label contains SUBSTRING (case-insensitive)")
     ap.add_argument("--presets", nargs="+", default=list(PRESETS), choices=list(PRESETS))
     ap.add_argument("--out", default=str(HERE / "out"), help="folder for the .json and .md")
+    ap.add_argument("--warm", action="store_true",
+                    help="use the plan and layout caches on disk ($DATAFLOW_CACHE_DIR); by "
+                         "default the run gets an empty cache folder, so wall s are cold")
     args = ap.parse_args(argv)
+    if args.warm:
+        return run(args)
+    before = os.environ.get(CACHE_VAR)
+    with tempfile.TemporaryDirectory() as scratch:
+        os.environ[CACHE_VAR] = scratch  # read at each look-up, not at import
+        try:
+            return run(args)
+        finally:
+            os.environ.pop(CACHE_VAR)
+            if before is not None:
+                os.environ[CACHE_VAR] = before
+
+
+def run(args) -> int:
     cases = [c for c in CASES if args.only.lower() in c.label(args.quick).lower()
              and not (args.quick and c.quick is None)]
     if not cases:
@@ -234,7 +253,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{i}/{len(todo)}] {row_text(rows[-1])}", flush=True)
     total = time.perf_counter() - t0
     sizes = "quick sizes" if args.quick else "issue 13 sizes"
-    header = (f"Roofline fraction per workload and preset ({sizes}; {machine()}; "
+    caches = "warm plan caches" if args.warm else "cold plan caches"
+    header = (f"Roofline fraction per workload and preset ({sizes}; {caches}; {machine()}; "
               f"{total:.0f} s in all)")
     text = markdown(rows, header)
     out = Path(args.out)
@@ -243,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     (out / f"{stem}.md").write_text(text)
     (out / f"{stem}.json").write_text(json.dumps(
         {"machine": machine(), "quick": args.quick, "only": args.only,
-         "total_seconds": total, "rows": rows}, indent=1) + "\n")
+         "warm": args.warm, "total_seconds": total, "rows": rows}, indent=1) + "\n")
     print("\n" + text)
     print(f"wrote {out / (stem + '.md')} and .json")
     return 0
