@@ -181,8 +181,10 @@ def layer_cycles(data: dict, path) -> Path:
     y = np.arange(len(layers))
     left = np.zeros(len(layers))
     for part in ("compute", *causes):
-        vals = np.array([la["compute_cycles"] if part == "compute"
-                         else la["stall_cycles"].get(part, 0) for la in layers], dtype=float)
+        # compute cycles include the SPM-conflict stalls, drawn as their own segment
+        vals = np.array([la["compute_cycles"] - la["stall_cycles"].get("spm_conflict", 0)
+                         if part == "compute" else la["stall_cycles"].get(part, 0)
+                         for la in layers], dtype=float)
         if part != "compute" and not vals.any():
             continue
         ax.barh(y, vals, left=left, height=0.75, color=CAUSE_COLOURS.get(part, "#bbbbbb"),
