@@ -218,6 +218,19 @@ def test_fast_and_reference_engines_agree_on_attention(dim, lanes, default_arch)
 
 # --- timing ---------------------------------------------------------------------------------------
 
+def _same_up_to_blocks(iters: dict, want: dict) -> None:
+    """Iterations per kernel against the lowering's closed forms. The compiler may split a
+    kernel's vector loop into b blocks (b in 1, 2, 4, 8: docs/conventions.md#register-blocking),
+    one iteration then covering b vectors: the PV kernel (`spmm`), whose product feeds an
+    accumulation, may be blocked; the others run as lowered."""
+    for name, n in iters.items():
+        if name == "spmm":
+            assert want[name] % n == 0 and want[name] // n in (1, 2, 4, 8), (name, n)
+        else:
+            assert n == want[name], (name, n, want[name])
+    assert set(iters) == set(want)
+
+
 def test_cycles_scale_with_nnz_and_respect_the_compute_bound(default_arch):
     from dataflow import simulate
 
@@ -233,10 +246,10 @@ def test_cycles_scale_with_nnz_and_respect_the_compute_bound(default_arch):
         assert r.cycles >= r.compute_cycles
         # iterations are exactly the closed forms in nnz: the kernels touch stored entries only
         iters = {kr.kernel: sum(t.iterations for t in kr.tiles) for kr in r.kernels}
-        assert iters == {"sddmm": nnz * (dim // lanes), "softmax_max": nnz,
-                         "softmax_exp": nnz, "softmax_norm": nnz,
-                         "spmm": nnz * -(-dim // lanes)}, name
-        assert iters == kernel_iterations(nnz, dim, dim, lanes)
+        want = {"sddmm": nnz * (dim // lanes), "softmax_max": nnz, "softmax_exp": nnz,
+                "softmax_norm": nnz, "spmm": nnz * -(-dim // lanes)}
+        _same_up_to_blocks(iters, want)
+        assert want == kernel_iterations(nnz, dim, dim, lanes)
         bound = issue_bound_cycles(nnz, dim, dim, default_arch)
         for kr in r.kernels:  # one op per PE per cycle
             assert kr.compute_cycles >= bound[kr.kernel], (name, kr.kernel)
@@ -385,9 +398,9 @@ def test_dia_lowering_iterations_and_fewer_cycles_than_csr(default_arch):
     assert csr.values_match_reference and dia.values_match_reference
     T = 2 * w + 1  # diagonals, fillers included: T * seq positions
     iters = {kr.kernel: sum(t.iterations for t in kr.tiles) for kr in dia.kernels}
-    assert iters == {"sddmm": seq * T * dim // lanes, "softmax_max": seq * T,
-                     "softmax_exp": seq * T, "softmax_norm": seq * T,
-                     "spmm": seq * T * dim // lanes}
+    _same_up_to_blocks(iters, {"sddmm": seq * T * dim // lanes, "softmax_max": seq * T,
+                               "softmax_exp": seq * T, "softmax_norm": seq * T,
+                               "spmm": seq * T * dim // lanes})
     # no column indices to load and no gathers: fewer array cycles than the CSR program
     assert dia.compute_cycles < csr.compute_cycles
 
