@@ -15,12 +15,12 @@ import math
 from collections import Counter
 from itertools import pairwise
 
-import networkx as nx
-
 from dataflow.arch.spec import ArchSpec, Topology
 from dataflow.dfg.graph import Kernel, vector_nodes
 from dataflow.dfg.ops import Op
 from dataflow.mapper.mapping import MappingError
+
+# Deferred imports: networkx is imported in `hop_distance`, its one user (start-up).
 
 Link = tuple[tuple[int, int], tuple[int, int]]
 
@@ -98,6 +98,8 @@ def shortest_path(arch: ArchSpec, src: tuple[int, int], dst: tuple[int, int],
 @functools.lru_cache(maxsize=256)
 def hop_distance(arch: ArchSpec) -> dict:
     """All-pairs hop counts over the interconnect."""
+    import networkx as nx
+
     pes = [(r, c) for r in range(arch.pe_array.rows) for c in range(arch.pe_array.cols)]
     g = nx.DiGraph()
     g.add_nodes_from(pes)

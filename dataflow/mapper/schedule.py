@@ -35,8 +35,6 @@ from dataclasses import dataclass
 from enum import Enum
 from itertools import pairwise
 
-import networkx as nx
-
 from dataflow.arch.spec import ArchSpec
 from dataflow.dfg.graph import Kernel
 from dataflow.dfg.ops import Op
@@ -50,6 +48,8 @@ from dataflow.mapper.routing import (
     shortest_path,
     value_flits,
 )
+
+# Deferred imports: networkx is imported in `rec_mii`, its one user (start-up).
 
 __all__ = ["Link", "anneal", "hop_distance", "is_immediate", "op_latency", "rec_mii", "res_mii",
            "schedule_kernel", "shortest_path", "value_flits"]
@@ -108,6 +108,8 @@ def res_mii(kernel: Kernel, arch: ArchSpec, copies: int) -> int:
 
 def rec_mii(kernel: Kernel, arch: ArchSpec) -> int:
     """Recurrence-constrained MII: max over dependence cycles of ceil(latency / distance)."""
+    import networkx as nx
+
     g = kernel.graph()
     best = 1
     for cycle in nx.simple_cycles(g):
