@@ -40,9 +40,9 @@ COMMANDS: dict[str, Command] = {
 }
 
 
-def handler(module: str, function: str):
-    """`function` of `module`, imported when first called: for a path of a command that needs
-    heavier modules than the command's others (`simulate --model`)."""
+def deferred(module: str, function: str):
+    """`function` of `module`, imported when first called: for the flags of a command that need
+    modules its plain run does not (`simulate --model`, `--save`)."""
     def run(*args, **kwargs):
         return getattr(importlib.import_module(module), function)(*args, **kwargs)
     run.__qualname__ = f"{module}.{function}"

@@ -7,13 +7,14 @@ import json
 
 from dataflow.api import simulate
 from dataflow.arch import preset_names
-from dataflow.cli import COMMANDS, handler
+from dataflow.cli import COMMANDS, deferred
 from dataflow.errors import UserError
-from dataflow.report import save_result, write_trace
 from dataflow.workloads import all_params, workload_help, workload_names, workload_params
 
-#: `--model` and `--topology`: the models package (layers, conv, torch capture) loads only then
-simulate_model_command = handler("dataflow.cli.model_command", "simulate_model_command")
+# `--model` and `--topology` need the models package, `--save` and `--trace` the result files
+simulate_model_command = deferred("dataflow.cli.model_command", "simulate_model_command")
+save_result = deferred("dataflow.report", "save_result")
+write_trace = deferred("dataflow.report", "write_trace")
 
 
 def add_parser(sub) -> None:
