@@ -1,7 +1,13 @@
-"""The Python entry points: `load_arch`, `simulate` (and `resolve_arch`, `make_operands`)."""
+"""The Python entry points: `load_arch`, `simulate` (and `resolve_arch`, `make_operands`).
+
+`simulate` imports the one workload module it runs (`dataflow.workloads.get`), and
+`make_operands` is imported from `dataflow.matmul_workloads` when first used, so importing this
+module imports no workload (start-up, issue 14).
+"""
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 import numpy as np
@@ -9,16 +15,22 @@ import numpy as np
 from dataflow.arch import ArchSpec, load_arch, preset_path, resolve_arch
 from dataflow.arch.limits import gib, host_memory_bytes, shown
 from dataflow.errors import UserError
-from dataflow.matmul_workloads import make_operands
 from dataflow.pe_array.simulate import ENGINES
 from dataflow.workloads import finish, get
 
-__all__ = ["DEFAULT_ARCH", "ROOT", "ArchSpec", "finish", "load_arch", "make_operands",
+__all__ = ["DEFAULT_ARCH", "ROOT", "ArchSpec", "finish", "load_arch",
+           "make_operands",  # noqa: F822 (module __getattr__ below)
            "resolve_arch", "simulate"]
 
 ROOT = Path(__file__).resolve().parent.parent  # the repository in a source checkout (benchmarks)
 #: The default preset's file, inside the package. `resolve_arch` takes preset names and paths.
 DEFAULT_ARCH = preset_path("default")
+
+
+def __getattr__(name: str):
+    if name == "make_operands":  # the gemm/spmm operands: their workload module holds them
+        return importlib.import_module("dataflow.matmul_workloads").make_operands
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def simulate(workload: str, arch: ArchSpec | str | Path | None = None, *, seed: int = 0,

@@ -1,11 +1,14 @@
 """The workload registry behind `dataflow simulate --workload NAME` and `dataflow.simulate(NAME)`.
 
-A workload module registers itself on import with `register(Workload(...))`; `WORKLOAD_MODULES`
-lists the modules imported the first time the registry is read. A workload's `run` takes the
-architecture, the engine name, the seed and its own declared parameters, and returns a
-`SimResult` whose `values_match_reference` and `max_abs_error` are already filled in.
+A workload module registers itself on import with `register(Workload(...))`. `WORKLOAD_TABLE`
+names every workload with the module that registers it, its one-line help and its parameters,
+so the CLI builds its flags and `get(name)` imports only that one workload's module: listing the
+workloads imports none of them (start-up, issue 14). `tests/test_workload_table.py` checks that
+the table says what the modules register. A workload's `run` takes the architecture, the engine
+name, the seed and its own declared parameters, and returns a `SimResult` whose
+`values_match_reference` and `max_abs_error` are already filled in.
 
-Parameters are declared once (`Param`); the CLI turns the union of all workloads' parameters
+Parameters are declared with `Param`; the CLI turns the union of all workloads' parameters
 into flags (`--seq`, `--top-k`, ...) and passes a workload only the ones it declares, so a flag
 given to a workload that does not take it is an error that names the flag.
 """
@@ -23,15 +26,6 @@ from typing import Any
 from dataflow.arch.limits import gib, memory_budget_bytes, shown
 from dataflow.errors import UserError
 from dataflow.testing import max_abs_error, values_match
-
-#: Modules that register workloads when imported (each adds its own line).
-WORKLOAD_MODULES: tuple[str, ...] = (
-    "dataflow.matmul_workloads",
-    "dataflow.attention.api",
-    "dataflow.dynamic.workloads",
-    "dataflow.moe",
-    "dataflow.butterfly.workloads",
-)
 
 
 @dataclass(frozen=True)
@@ -103,8 +97,97 @@ class Workload:
         return out
 
 
+@dataclass(frozen=True)
+class WorkloadInfo:
+    """A workload as the registry knows it before its module is imported."""
+
+    name: str
+    module: str  # the module whose import registers it
+    help: str
+    params: tuple[Param, ...]
+
+
+# Parameters several workloads declare alike
+_M = Param("m", int, 256, "rows of A and C")
+_K = Param("k", int, 256, "columns of A, rows of B")
+_N = Param("n", int, 64, "columns of B and C (butterfly/fft: transform length)")
+_MATMUL = (_M, _K, _N, Param("density", float, 0.05, "density of sparse A (spmm)"),
+           Param("dataflow", str, None, "systolic dataflow (systolic architectures only; "
+                 "default os)", choices=(None, "os", "ws", "is")))
+_SEQ = Param("seq", int, 128, "sequence length (queries = keys)")
+_TOKENS = Param("tokens", int, 64, "tokens (rows of X)")
+_WIDTH = Param("dim", int, 64, "model width (columns of X)")
+_MICRO_TILES = ("32x1", "1x64", "32x64")
+_BATCH = Param("batch", int, 32, "butterfly/fft: vectors transformed at once")
+_ORCH = Param("orchestration", str, "multilayer", "butterfly stages: layer (DRAM round trip per "
+              "stage), fused (several stages per kernel), multilayer (stage kernels co-resident)",
+              choices=("layer", "fused", "multilayer"))
+
+#: Every workload, in the order the CLI lists them: its name, the module that registers it, its
+#: help and its parameters (what `tests/test_workload_table.py` checks the module registers).
+WORKLOAD_TABLE: tuple[WorkloadInfo, ...] = (
+    WorkloadInfo("gemm", "dataflow.matmul_workloads", "dense C = A @ B", _MATMUL),
+    WorkloadInfo("spmm", "dataflow.matmul_workloads", "CSR A @ dense B", _MATMUL),
+    WorkloadInfo("attention", "dataflow.attention.api",
+                 "masked attention, pattern as a UST mask: SDDMM -> softmax -> SpMM", (
+        Param("pattern", str, "window", "attention sparsity pattern",
+              choices=("dense", "window", "dilated", "bigbird", "butterfly", "nm")),
+        _SEQ,
+        Param("dim", int, 32, "head dimension d of q, k and v"),
+        Param("window", int, None, "window half-width in keys (window, dilated; default 8)"),
+        Param("dilation", int, None, "stride between attended keys (dilated; default 2)"),
+        Param("block", int, None, "block edge in tokens (bigbird; default 16)"),
+        Param("global_blocks", int, None, "global blocks (bigbird; default 1)"),
+        Param("window_blocks", int, None, "block-band half-width (bigbird; default 1)"),
+        Param("random_blocks", int, None, "random blocks per block row (bigbird; default 1)"),
+        Param("nm", str, None, "N:M kept keys (nm; default 2:4)"),
+        Param("lowering", str, "csr", "attention lowering: csr (any pattern), dia (window, "
+              "dilated: affine, no gathers), auto", choices=("csr", "dia", "auto")))),
+    WorkloadInfo("dynamic-spmm", "dataflow.dynamic.workloads",
+                 "C = A @ B, A's sparsity found at run time (PIT micro-tiles vs block-sparse)", (
+        _M, _K, _N,
+        Param("sparsity", float, 0.9, "fraction of zeros, in [0, 1) (dynamic-spmm: of A; "
+              "relu-ffn: of the hidden neurons that are dead)"),
+        Param("granularity", str, "32x1", "micro-tile the kernel gathers (32x1, 1x64: PIT; "
+              "32x64: block-sparse; dense: GEMM baseline)", choices=(*_MICRO_TILES, "dense")),
+        Param("mask_granularity", str, None, "how A's zeros are laid out (element, or whole "
+              "micro-tiles; default: the --granularity, as in PIT's micro-benchmark)",
+              choices=(None, "element", *_MICRO_TILES)))),
+    WorkloadInfo("relu-ffn", "dataflow.dynamic.workloads",
+                 "Y = ReLU(X W1 + b) W2, the second layer on dynamically sparse activations", (
+        _TOKENS,
+        Param("dim", int, 64, "model width (columns of X and Y)"),
+        Param("hidden", int, 256, "hidden width (relu-ffn: of the FFN; moe: of each expert's "
+              "output)"),
+        Param("sparsity", float, 0.9, "fraction of zeros, in [0, 1)"),
+        Param("granularity", str, "32x1", "micro-tile of the second layer's gathers",
+              choices=(*_MICRO_TILES, "dense")))),
+    WorkloadInfo("moe", "dataflow.moe",
+                 "mixture of experts: top-k gating, dispatch, per-expert GEMMs, combine", (
+        Param("experts", int, 8, "experts (moe)"),
+        Param("top_k", int, 2, "experts per token, <= --experts (moe)"),
+        _TOKENS, _WIDTH,
+        Param("hidden", int, 64, "output width of each expert / the FFN's hidden width"),
+        Param("skew", float, 0.0, "gate bias -skew * e: > 0 sends more tokens to low experts "
+              "(moe)"),
+        Param("placement", str, "parallel", "experts side by side in array regions, or one "
+              "after another (moe)", choices=("parallel", "sequential")))),
+    WorkloadInfo("butterfly", "dataflow.butterfly.workloads",
+                 "butterfly matrix (log2 n stages of 2x2 factors) times a batch of vectors", (
+        _N, _BATCH, _ORCH,
+        Param("complex", int, 0, "butterfly: 1 for complex factors (0: real)", choices=(0, 1)))),
+    WorkloadInfo("fft", "dataflow.butterfly.workloads",
+                 "FFT along the last axis as butterfly stages (bit-reversed addressing)",
+                 (_N, _BATCH, _ORCH)),
+    WorkloadInfo("fnet-attention", "dataflow.butterfly.workloads",
+                 "FNet/FABNet token mixing Re(FFT2) over (seq, dim)", (_SEQ, _WIDTH, _ORCH)),
+)
+_TABLE = {w.name: w for w in WORKLOAD_TABLE}
+#: The modules that register workloads, each imported the first time one of its workloads is
+#: asked for (`get`), or all of them by `workloads()`.
+WORKLOAD_MODULES: tuple[str, ...] = tuple(dict.fromkeys(w.module for w in WORKLOAD_TABLE))
+
 _REGISTRY: dict[str, Workload] = {}
-_loaded = False
 
 
 def register(w: Workload) -> Workload:
@@ -112,31 +195,53 @@ def register(w: Workload) -> Workload:
     return w
 
 
-def _load() -> None:
-    global _loaded
-    if _loaded:
-        return
-    _loaded = True
-    for mod in WORKLOAD_MODULES:
-        importlib.import_module(mod)
+def _declared() -> dict[str, WorkloadInfo | Workload]:
+    """Every workload by name, none imported: the table's, then any registered outside it."""
+    out: dict[str, WorkloadInfo | Workload] = dict(_TABLE)
+    for name, w in _REGISTRY.items():
+        out.setdefault(name, w)
+    return out
 
 
-def workloads() -> dict[str, Workload]:
-    _load()
-    return dict(_REGISTRY)
+def workload_names() -> tuple[str, ...]:
+    """The workloads' names, in the table's order (importing no workload module)."""
+    return tuple(_declared())
+
+
+def workload_help(name: str) -> str:
+    return _declared()[name].help
+
+
+def workload_params(name: str) -> tuple[Param, ...]:
+    """The parameters `name` declares (importing no workload module)."""
+    return _declared()[name].params
 
 
 def get(name: str) -> Workload:
-    reg = workloads()
-    if name not in reg:
-        raise UserError(f"unknown workload {name!r}; choose one of {sorted(reg)}")
-    return reg[name]
+    """The registered workload `name`; imports its module (only that one) the first time."""
+    info = _TABLE.get(name)
+    if name not in _REGISTRY and info is not None:
+        importlib.import_module(info.module)
+        if name not in _REGISTRY:
+            raise RuntimeError(f"{info.module} registers no workload {name!r}: "
+                               "dataflow.workloads.WORKLOAD_TABLE disagrees with it")
+    if name not in _REGISTRY:
+        raise UserError(f"unknown workload {name!r}; choose one of {sorted(_declared())}")
+    return _REGISTRY[name]
+
+
+def workloads() -> dict[str, Workload]:
+    """Every workload, registered: imports every workload module (the table's order first)."""
+    out = {name: get(name) for name in _TABLE}
+    out.update(_REGISTRY)
+    return out
 
 
 def all_params() -> dict[str, Param]:
-    """Union of every workload's parameters by name (first declaration gives the flag's type)."""
+    """Union of every workload's parameters by name (first declaration gives the flag's type);
+    from the table, so importing no workload module."""
     out: dict[str, Param] = {}
-    for w in workloads().values():
+    for w in _declared().values():
         for p in w.params:
             out.setdefault(p.name, p)
     return out

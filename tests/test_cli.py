@@ -4,9 +4,8 @@ import sys
 
 import pytest
 
-import dataflow.cli as cli
 from dataflow.arch import ArchError
-from dataflow.cli import main
+from dataflow.cli import main, simulate_command
 from dataflow.dfg import DFGError
 from dataflow.errors import UserError
 from dataflow.mapper import MappingError
@@ -85,7 +84,7 @@ def test_internal_error_keeps_its_traceback_and_asks_for_a_report(monkeypatch, c
     def broken(*args, **kwargs):  # a bug deep inside: not the user's fault
         raise ValueError("index 7 out of bounds in the scheduler")
 
-    monkeypatch.setattr(cli, "simulate", broken)
+    monkeypatch.setattr(simulate_command, "simulate", broken)
     assert main(["simulate", "--workload", "gemm", "--m", "8", "--k", "8", "--n", "8"]) == 3
     err = capsys.readouterr().err
     assert "Traceback (most recent call last)" in err

@@ -7,7 +7,8 @@ import json
 import sys
 
 from dataflow.arch import preset_names
-from dataflow.cli import add_model_size_flags, model_sizes
+from dataflow.cli import COMMANDS
+from dataflow.cli.simulate_command import add_model_size_flags, model_sizes
 from dataflow.cuda.compare import compare, compare_model, crosscheck, plot_comparison
 from dataflow.cuda.device import GpuUnavailableError
 from dataflow.cuda.gpu_spec import available_gpus
@@ -35,7 +36,7 @@ def _params(args) -> dict:
 
 
 def add_parser(sub) -> None:
-    c = sub.add_parser("crosscheck", help="numpy vs sim vs cuda on the same inputs",
+    c = sub.add_parser("crosscheck", help=COMMANDS["crosscheck"].help,
                        description="Run one workload's operands through the numpy reference, "
                        "the simulated dataflow array and the CUDA kernels (in the CUDA simulator "
                        "when there is no GPU) and report the largest error of each pair. Exit "
@@ -43,7 +44,7 @@ def add_parser(sub) -> None:
     _workload_flags(c)
     c.set_defaults(func=crosscheck_command)
 
-    m = sub.add_parser("compare", help="dataflow simulated vs GPU measured-or-modelled cost",
+    m = sub.add_parser("compare", help=COMMANDS["compare"].help,
                        description="Simulated time and energy of a workload on a dataflow "
                        "architecture next to each GPU's: measured with CUDA events when this "
                        "machine has that GPU, else modelled from the preset gpus/NAME "

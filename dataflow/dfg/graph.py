@@ -6,8 +6,8 @@ the one `Op` enum). Memory nodes carry an `Addr`: an affine function of the loop
 (for gathers and scatters) a loaded index times a stride. The innermost dense loop may be the
 `vector_var`, executed `simd_lanes` elements at a time.
 
-Graphs live in networkx behind `Kernel.graph()`; nodes themselves are immutable and edited only
-with `dataclasses.replace`.
+Graphs live in networkx behind `Kernel.graph()` (imported there: checking a kernel needs no
+networkx); nodes themselves are immutable and edited only with `dataclasses.replace`.
 """
 
 from __future__ import annotations
@@ -15,12 +15,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 from functools import cached_property
+from typing import TYPE_CHECKING
 
-import networkx as nx
 import numpy as np
 
 from dataflow.dfg.ops import ARITY, Op
 from dataflow.errors import UserError
+
+if TYPE_CHECKING:
+    import networkx as nx
+
+# Deferred imports: networkx is imported in `Kernel.graph` (start-up: a tenth of a second).
 
 
 class DFGError(UserError):
@@ -160,6 +165,8 @@ class Kernel:
 
     def graph(self) -> nx.DiGraph:
         """The body as a networkx DiGraph; edges carry `distance` (0 = same iteration)."""
+        import networkx as nx
+
         g = nx.DiGraph()
         for n in self.nodes:
             g.add_node(n.id, node=n)
@@ -268,12 +275,13 @@ class Kernel:
 
     def _verify_carried(self, where: str) -> None:
         """Carried edges join existing nodes at distance >= 1; no cycle of distance 0."""
-        g = self.graph()
-        zero = nx.DiGraph([(u, v) for u, v, d in g.edges(data="distance") if d == 0])
         n_nodes = len(self.nodes)
         if any(s >= n_nodes or d >= n_nodes or dist < 1 for s, d, dist in self.carried):
             raise DFGError(f"{where}: carried edges need existing nodes and distance >= 1")
-        if not nx.is_directed_acyclic_graph(zero):
+        # the distance-0 edges of `graph()`: the inputs, less a pair a carried edge replaces
+        carried = {(s, d) for s, d, _ in self.carried}
+        zero = {(i, n.id) for n in self.nodes for i in n.inputs if (i, n.id) not in carried}
+        if _has_cycle(zero):
             raise DFGError(f"{where}: the body has a cycle of distance 0")
 
     def __str__(self) -> str:
@@ -285,6 +293,24 @@ class Kernel:
         body = "\n".join(f"    {n}" for n in self.nodes)
         vec = f"  (vector over {self.vector_var})" if self.vector_var else ""
         return f"kernel {self.name}: {loops}{vec}\n{body}"
+
+
+def _has_cycle(edges: set[tuple[int, int]]) -> bool:
+    """Whether the directed graph of `edges` has a cycle (Kahn: a node set that never runs out
+    of predecessors is left over)."""
+    preds: dict[int, int] = {}
+    succs: dict[int, list[int]] = {}
+    for u, v in edges:
+        preds.setdefault(u, 0)
+        preds[v] = preds.get(v, 0) + 1
+        succs.setdefault(u, []).append(v)
+    ready = [u for u, k in preds.items() if k == 0]
+    for u in ready:  # grows while it is walked
+        for v in succs.get(u, ()):
+            preds[v] -= 1
+            if preds[v] == 0:
+                ready.append(v)
+    return len(ready) < len(preds)
 
 
 def vector_nodes(kernel: Kernel) -> frozenset[int]:

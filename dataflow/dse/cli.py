@@ -9,6 +9,7 @@ import sqlite3
 import sys
 import threading
 
+from dataflow.cli import COMMANDS
 from dataflow.dse import pareto
 from dataflow.dse.points import grid_points
 from dataflow.dse.runners import make_runner, run_sweep
@@ -20,7 +21,7 @@ from dataflow.errors import USER_ERRORS, UserError
 
 def add_parser(sub) -> None:
     s = sub.add_parser(
-        "sweep", help="run a design-space sweep (grid or guided search) into a results file",
+        "sweep", help=COMMANDS["sweep"].help,
         description="Run every point of SWEEP.yaml not yet stored in --out (a SQLite file, one "
                     "transaction per point): killing a sweep and running it again resumes it.")
     s.add_argument("sweep_file", metavar="SWEEP.yaml")
@@ -42,7 +43,7 @@ def add_parser(sub) -> None:
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
     s.set_defaults(func=sweep_command)
 
-    p = sub.add_parser("pareto", help="Pareto fronts of a results file: table, plot, CSV, Parquet")
+    p = sub.add_parser("pareto", help=COMMANDS["pareto"].help)
     p.add_argument("results", metavar="RESULTS.db")
     p.add_argument("--x", default=None, help="metric on the plot's x axis (default cycles)")
     p.add_argument("--y", default=None, help="metric on the plot's y axis (default energy_pj)")

@@ -38,8 +38,6 @@ from dataclasses import dataclass
 from enum import Enum
 from itertools import pairwise
 
-import networkx as nx
-
 from dataflow.arch.spec import ArchSpec
 from dataflow.dfg.graph import Kernel
 from dataflow.dfg.ops import Op
@@ -55,6 +53,8 @@ from dataflow.mapper.routing import (
     shortest_path,
     value_flits,
 )
+
+# Deferred imports: networkx is imported in `rec_mii`, its one user (start-up).
 
 __all__ = ["Link", "anneal", "hop", "hop_distance", "is_immediate", "op_latency", "rec_mii",
            "res_mii", "schedule_kernel", "shortest_path", "value_flits"]
@@ -127,6 +127,8 @@ def rec_mii(kernel: Kernel, arch: ArchSpec) -> int:
     """Recurrence-constrained MII: max over dependence cycles of ceil(latency / distance). An
     accumulating op's own recurrence is its register's one-cycle combine (a macc's multiplier
     is pipelined ahead of it: docs/conventions.md#register-blocking)."""
+    import networkx as nx
+
     g = kernel.graph()
     best = 1
     for cycle in nx.simple_cycles(g):

@@ -26,15 +26,22 @@ order is the same in every dataflow and both engines agree bit for bit.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
-import numba
 import numpy as np
 
 from dataflow.arch.spec import ArchSpec
 from dataflow.mapper.mapping import SystolicMapping
 from dataflow.pe_array.result import ArrayResult, TileResult
+
+# Deferred imports: numba is imported in `_compiled_k_ordered`, for the products large enough
+# that compiled code repays its start-up (a few tenths of a second); smaller ones run in numpy.
+
+#: products of at most this many MACs run in numpy (tens of milliseconds at most), larger ones
+#: in numba; both give the same bits
+NUMPY_MAX_MACS = 1 << 24
 
 
 def systolic_dims(dataflow: str, m: int, n: int, k: int) -> tuple[int, int, int]:
@@ -95,8 +102,7 @@ def _operands(sm: SystolicMapping, inputs):
     return a, b
 
 
-@numba.njit(cache=True)
-def _matmul_k_ordered(a, b, out):  # pragma: no cover - compiled
+def _matmul_k_ordered_loops(a, b, out):  # pragma: no cover - compiled by numba
     m, k = a.shape
     n = b.shape[1]
     for i in range(m):
@@ -104,6 +110,27 @@ def _matmul_k_ordered(a, b, out):  # pragma: no cover - compiled
             aik = a[i, kk]
             for j in range(n):
                 out[i, j] = out[i, j] + np.float32(aik * b[kk, j])
+
+
+@functools.cache
+def _compiled_k_ordered():
+    import numba
+
+    return numba.njit(cache=True)(_matmul_k_ordered_loops)
+
+
+def _matmul_k_ordered(a, b, out) -> None:
+    """out += a @ b in fp32 (contiguous float32 arrays), each product rounded to fp32 and then
+    added in increasing k: numpy's rank-1 updates (a multiply, then an add, per k) up to
+    NUMPY_MAX_MACS, numba's loops above, with the same values."""
+    m, k = a.shape
+    if m * k * b.shape[1] > NUMPY_MAX_MACS:
+        _compiled_k_ordered()(a, b, out)
+        return
+    product = np.empty_like(out)
+    for kk in range(k):
+        np.multiply(a[:, kk, None], b[kk], out=product)
+        out += product
 
 
 def _result(sm, arch, out, busy, spm_reads, spm_writes, trace=None) -> ArrayResult:

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import sys
 
+from dataflow.cli import COMMANDS
 from dataflow.errors import USER_ERRORS
 from dataflow.report import load_result, write_report
 
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
-        "report", help="draw a saved result: Gantt chart, PE and SPM heatmaps, roofline; for "
-                       "a model, cycles, roofline and share of time per layer",
+        "report", help=COMMANDS["report"].help,
         description="RESULT is a file written by `dataflow simulate --save FILE` or `dataflow "
                     "simulate --model M --save FILE` (or the JSON that `--json` prints; it "
                     "holds less, so fewer pictures).")

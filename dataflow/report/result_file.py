@@ -21,11 +21,15 @@ import csv
 import json
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from dataflow.errors import KeyPathError, UserError
-from dataflow.models import ModelResult
+from dataflow.pe_array.result import SimResult
+
+if TYPE_CHECKING:  # saving one workload's result need not import the models package
+    from dataflow.models import ModelResult
 
 FORMAT = "dataflow-result/1"
 MODEL_FORMAT = "dataflow-model-result/1"
@@ -91,7 +95,7 @@ def save_result(res, path: str | Path) -> Path:
     """Write the result file of `res` (a `SimResult`, or a `ModelResult`: the model result
     file) to `path` (a file; its folder must exist)."""
     path = _writable(path)
-    data = model_result_data(res) if isinstance(res, ModelResult) else result_data(res)
+    data = result_data(res) if isinstance(res, SimResult) else model_result_data(res)
     path.write_text(json.dumps(data))
     return path
 

@@ -1,0 +1,123 @@
+"""`dataflow simulate`: one workload (here), or a whole model file or topology file
+(`dataflow.cli.model_command`, imported only for `--model` / `--topology`)."""
+
+from __future__ import annotations
+
+import json
+
+from dataflow.api import simulate
+from dataflow.arch import preset_names
+from dataflow.cli import COMMANDS, deferred
+from dataflow.errors import UserError
+from dataflow.workloads import all_params, workload_help, workload_names, workload_params
+
+# `--model` and `--topology` need the models package, `--save` and `--trace` the result files
+simulate_model_command = deferred("dataflow.cli.model_command", "simulate_model_command")
+save_result = deferred("dataflow.report", "save_result")
+write_trace = deferred("dataflow.report", "write_trace")
+
+
+def add_parser(sub) -> None:
+    s = sub.add_parser("simulate", help=COMMANDS["simulate"].help)
+    s.add_argument("--arch", default="default", help="architecture: a preset "
+                   f"({', '.join(preset_names())}) or a YAML path (default: %(default)s)")
+    names = workload_names()
+    s.add_argument("--workload", choices=sorted(names), default="spmm",
+                   help="; ".join(f"{n}: {workload_help(n)}" for n in names))
+    for prm in all_params().values():
+        users = [n for n in names if any(q.name == prm.name for q in workload_params(n))]
+        kw = {"choices": [c for c in prm.choices if c is not None]} if prm.choices else {}
+        # default None: the workload fills its own default, and only flags given are passed
+        s.add_argument(prm.flag, dest=prm.name, type=prm.type, default=None,
+                       help=f"{prm.help} [{', '.join(users)}]", **kw)
+    s.add_argument("--model", metavar="FILE", help="simulate a whole model file (models/*.yaml) "
+                   "layer by layer; --seq and the other size flags fill its sizes")
+    s.add_argument("--topology", metavar="FILE.csv", help="simulate every layer of a SCALE-Sim "
+                   "topology file (conv or GEMM rows, read as they are)")
+    add_model_size_flags(s)
+    s.add_argument("--csv", metavar="FILE", help="write the per-layer table of --model as CSV")
+    s.add_argument("--engine", choices=("fast", "reference"), default="fast")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--json", action="store_true", help="print one JSON object")
+    s.add_argument("--save", metavar="FILE", help="write the result file `dataflow report` draws")
+    s.add_argument("--trace", metavar="FILE",
+                   help="write the per-cycle trace (cycle, PE, op) as .csv or .jsonl "
+                        "(needs --engine reference)")
+    s.set_defaults(func=simulate_command)
+
+
+def add_model_size_flags(parser) -> None:
+    """`--size NAME=N` and `--attention-pattern` of a command that takes a model file."""
+    parser.add_argument("--size", metavar="NAME=N", action="append", default=[],
+                        help="a model file's size by name, e.g. --size heads=2 (repeatable)")
+    parser.add_argument("--attention-pattern", dest="attention_pattern",
+                        choices=all_params()["pattern"].choices,
+                        help="the pattern of every attention layer of --model")
+
+
+def model_sizes(args, params: dict) -> dict[str, int]:
+    """--size NAME=N and the size flags given (a flag the file lacks is the loader's error)."""
+    sizes = {k: v for k, v in params.items() if k != "dataflow"}
+    for item in args.size:
+        name, sep, value = item.partition("=")
+        if not sep or not value.strip().lstrip("-").isdigit():
+            raise UserError(f"--size {item}: expected NAME=INTEGER")
+        sizes[name.strip()] = int(value)
+    return sizes
+
+
+def summary(r) -> str:
+    st = r.stall_cycles
+    lines = [
+        f"dataflow simulate: {r.workload} on {r.arch} ({r.engine} engine)",
+        f"  mapping          {r.mapping_summary}",
+        f"  cycles           {r.cycles:,}  ({r.time_seconds * 1e6:,.3f} us at {r.clock_ghz:g} GHz)",
+        f"  compute cycles   {r.compute_cycles:,}",
+        "  stall cycles     " + ", ".join(f"{k} {v:,}" for k, v in st.items()),
+        (f"  PE utilisation   {100 * r.pe_utilization:.1f}% busy, "
+         f"{100 * r.mac_utilization:.1f}% of peak MACs ({r.macs:,} MACs)"),
+        *([f"  roofline         {r.roofline_cycles:,.0f} cycles ({r.bound} bound: compute "
+           f"{r.roofline.compute_cycles:,.0f}, DRAM {r.roofline.dram_cycles:,.0f}, SPM ports "
+           f"{r.roofline.spm_port_cycles:,.0f}); achieved {r.fraction_of_roofline:.3f} of it"]
+          if r.roofline else []),
+        (f"  SPM              {r.spm_reads:,} row reads, {r.spm_writes:,} row writes, "
+         f"{r.spm_conflict_cycles:,} conflict cycles"),
+        f"  DRAM             {r.dram_bytes_read:,} B read, {r.dram_bytes_written:,} B written",
+        f"  energy           {r.energy_total_pj / 1e6:,.3f} uJ ("
+        + ", ".join(f"{k} {v / 1e6:.3f}" for k, v in r.energy_pj) + ")",
+        *([f"  area             {r.area_total_mm2:,.2f} mm2 ("
+           + ", ".join(f"{k} {v:.2f}" for k, v in r.area_mm2) + ")"] if r.area_mm2 else []),
+        (f"  values           {'match' if r.values_match_reference else 'DO NOT MATCH'} the numpy "
+         f"reference (max abs error {r.max_abs_error:.3g})"),
+        f"  wall time        {r.wall_seconds:.3f} s",
+    ]
+    if len(r.kernels) > 1:
+        lines.append("  per kernel       " + ", ".join(
+            f"{k.kernel} {k.compute_cycles:,}" for k in r.kernels) + " compute cycles")
+    lines += [f"  note             {n}" for n in r.notes]
+    return "\n".join(lines)
+
+
+def simulate_command(args) -> int:
+    params = {name: getattr(args, name) for name in all_params()
+              if getattr(args, name, None) is not None}
+    if args.model or args.topology:
+        return simulate_model_command(args, params)
+    if args.csv or args.attention_pattern or args.size:
+        raise UserError("--csv, --attention-pattern and --size apply to --model or --topology")
+    if args.trace and args.engine != "reference":
+        raise UserError("--trace needs --engine reference (the fast engine keeps no "
+                        "per-cycle trace)")
+    if args.trace and not args.trace.endswith((".csv", ".jsonl")):
+        raise UserError(f"--trace {args.trace}: trace files end in .csv or .jsonl")
+    r = simulate(args.workload, arch=args.arch, seed=args.seed, engine=args.engine,
+                 trace=bool(args.trace), **params)
+    if args.save:
+        save_result(r, args.save)
+    if args.trace:
+        write_trace(r.trace, args.trace)
+    if args.json:
+        print(json.dumps(r.to_dict()))
+    else:
+        print(summary(r))
+    return 0 if r.values_match_reference else 1
