@@ -255,3 +255,29 @@ def test_the_frontend_plan_reapplies_the_schedule_to_new_values():
         a = np.random.default_rng(seed).standard_normal((32, 32), dtype=np.float32)
         got = np.asarray(matmul(as_tensor(a), as_tensor(b), backend="sim").to_dense())
         assert np.allclose(got, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_choices_and_mappings_are_kept_on_disk_and_a_damaged_file_is_ignored(tmp_path,
+                                                                             monkeypatch):
+    from dataflow.plan import retime
+
+    monkeypatch.setenv("DATAFLOW_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(retime, "CHOICES", retime.BoundedCache(8))
+    a, b, prog = _gemm(64, 32, 64)
+    first, sched = compile_gemm(prog, DEFAULT)
+    files = sorted(p.suffix for p in (tmp_path / "schedules").iterdir())
+    assert files == [".json", ".mapping"]
+    retime.CHOICES.clear()  # a new process: only the files remain
+    again, sched2 = compile_gemm(prog, DEFAULT)
+    assert sched2 == sched and "chosen earlier" in again.kernels[0].notes[-1]
+    assert simulate_mapping(again).cycles == simulate_mapping(first).cycles
+    for p in (tmp_path / "schedules").iterdir():  # one flipped byte in each
+        blob = bytearray(p.read_bytes())
+        blob[-3] ^= 0xFF
+        p.write_bytes(bytes(blob))
+    retime.CHOICES.clear()
+    rebuilt, sched3 = compile_gemm(prog, DEFAULT)
+    assert sched3 == sched and "best of" in rebuilt.kernels[0].notes[-1]
+    res = simulate_mapping(rebuilt)
+    _check_values(res, a, b)
+    assert res.cycles == simulate_mapping(first).cycles

@@ -41,15 +41,17 @@ from dataflow.plan.gemm_schedule import (
     supports,
 )
 from dataflow.plan.retime import (
-    CHOICES,
-    align_gathers,
     best_candidate,
-    best_measured,
     choice_key,
     cycles_bound,
     kernel_iterations,
-    skew_copies,
-    stagger_flushes,
+    post_passes,
+    recall,
+    recall_mapping,
+    remember,
+    remember_mapping,
+    sample_cycles,
+    skewed,
 )
 
 #: vector blocks tried for a generic kernel's vector loop
@@ -128,10 +130,11 @@ def kernel_candidates(kernel: Kernel, arch: ArchSpec) -> list[KernelSchedule]:
 
 
 def _evaluate(program: Program, index: int, sched: KernelSchedule, arch: ArchSpec,
-              options: dict):
+              options: dict, skew: bool | None = None):
     """(cycles, mapping) of kernel `index` under `sched`: measured on the first tile for the
     first kernel (its inputs are the program's), the mapper's steady state for the others;
-    None when it does not map."""
+    None when it does not map. `skew` as `retime.post_passes` (a recorded choice: nothing is
+    measured)."""
     body = apply_kernel_schedule(program.kernels[index], sched)
     try:
         km = map_kernel(body, arch, **options)
@@ -139,15 +142,15 @@ def _evaluate(program: Program, index: int, sched: KernelSchedule, arch: ArchSpe
         if sched.plain:
             raise
         return None
-    variants = [km]
-    if not sched.plain:
-        km = stagger_flushes(align_gathers(km, arch), arch)
-        variants = [km, skew_copies(km, arch)]
     n = kernel_iterations(body, arch.pe_array.simd_lanes if body.vector_var else 1)
-    if index:
-        return n * km.ii / km.copies, km
-    per, km = best_measured(variants, arch, program)
-    return per * n, km
+    first = index == 0 and skew is None  # its inputs are the program's: measure
+    if not sched.plain:
+        per, km = post_passes(km, arch, program, skew if first or skew is not None else False)
+    elif first:
+        per = sample_cycles(km, arch, program)
+    if first:
+        return per * n, km
+    return n * km.ii / km.copies, km
 
 
 def _choose_kernel(program: Program, index: int, arch: ArchSpec,
@@ -159,16 +162,22 @@ def _choose_kernel(program: Program, index: int, arch: ArchSpec,
     if len(cands) == 1:
         return map_kernel(kernel, arch, **options), cands[0]
     key = choice_key(kernel, arch, f"kernel {index} {options}")
-    known = CHOICES.get(key)
+    known = recall(key)
     if known is not None:  # chosen before for this kernel on this array: map that one
-        sched, km = known, _evaluate(program, index, known, arch, options)[1]
+        sched = KernelSchedule(**known["fields"])
+        body = apply_kernel_schedule(kernel, sched)
+        km = recall_mapping(key, body)
+        if km is None:
+            km = _evaluate(program, index, sched, arch, options, skew=known["skew"])[1]
+            remember_mapping(key, km)
         how = "chosen earlier for this kernel and array"
     else:
         bodies = {c: apply_kernel_schedule(kernel, c) for c in cands}
         _, sched, km, evaluated = best_candidate(
             cands, lambda c: cycles_bound(bodies[c], arch),
             lambda c: _evaluate(program, index, c, arch, options))
-        CHOICES.put(key, sched)
+        remember(key, {"fields": dataclasses.asdict(sched), "skew": skewed(km)})
+        remember_mapping(key, km)
         how = f"best of {evaluated} mapped, of {len(cands)}"
     if not sched.plain:
         km = dataclasses.replace(km, notes=(*km.notes, f"schedule: {sched.label()} ({how})"))

@@ -29,14 +29,17 @@ from dataflow.dfg.graph import Program
 from dataflow.mapper import map_program
 from dataflow.mapper.mapping import Mapping, MappingError
 from dataflow.plan.retime import (
-    CHOICES,
     best_candidate,
-    best_measured,
     choice_key,
     cycles_bound,
     kernel_iterations,
-    skew_copies,
-    stagger_flushes,
+    post_passes,
+    recall,
+    recall_mapping,
+    remember,
+    remember_mapping,
+    sample_cycles,
+    skewed,
 )
 
 #: row-block heights tried (A panel rows per body): at most the SIMD width, one SPM row
@@ -129,9 +132,10 @@ def gemm_candidates(program: Program, arch: ArchSpec) -> list[GemmSchedule]:
     return out
 
 
-def _evaluate(program: Program, sched: GemmSchedule, arch: ArchSpec, options: dict):
+def _evaluate(program: Program, sched: GemmSchedule, arch: ArchSpec, options: dict,
+              skew: bool | None = None):
     """(cycles predicted from the first tile, (program, mapping)) of `sched`; None when it
-    does not map."""
+    does not map. `skew` as `retime.post_passes`."""
     prog = apply_gemm_schedule(program, sched, arch.pe_array.simd_lanes)
     try:
         mapping = map_program(prog, arch, **options)
@@ -140,13 +144,14 @@ def _evaluate(program: Program, sched: GemmSchedule, arch: ArchSpec, options: di
             raise
         return None
     km = mapping.kernels[0]
-    variants = [km]
-    if not sched.plain:
-        km = stagger_flushes(km, arch)
-        variants = [km, skew_copies(km, arch)]
-    per, km = best_measured(variants, arch, prog)
+    lanes = arch.pe_array.simd_lanes
+    if sched.plain:
+        per = sample_cycles(km, arch, prog) if skew is None else None
+    else:
+        per, km = post_passes(km, arch, prog, skew)
     mapping = dataclasses.replace(mapping, kernels=(km,))
-    return per * kernel_iterations(prog.kernels[0], arch.pe_array.simd_lanes), (prog, mapping)
+    cost = None if per is None else per * kernel_iterations(prog.kernels[0], lanes)
+    return cost, (prog, mapping)
 
 
 def _estimate(sched: GemmSchedule, arch: ArchSpec) -> tuple[float, int, int]:
@@ -168,9 +173,16 @@ def compile_gemm(program: Program, arch: ArchSpec, **options) -> tuple[Mapping, 
     the best so far is within `BOUND_SLACK` of that bound (`retime.best_candidate`)."""
     lanes = arch.pe_array.simd_lanes
     key = choice_key(program.kernels[0], arch, f"gemm {options}")
-    known = CHOICES.get(key)
+    known = recall(key)
     if known is not None:  # chosen before for this kernel on this array: map that one
-        sched, (_, mapping) = known, _evaluate(program, known, arch, options)[1]
+        sched = GemmSchedule(**known["fields"])
+        prog = apply_gemm_schedule(program, sched, lanes)
+        km = recall_mapping(key, prog.kernels[0])
+        if km is None:
+            _, (_, mapping) = _evaluate(program, sched, arch, options, skew=known["skew"])
+            remember_mapping(key, mapping.kernels[0])
+        else:
+            mapping = Mapping(program=prog, arch=arch, kernels=(km,))
         note = f"schedule: {sched.label()} (chosen earlier for this kernel and array)"
     else:
         bodies = {s: apply_gemm_schedule(program, s, lanes).kernels[0]
@@ -180,7 +192,9 @@ def compile_gemm(program: Program, arch: ArchSpec, **options) -> tuple[Mapping, 
         _, sched, (_, mapping), evaluated = best_candidate(
             order, lambda s: cycles_bound(bodies[s], arch),
             lambda s: _evaluate(program, s, arch, options))
-        CHOICES.put(key, sched)
+        remember(key, {"fields": dataclasses.asdict(sched),
+                       "skew": skewed(mapping.kernels[0])})
+        remember_mapping(key, mapping.kernels[0])
         note = (f"schedule: {sched.label()} (best of {evaluated} candidates mapped and run on "
                 f"the first tile, of {len(bodies)} that fit)")
     km = mapping.kernels[0]

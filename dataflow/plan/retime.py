@@ -11,10 +11,18 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import pickle
 
 from dataflow.arch.load import arch_to_dict
 from dataflow.arch.spec import ArchSpec
-from dataflow.cachefiles import BoundedCache
+from dataflow.cachefiles import (
+    BoundedCache,
+    CacheEntryError,
+    atomic_write_bytes,
+    frame_entry,
+    resolve_cache_dir,
+    unframe_entry,
+)
 from dataflow.dfg.graph import Kernel, Program
 from dataflow.dfg.ops import Op
 from dataflow.mapper.legality import check_kernel_mapping
@@ -72,6 +80,9 @@ def align_gathers(km: KernelMapping, arch: ArchSpec) -> KernelMapping:
     return retime(km, arch, delay, "gathers of one row aligned (line-aware)")
 
 
+SKEW_NOTE = "copies skewed by one II each (line-aware)"
+
+
 def skew_copies(km: KernelMapping, arch: ArchSpec) -> KernelMapping:
     """Copy c issues everything c IIs later. Copies whose chunks start at the same point of a
     stream (a chunk a whole number of reduction runs long) otherwise read rows one line apart
@@ -79,14 +90,23 @@ def skew_copies(km: KernelMapping, arch: ArchSpec) -> KernelMapping:
     lines; where the chunks were already offset it may do the opposite, so the search measures
     both."""
     delay = {(c, n.id): c for c in range(km.copies) for n in km.kernel.nodes}
-    return retime(km, arch, delay, "copies skewed by one II each (line-aware)")
+    return retime(km, arch, delay, SKEW_NOTE)
 
 
-def best_measured(variants: list[KernelMapping], arch: ArchSpec,
-                  program: Program) -> tuple[float, KernelMapping]:
-    """(cycles per iteration on the first tile, mapping) of the fastest of `variants`."""
-    return min(((sample_cycles(km, arch, program), km) for km in variants),
-               key=lambda x: x[0])
+def post_passes(km: KernelMapping, arch: ArchSpec, program: Program,
+                skew: bool | None = None) -> tuple[float | None, KernelMapping]:
+    """The line-aware passes on a non-plain schedule: gathers aligned, flushes staggered, and
+    the copies skewed when that measures faster on the first tile (`skew` None), or as a
+    recorded choice says (True / False: nothing measured, the cost None)."""
+    km = stagger_flushes(align_gathers(km, arch), arch)
+    if skew is not None:
+        return None, skew_copies(km, arch) if skew else km
+    variants = [km, skew_copies(km, arch)]
+    return min(((sample_cycles(v, arch, program), v) for v in variants), key=lambda x: x[0])
+
+
+def skewed(km: KernelMapping) -> bool:
+    return SKEW_NOTE in km.notes
 
 
 def stagger_flushes(km: KernelMapping, arch: ArchSpec) -> KernelMapping:
@@ -179,7 +199,8 @@ def best_candidate(candidates: list, bound, evaluate):
 
 
 #: the schedule each (kernel, array) was given, so a sweep that varies only the memory system,
-#: energy or area re-plans with one mapping instead of a search (process-wide, bounded)
+#: energy or area, or the next process, re-plans with one mapping instead of a search
+#: (process-wide and bounded; on disk beside the plan cache, `recall` / `remember`)
 CHOICES = BoundedCache(512)
 #: arch fields a schedule choice does not depend on: the choice is made on tile compute cycles
 _CHOICE_FREE = ("dram", "energy", "area", "name", "source")
@@ -198,3 +219,65 @@ def choice_key(kernel: Kernel, arch: ArchSpec, kind: str) -> str:
     spec = {k: v for k, v in arch_to_dict(arch).items() if k not in _CHOICE_FREE}
     h.update(json.dumps(spec, sort_keys=True, default=str).encode())
     return h.hexdigest()
+
+
+CHOICE_KIND, CHOICE_VERSION = "schedule", 1
+
+
+def _choice_path(key: str):
+    return resolve_cache_dir() / "schedules" / f"{key}.json"
+
+
+def recall(key: str) -> dict | None:
+    """A schedule choice made for `key` (`choice_key`): from this process's memo, else from
+    the cache folder (framed and fingerprinted like every cache file; a stale, damaged or
+    unreadable one is ignored and rebuilt). None when none was made."""
+    known = CHOICES.get(key)
+    if known is not None:
+        return known
+    try:
+        blob = _choice_path(key).read_bytes()
+        got = json.loads(unframe_entry(CHOICE_KIND, CHOICE_VERSION, blob))
+    except (OSError, CacheEntryError, ValueError):
+        return None
+    if not isinstance(got, dict) or not isinstance(got.get("fields"), dict):
+        return None
+    CHOICES.put(key, got)
+    return got
+
+
+def remember(key: str, choice: dict) -> None:
+    """Keep `choice` (plain JSON data) for `key`, in memory and, where the folder is writable,
+    on disk."""
+    CHOICES.put(key, choice)
+    payload = json.dumps(choice, sort_keys=True).encode()
+    try:
+        atomic_write_bytes(_choice_path(key), frame_entry(CHOICE_KIND, CHOICE_VERSION, payload))
+    except OSError:
+        pass  # a read-only cache folder only costs the next process a search
+
+
+MAPPING_KIND, MAPPING_VERSION = "kernel-mapping", 1
+
+
+def recall_mapping(key: str, kernel: Kernel) -> KernelMapping | None:
+    """The mapping kept for `key` with `kernel` (the same body, lowered again) bound to it, or
+    None. A mapping holds no operand values, only the body's structure, which the key fixes."""
+    try:
+        blob = (resolve_cache_dir() / "schedules" / f"{key}.mapping").read_bytes()
+        km = pickle.loads(unframe_entry(MAPPING_KIND, MAPPING_VERSION, blob))
+    except (OSError, CacheEntryError, pickle.UnpicklingError, EOFError, AttributeError,
+            ImportError, IndexError, TypeError, ValueError):
+        return None
+    if not isinstance(km, KernelMapping) or str(km.kernel) != str(kernel):
+        return None
+    return dataclasses.replace(km, kernel=kernel)
+
+
+def remember_mapping(key: str, km: KernelMapping) -> None:
+    payload = pickle.dumps(km, protocol=pickle.HIGHEST_PROTOCOL)
+    try:
+        atomic_write_bytes(resolve_cache_dir() / "schedules" / f"{key}.mapping",
+                           frame_entry(MAPPING_KIND, MAPPING_VERSION, payload))
+    except OSError:
+        pass
