@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 
 from dataflow.arch.spec import ArchSpec, PEKind
-from dataflow.dfg.graph import BufferRole, Program
+from dataflow.dfg.graph import BufferFetch, BufferRole, Program
 from dataflow.pe_array.result import ArrayResult, Roofline
 
 
@@ -55,16 +55,27 @@ def _moved_words(arrays: list[ArrayResult], word_bytes: int) -> dict[str, list[i
     return moved
 
 
-def _compulsory(size: int, moved: list[int] | None) -> int:
-    """Once the whole operand, or what the DMA needed of it where that is less."""
-    return size if not moved else min(size, max(moved))
+def _compulsory(size: int, moved: list[int] | None, gathered: bool = False) -> int:
+    """Once the whole operand, or what the DMA needed of it where that is less (nothing, for
+    a gathered operand no DMA moved: its gathers selected no row)."""
+    if not moved:
+        return 0 if gathered else size
+    return min(size, max(moved))
+
+
+def _gathered(program: Program, name: str) -> bool:
+    """Whether every kernel that reads buffer `name` fetches it by an indirect DMA."""
+    reads = [b for k in program.kernels for b in k.buffers
+             if b.name == name and b.role == BufferRole.INPUT]
+    return bool(reads) and all(b.fetch == BufferFetch.GATHER for b in reads)
 
 
 def program_roofline(program: Program, arch: ArchSpec, arrays: list[ArrayResult]) -> Roofline:
     """The run's floors: the program's useful MACs, its inputs read once, its outputs written
     once (see the module docstring)."""
     moved = _moved_words(arrays, arch.word_bytes)
-    read = sum(_compulsory(int(x.size), moved.get(name)) for name, x in program.inputs)
+    read = sum(_compulsory(int(x.size), moved.get(name), _gathered(program, name))
+               for name, x in program.inputs)
     written = sum(math.prod(shape) for _, shape in program.outputs)
     return floors(arch, program.macs, read, written)
 
@@ -77,7 +88,7 @@ def kernel_roofline(program: Program, arch: ArchSpec, index: int, array: ArrayRe
     and the kernel keeps its compute and SPM floors."""
     kernel = program.kernels[index]
     moved = _moved_words([array], arch.word_bytes)
-    read = sum(_compulsory(b.size, moved.get(b.name)) for b in kernel.buffers
-               if b.role == BufferRole.INPUT)
+    read = sum(_compulsory(b.size, moved.get(b.name), b.fetch == BufferFetch.GATHER)
+               for b in kernel.buffers if b.role == BufferRole.INPUT)
     r = floors(arch, array.macs, read, 0)
     return r if own_dma else Roofline(r.compute_cycles, 0.0, r.spm_port_cycles)
