@@ -142,6 +142,12 @@ def all_params() -> dict[str, Param]:
     return out
 
 
+def fits_host_memory(nbytes: float) -> bool:
+    """Whether `nbytes` fit the host's memory budget (`check_host_memory` without the error)."""
+    budget = memory_budget_bytes()
+    return not budget or nbytes <= budget
+
+
 def check_host_memory(what: str, nbytes: float) -> None:
     """Refuse, before allocating, operands and results of `nbytes` bytes that would not fit the
     host's memory budget (`dataflow.limits.memory_budget_bytes`); a `UserError` naming both."""
