@@ -18,6 +18,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from dataflow.arch import ArchSpec
+from dataflow.arch.limits import HOST_BYTES_PER_ITERATION
 from dataflow.errors import UserError
 from dataflow.plan.split import (
     Block,
@@ -29,14 +30,13 @@ from dataflow.plan.split import (
     fits_unsplit,
     inorder_matmul,
     inorder_spmm,
-    largest,
     m_tile_rows,
     round_up,
     run_split,
     splits_k_and_n,
 )
 from dataflow.ust_frontend.ops import as_tensor, lower_matmul
-from dataflow.workloads import check_host_memory, dense_bytes, fits_host_memory
+from dataflow.workloads import check_host_memory, dense_bytes, fits_host_memory, host_budget
 
 
 def host_bytes(workload: str, m: int, k: int, n: int, density: float) -> float:
@@ -57,31 +57,54 @@ def row_words(arch: ArchSpec, workload: str, k: int, n: int, density: float) -> 
     return a + round_up(n, row) + row
 
 
+def sim_bytes(arch: ArchSpec, workload: str, rows: int, k: int, n: int,
+              density: float) -> float:
+    """Host bytes the mapper and the engine hold to simulate a rows x k x n block: one
+    iteration per stored entry of A and vector of C (`HOST_BYTES_PER_ITERATION` each); none
+    beyond the operands on a systolic array, whose mapping is analytic."""
+    if not splits_k_and_n(arch):
+        return 0.0
+    stored = k if workload == "gemm" else density * k
+    return HOST_BYTES_PER_ITERATION * rows * stored * -(-n // arch.pe_array.simd_lanes)
+
+
+def _host_rows(arch: ArchSpec, workload: str, k: int, n: int, density: float, kp: int,
+               nb: int, operands: float | None) -> int:
+    """The most rows of an M tile of kp x nb blocks the host holds: the tile's operands (all of
+    them, `operands`, when they are held whole; else the tile's rows and B) and the
+    simulation of one block."""
+    per_row = sim_bytes(arch, workload, 1, kp, nb, density)
+    if operands is None:  # streamed: A's and C's rows of the tile, and B
+        per_row += host_bytes(workload, 1, k, n, density) - host_bytes(workload, 0, k, n, density)
+        operands = host_bytes(workload, 0, k, n, density)
+    return max(0, int((host_budget() - operands) // per_row))
+
+
 def plan_split(workload: str, arch: ArchSpec, m: int, k: int, n: int,
                density: float = 1.0) -> Split | None:
     """The split of an m x k x n gemm / spmm, or None when it runs whole: B resident and one
-    row of A and C fit the SPM, and the operands fit the host's memory."""
-    streamed = not fits_host_memory(host_bytes(workload, m, k, n, density))
+    row of A and C fit the SPM, and the operands and their simulation fit the host's memory
+    (`sim_bytes`)."""
+    operands = host_bytes(workload, m, k, n, density)
+    streamed = not fits_host_memory(operands)
+    simulable = fits_host_memory(operands + sim_bytes(arch, workload, m, k, n, density))
     cut = splits_k_and_n(arch)
-    if not streamed and (not cut or fits_unsplit(arch, k * n,
-                                                 row_words(arch, workload, k, n, density))):
+    if simulable and (not cut or fits_unsplit(arch, k * n,
+                                              row_words(arch, workload, k, n, density))):
         return None
 
     def fits(kp: int, nb: int) -> bool:
         return not cut or fits_spm(arch, kp * nb, row_words(arch, workload, kp, nb, density))
 
-    # a streamed tile also fits the host's memory (None: not one row does; the tile's check
-    # then says so)
-    host = largest(m, 1, lambda rows: fits_host_memory(host_bytes(workload, rows, k, n,
-                                                                  density))) if streamed else None
-
     def m_rows(kp: int, nb: int) -> int:
         rows = m_tile_rows(arch, kp * nb, row_words(arch, workload, kp, nb, density))
+        # 0 host rows: not even one fits; the tile's check says so
+        host = _host_rows(arch, workload, k, n, density, kp, nb, None if streamed else operands)
         return min(rows, host) if host else rows
 
     a_bytes = 4 * m * k if workload == "gemm" else 8 * density * m * k
     return choose_split(arch, m, k, n, fits, traffic=(a_bytes, 4 * k * n, 4 * m * n),
-                        m_rows=m_rows if workload == "gemm" or streamed else None,
+                        m_rows=m_rows if workload == "gemm" or not simulable else None,
                         n_align=arch.pe_array.simd_lanes, streamed=streamed)
 
 
@@ -186,9 +209,11 @@ def split_matmul(workload: str, spec: ArchSpec, *, engine: str, seed: int, trace
     gemm = workload == "gemm"
     macs = m * k * n * (1.0 if gemm else density)
     simulated = (sum(math.prod(s) for s, _ in split.distinct_blocks()) if gemm else macs)
-    if split.streamed:
-        check_host_memory(f"{workload} streamed tile (--m {split.m_tile} of {m} --k {k} --n {n})",
-                          host_bytes(workload, split.m_tile, k, n, density))
+    mt, kp, nb = split.m_tile, split.k_panel, split.n_block
+    held = host_bytes(workload, mt if split.streamed else m, k, n, density)
+    check_host_memory(f"{workload} {'streamed ' if split.streamed else ''}tile (--m {mt} of {m} "
+                      f"--k {k} --n {n}) and its simulation",
+                      held + sim_bytes(spec, workload, mt, kp, nb, density))
     check_limits(what, macs, simulated)
     work = matmul_work(split, workload, density, seed, make_operands)
     return run_split(split, work, spec, engine=engine, dataflow=dataflow, t0=t0)

@@ -142,10 +142,14 @@ def all_params() -> dict[str, Param]:
     return out
 
 
+def host_budget() -> float:
+    """The bytes `check_host_memory` allows (infinite when the host's memory is unknown)."""
+    return float(memory_budget_bytes() or math.inf)
+
+
 def fits_host_memory(nbytes: float) -> bool:
     """Whether `nbytes` fit the host's memory budget (`check_host_memory` without the error)."""
-    budget = memory_budget_bytes()
-    return not budget or nbytes <= budget
+    return nbytes <= host_budget()
 
 
 def check_host_memory(what: str, nbytes: float) -> None:

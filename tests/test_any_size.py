@@ -12,11 +12,12 @@ import io
 import numpy as np
 import pytest
 
-from dataflow import api, workloads
+from dataflow import api, matmul_split, workloads
+from dataflow.dynamic import split as dynamic_split
 from dataflow.errors import UserError
 from dataflow.mapper import map_program
 from dataflow.mapper.tiling import tile_and_allocate
-from dataflow.matmul_split import matmul_work, plan_split
+from dataflow.matmul_split import matmul_work, plan_split, sim_bytes
 from dataflow.matmul_workloads import make_operands
 from dataflow.pe_array.simulate import simulate_mapping
 from dataflow.plan import split as splitter
@@ -110,8 +111,25 @@ def test_memoised_timing_equals_simulating_every_block():
     assert_close(memo.output, full.output)
 
 
+def _budget(monkeypatch, nbytes: int) -> None:
+    """A host of `nbytes` for the operands alone (the simulation's own bytes left out)."""
+    monkeypatch.setattr(workloads, "memory_budget_bytes", lambda: nbytes)
+    monkeypatch.setattr(matmul_split, "HOST_BYTES_PER_ITERATION", 0)
+    monkeypatch.setattr(dynamic_split, "HOST_BYTES_PER_ITERATION", 0)
+
+
+def test_a_simulation_too_large_for_the_host_is_cut_into_m_tiles():
+    arch = api.resolve_arch("default")
+    m, k, n = 200_000, 64, 64  # 100 MB of operands, but 13 GB of the engine's arrays
+    split = plan_split("gemm", arch, m, k, n)
+    assert split is not None and not split.streamed and split.counts == (split.counts[0], 1, 1)
+    assert split.counts[0] > 1 and workloads.fits_host_memory(
+        matmul_split.host_bytes("gemm", m, k, n, 1.0)
+        + sim_bytes(arch, "gemm", split.m_tile, k, n, 1.0))
+
+
 def test_a_streamed_gemm_generates_tiles_and_memoises_them(monkeypatch):
-    monkeypatch.setattr(workloads, "memory_budget_bytes", lambda: 100_000)
+    _budget(monkeypatch, 100_000)
     m, k, n = 2000, 16, 16
     r = api.simulate("gemm", TINY, m=m, k=k, n=n, seed=3)
     split = plan_split("gemm", TINY, m, k, n)
@@ -129,7 +147,7 @@ def test_a_streamed_gemm_generates_tiles_and_memoises_them(monkeypatch):
 
 
 def test_a_streamed_gemm_on_a_systolic_array(monkeypatch):
-    monkeypatch.setattr(workloads, "memory_budget_bytes", lambda: 100_000)
+    _budget(monkeypatch, 100_000)
     r = api.simulate("gemm", "systolic_32x32", m=2000, k=16, n=16)
     assert r.values_match_reference and "streamed" in " ".join(r.notes)
     assert "K panel(s) of 16 x 1 N block" in _split_note(r)  # a systolic array folds K and N
@@ -142,7 +160,7 @@ def test_a_streamed_spmm_and_the_tiling_of_uneven_rows(monkeypatch):
     _, allocs = tile_and_allocate(lower_matmul(as_tensor(a), as_tensor(b)).kernels[0], TINY)
     assert max(x.base + x.words * (2 if x.streamed else 1) for x in allocs) \
         <= TINY.spm.capacity_words
-    monkeypatch.setattr(workloads, "memory_budget_bytes", lambda: 100_000)
+    _budget(monkeypatch, 100_000)
     r = api.simulate("spmm", TINY, m=2000, k=64, n=16, density=0.1)
     assert r.values_match_reference and "streamed" in " ".join(r.notes)
     _floors_hold(r)
@@ -159,7 +177,7 @@ def test_dynamic_spmm_split_values_equal_numpy(granularity):
 
 
 def test_dynamic_spmm_streamed(monkeypatch):
-    monkeypatch.setattr(workloads, "memory_budget_bytes", lambda: 60_000)
+    _budget(monkeypatch, 60_000)
     r = api.simulate("dynamic-spmm", TINY, m=192, k=32, n=16, sparsity=0.5,
                      granularity="32x1")
     assert r.values_match_reference and "streamed" in " ".join(r.notes)
@@ -169,7 +187,8 @@ def test_dynamic_spmm_streamed(monkeypatch):
 def test_too_large_even_streamed_is_one_clear_error(monkeypatch):
     monkeypatch.setattr(workloads, "memory_budget_bytes", lambda: 2_000)
     with pytest.raises(UserError, match=r"gemm streamed tile \(--m \d+ of 10000000 --k 64 "
-                                        r"--n 64\) need .* of host memory; the limit is"):
+                                        r"--n 64\) and its simulation need .* of host "
+                                        r"memory; the limit is"):
         api.simulate("gemm", m=10_000_000, k=64, n=64)
 
 

@@ -61,8 +61,8 @@ def test_gemm_too_large_for_host_memory_is_one_clear_error(monkeypatch):
     # that cannot hold even one tile (B and a row of A and C)
     monkeypatch.setattr(workloads, "memory_budget_bytes", lambda: 2**14)
     with pytest.raises(UserError, match=r"gemm streamed tile \(--m [0-9]+ of 10000000 --k 64 "
-                                        r"--n 64\) need [0-9.e-]+ GiB of host memory; the limit "
-                                        r"is 1.53e-05 GiB"):
+                                        r"--n 64\) and its simulation need [0-9.e-]+ GiB of "
+                                        r"host memory; the limit is 1.53e-05 GiB"):
         api.simulate("gemm", m=10_000_000, k=64, n=64)
 
 

@@ -28,8 +28,10 @@ from dataflow.dynamic.split import (
     check_traceable,
     fits_whole,
     needs_streaming,
+    simulable,
     split_dynamic,
     split_dynamic_streamed,
+    visited,
 )
 from dataflow.dynamic.stats import CHOICES, DynamicStats
 from dataflow.errors import UserError
@@ -110,7 +112,9 @@ def _too_large(a: np.ndarray, b: np.ndarray, granularity: str, spec) -> bool:
         return False  # the lowering says what is wrong
     if granularity != "dense":
         check_shape(a.shape[0], a.shape[1], parse_granularity(granularity), granularity)
-    return not fits_whole(spec, granularity, a.shape[0], a.shape[1], b.shape[1])
+    (m, k), n = a.shape, b.shape[1]
+    return not fits_whole(spec, granularity, m, k, n) \
+        or not simulable(spec, m, k, n, visited(a, granularity))
 
 
 def _streamed(spec, *, engine, seed, trace, m, k, n, sparsity, granularity, mask_granularity):

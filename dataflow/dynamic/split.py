@@ -17,8 +17,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from dataflow.arch import ArchSpec
+from dataflow.arch.limits import HOST_BYTES_PER_ITERATION
 from dataflow.dynamic.lower import ROW_PAD, lower_dense_reference, lower_dynamic_spmm
-from dataflow.dynamic.microtile import GRANULARITIES, random_mask
+from dataflow.dynamic.microtile import GRANULARITIES, random_mask, tile_nonzero_mask
 from dataflow.dynamic.stats import DynamicStats
 from dataflow.errors import UserError
 from dataflow.mapper.tiling import MIN_TILES
@@ -35,7 +36,7 @@ from dataflow.plan.split import (
     round_up,
     run_split,
 )
-from dataflow.workloads import check_host_memory, dense_bytes, fits_host_memory
+from dataflow.workloads import check_host_memory, dense_bytes, fits_host_memory, host_budget
 
 
 def _rows(arch: ArchSpec, k: int, n: int) -> int:
@@ -65,14 +66,42 @@ def fits_whole(arch: ArchSpec, granularity: str, m: int, k: int, n: int) -> bool
     return bh > 1 or _scatter_fits(arch, m, k, n, bw)
 
 
+def sim_bytes(arch: ArchSpec, rows: int, k: int, n: int, density: float) -> float:
+    """Host bytes the mapper and the engine hold to simulate a rows x k x n dynamic program:
+    the scan's iterations (a vector of A's row a step) and the compute's (a vector of C per
+    element of A's nonzero micro-tiles, a fraction `density` of A), `HOST_BYTES_PER_ITERATION`
+    each."""
+    lanes = arch.pe_array.simd_lanes
+    return HOST_BYTES_PER_ITERATION * rows * k * (1 / lanes + density * -(-n // lanes))
+
+
+def simulable(arch: ArchSpec, m: int, k: int, n: int, density: float) -> bool:
+    """Whether the whole operands and their simulation fit the host's memory."""
+    return fits_host_memory(host_bytes(m, k, n) + sim_bytes(arch, m, k, n, density))
+
+
+def _host_rows(arch: ArchSpec, m: int, k: int, n: int, kp: int, nb: int, density: float,
+               streamed: bool) -> int:
+    """The most rows of an M tile the host holds: its operands (all of them, unless
+    streamed) and the simulation of one kp x nb block."""
+    per_row = sim_bytes(arch, 1, kp, nb, density)
+    held = host_bytes(m, k, n)
+    if streamed:
+        per_row += host_bytes(1, k, n) - host_bytes(0, k, n)
+        held = host_bytes(0, k, n)
+    return max(0, int((host_budget() - held) // per_row))
+
+
 def plan_dynamic_split(arch: ArchSpec, granularity: str, m: int, k: int, n: int,
-                       streamed: bool) -> Split:
+                       streamed: bool, density: float = 1.0) -> Split:
     """Blocks that each fit as a dynamic program: B's block and a tile row's panel of A in half
     the SPM (`panel_rows_for`); for 1 x bw tiles, M tiles whose C stays resident in a quarter
-    of it; K panels whole micro-tiles wide, N blocks whole SIMD vectors."""
+    of it; K panels whole micro-tiles wide, N blocks whole SIMD vectors; M tiles whose
+    simulation (`sim_bytes`, at `density`), with the operands, fits the host's memory."""
     cap = arch.spm.capacity_words
     bh, bw = GRANULARITIES.get(granularity, (1, 1))
     dense = granularity == "dense"
+    density = 1.0 if dense else density
 
     def fits(kp: int, nb: int) -> bool:
         if dense:
@@ -83,21 +112,26 @@ def plan_dynamic_split(arch: ArchSpec, granularity: str, m: int, k: int, n: int,
 
     def m_rows(kp: int, nb: int) -> int:
         if bh == 1 and not dense:  # the most rows whose C fits resident
-            return largest(m, 1, lambda rows: _scatter_fits(arch, rows, kp, nb, bw)) or 1
-        return MIN_TILES * bh * max(1, (cap // 2 - kp * nb) // (bh * (kp + ROW_PAD)))
+            rows = largest(m, 1, lambda rows: _scatter_fits(arch, rows, kp, nb, bw)) or 1
+        else:
+            rows = MIN_TILES * bh * max(1, (cap // 2 - kp * nb) // (bh * (kp + ROW_PAD)))
+        # 0 host rows: not even one fits; the tile's check says so
+        host = _host_rows(arch, m, k, n, kp, nb, density, streamed)
+        return min(rows, host) if host else rows
 
-    if streamed:  # a streamed tile also fits the host's memory (`host_rows`)
-        host = host_rows(m, k, n, bh)
-        spm_rows = m_rows
-
-        def m_rows(kp: int, nb: int) -> int:
-            return min(spm_rows(kp, nb), host) if host else spm_rows(kp, nb)
-
-    cut_m = streamed or (bh == 1 and not dense)
+    cut_m = streamed or (bh == 1 and not dense) or not simulable(arch, m, k, n, density)
     return choose_split(arch, m, k, n, fits, m_rows=m_rows if cut_m else None,
                         traffic=(4 * m * (k + ROW_PAD), 4 * k * n, 4 * m * n),
                         k_align=1 if dense else bw, n_align=arch.pe_array.simd_lanes,
                         m_align=bh, streamed=streamed, what=f"dynamic-spmm/{granularity}")
+
+
+def _check_tile(split: Split, density: float, arch: ArchSpec) -> None:
+    m, k, n, mt = split.m, split.k, split.n, split.m_tile
+    held = host_bytes(mt if split.streamed else m, k, n)
+    check_host_memory(f"dynamic-spmm {'streamed ' if split.streamed else ''}tile (--m {mt} of "
+                      f"{m} --k {k} --n {n}) and its simulation",
+                      held + sim_bytes(arch, mt, split.k_panel, split.n_block, density))
 
 
 @dataclass
@@ -175,8 +209,10 @@ def split_dynamic(a: np.ndarray, b: np.ndarray, granularity: str, spec: ArchSpec
                   engine: str, scheme: str, fetch: str, t0: float):
     """(SimResult, DynamicStats) of A @ B (whole arrays in host memory) run in blocks."""
     (m, k), n = a.shape, b.shape[1]
-    split = plan_dynamic_split(spec, granularity, m, k, n, streamed=False)
-    _limits(split, granularity, np.count_nonzero(a) / max(1, a.size))
+    density = visited(a, granularity)
+    split = plan_dynamic_split(spec, granularity, m, k, n, streamed=False, density=density)
+    _check_tile(split, density, spec)
+    _limits(split, granularity, density)
     tally = _Tally()
     work = _work(split, granularity, spec, lambda m0, m1: (a[m0:m1], b), scheme, fetch, tally)
     res = run_split(split, work, spec, engine=engine, t0=t0)
@@ -189,10 +225,12 @@ def split_dynamic_streamed(spec: ArchSpec, *, m: int, k: int, n: int, sparsity: 
     """(SimResult, DynamicStats) of a dynamic-spmm whose operands do not fit the host's
     memory: A generated one M tile at a time (mask and values from `default_rng([seed, m0])`),
     B from `default_rng([seed, m])`."""
-    split = plan_dynamic_split(spec, granularity, m, k, n, streamed=True)
-    check_host_memory(f"dynamic-spmm streamed tile (--m {split.m_tile} of {m} --k {k} --n {n})",
-                      host_bytes(split.m_tile, k, n))
-    _limits(split, granularity, 1.0 - sparsity)
+    # the fraction of A in nonzero micro-tiles: 1 - sparsity when the zeros come in whole
+    # micro-tiles of the kernel's, at most 1 otherwise
+    density = 1.0 - sparsity if mask_granularity == granularity else 1.0
+    split = plan_dynamic_split(spec, granularity, m, k, n, streamed=True, density=density)
+    _check_tile(split, density, spec)
+    _limits(split, granularity, density)
     b = np.random.default_rng([seed, m]).standard_normal((k, n), dtype=np.float32)
 
     def operands(m0: int, m1: int):
@@ -215,9 +253,11 @@ def host_bytes(rows: int, k: int, n: int) -> int:
     return 2 * dense_bytes((rows, k), (rows, k), (k, n), (rows, n))
 
 
-def host_rows(m: int, k: int, n: int, align: int) -> int | None:
-    """The most rows (a multiple of `align`) of a streamed tile that fit the host's memory."""
-    return largest(m, align, lambda rows: fits_host_memory(host_bytes(rows, k, n)))
+def visited(a: np.ndarray, granularity: str) -> float:
+    """The fraction of A's elements in nonzero micro-tiles (1 for the dense baseline)."""
+    if granularity == "dense" or not a.size:
+        return 1.0
+    return float(tile_nonzero_mask(a, GRANULARITIES[granularity]).mean())
 
 
 def needs_streaming(m: int, k: int, n: int) -> bool:
