@@ -61,6 +61,8 @@ Range = tuple[int, int]
 MIN_TILE_ROWS = 8
 #: most N block sizes `choose_split` weighs
 MAX_CANDIDATES = 512
+#: rows `inorder_matmul` takes at a time
+INORDER_ROWS = 1024
 #: the output buffer whose partial sums K panels read back
 PARTIAL_SUMS = ("C",)
 
@@ -192,11 +194,15 @@ def inorder_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     each output starts at 0 and adds one rounded product per k, in increasing k."""
     a = np.asarray(a, dtype=np.float32)
     b = np.asarray(b, dtype=np.float32)
-    c = np.zeros((a.shape[0], b.shape[1]), dtype=np.float32)
-    prod = np.empty_like(c)
-    for kk in range(a.shape[1]):
-        np.multiply(a[:, kk, None], b[kk], out=prod)
-        c += prod
+    c = np.empty((a.shape[0], b.shape[1]), dtype=np.float32)
+    for r0 in range(0, a.shape[0], INORDER_ROWS):  # rows a chunk at a time: it stays in cache
+        at = np.ascontiguousarray(a[r0:r0 + INORDER_ROWS].T)
+        part = np.zeros((at.shape[1], b.shape[1]), dtype=np.float32)
+        prod = np.empty_like(part)
+        for kk in range(at.shape[0]):
+            np.multiply(at[kk][:, None], b[kk], out=prod)
+            part += prod
+        c[r0:r0 + INORDER_ROWS] = part
     return c
 
 
