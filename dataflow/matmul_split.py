@@ -105,7 +105,7 @@ def plan_split(workload: str, arch: ArchSpec, m: int, k: int, n: int,
     a_bytes = 4 * m * k if workload == "gemm" else 8 * density * m * k
     return choose_split(arch, m, k, n, fits, traffic=(a_bytes, 4 * k * n, 4 * m * n),
                         m_rows=m_rows if workload == "gemm" or not simulable else None,
-                        n_align=arch.pe_array.simd_lanes, streamed=streamed)
+                        n_align=arch.pe_array.simd_lanes, streamed=streamed, what=workload)
 
 
 def _tile_a(workload: str, rows: int, k: int, density: float, rng):

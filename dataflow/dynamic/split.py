@@ -177,7 +177,8 @@ def _work(split: Split, granularity: str, arch: ArchSpec, operands, scheme: str,
         for blk, r in runs:
             per_tile[blk.m0] = per_tile.get(blk.m0, 0) + moved_words(r, "B", arch.word_bytes)
         b_words = min(k * n, max(per_tile.values(), default=0))
-        return tally.nonzeros * n, m * k + b_words, m * n
+        macs = m * k * n if granularity == "dense" else tally.nonzeros * n  # as unsplit
+        return macs, m * k + b_words, m * n
 
     return SplitWork(
         workload=f"dynamic-spmm/{granularity}", operands=counted,

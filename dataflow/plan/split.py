@@ -274,9 +274,11 @@ def choose_split(arch: ArchSpec, m: int, k: int, n: int, fits: Callable[[int, in
         if best is None or cost < best[0]:
             best = (cost, Split(m, k, n, mt, kp, nb, streamed))
     if best is None:
-        raise UserError(f"{what} {m} x {k} x {n}: not even a {k_align}-column panel of A with a "
-                        f"{n_align}-column block of B fits the SPM of {arch.name} "
-                        f"({arch.spm.capacity_words:,} words): use a larger SPM")
+        src = f" ({arch.source})" if arch.source else ""
+        raise UserError(f"{what} {m} x {k} x {n} does not fit the SPM{src} even split: not even "
+                        f"a {k_align}-column panel of A with a {n_align}-column block of B fits "
+                        f"its {arch.spm.capacity_words:,} words; use a larger "
+                        "spm.capacity_words_per_line")
     return best[1]
 
 
