@@ -97,9 +97,12 @@ def plan_split(workload: str, arch: ArchSpec, m: int, k: int, n: int,
         return not cut or fits_spm(arch, kp * nb, row_words(arch, workload, kp, nb, density))
 
     def m_rows(kp: int, nb: int) -> int:
-        rows = m_tile_rows(arch, kp * nb, row_words(arch, workload, kp, nb, density))
-        # 0 host rows: not even one fits; the tile's check says so
+        # as many rows as the host holds (0: not even one; the tile's check says so); a GEMM's
+        # tiles, memoised, at most `MIN_TILES` SPM tiles, so its representatives stay small
         host = _host_rows(arch, workload, k, n, density, kp, nb, None if streamed else operands)
+        if workload != "gemm":
+            return max(1, host)
+        rows = m_tile_rows(arch, kp * nb, row_words(arch, workload, kp, nb, density))
         return min(rows, host) if host else rows
 
     a_bytes = 4 * m * k if workload == "gemm" else 8 * density * m * k

@@ -128,6 +128,17 @@ def test_a_simulation_too_large_for_the_host_is_cut_into_m_tiles():
         + sim_bytes(arch, "gemm", split.m_tile, k, n, 1.0))
 
 
+def test_a_csr_split_cuts_m_only_as_far_as_the_host_needs(monkeypatch):
+    monkeypatch.setattr(workloads, "memory_budget_bytes", lambda: 2 * 2**30)
+    arch = api.resolve_arch("default")
+    # the spmm: B is 6.4M words; whole, its simulation would take 10 GB, one
+    # K panel x N block of it well under the 2 GiB host, so M stays whole
+    split = plan_split("spmm", arch, 100_000, 100_000, 64, 0.001)
+    assert split.counts[0] == 1 and split.counts[1] > 1 and not split.streamed
+    monkeypatch.setattr(workloads, "memory_budget_bytes", lambda: 2**29)
+    assert plan_split("spmm", arch, 100_000, 100_000, 64, 0.001).counts[0] > 1
+
+
 def test_a_streamed_gemm_generates_tiles_and_memoises_them(monkeypatch):
     _budget(monkeypatch, 100_000)
     m, k, n = 2000, 16, 16

@@ -22,7 +22,6 @@ from dataflow.dynamic.lower import ROW_PAD, lower_dense_reference, lower_dynamic
 from dataflow.dynamic.microtile import GRANULARITIES, random_mask, tile_nonzero_mask
 from dataflow.dynamic.stats import DynamicStats
 from dataflow.errors import UserError
-from dataflow.mapper.tiling import MIN_TILES
 from dataflow.plan.split import (
     Block,
     Split,
@@ -111,13 +110,13 @@ def plan_dynamic_split(arch: ArchSpec, granularity: str, m: int, k: int, n: int,
         return bh > 1 or _scatter_fits(arch, 1, kp, nb, bw)
 
     def m_rows(kp: int, nb: int) -> int:
-        if bh == 1 and not dense:  # the most rows whose C fits resident
-            rows = largest(m, 1, lambda rows: _scatter_fits(arch, rows, kp, nb, bw)) or 1
-        else:
-            rows = MIN_TILES * bh * max(1, (cap // 2 - kp * nb) // (bh * (kp + ROW_PAD)))
-        # 0 host rows: not even one fits; the tile's check says so
+        # as many rows as the host holds (0: not even one; the tile's check says so) and, for
+        # 1 x bw tiles, as many as keep C resident
         host = _host_rows(arch, m, k, n, kp, nb, density, streamed)
-        return min(rows, host) if host else rows
+        if bh == 1 and not dense:
+            rows = largest(m, 1, lambda rows: _scatter_fits(arch, rows, kp, nb, bw)) or 1
+            return min(rows, host) if host else rows
+        return max(1, host)
 
     cut_m = streamed or (bh == 1 and not dense) or not simulable(arch, m, k, n, density)
     return choose_split(arch, m, k, n, fits, m_rows=m_rows if cut_m else None,

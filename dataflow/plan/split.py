@@ -14,7 +14,8 @@ the host's memory, is cut into blocks, each run as a sub-program of its own, bac
 and the rest holds SPM tiles of A's and C's rows (`fits_spm`); among the sizes that fit, the
 one moving the fewest DRAM bytes wins (A read once per N block, B once per M tile, C written
 once per K panel and read back for all panels but the first, plus each sub-program's
-reconfiguration and DMA latency in bytes). An M tile holds `MIN_TILES` SPM tiles.
+reconfiguration and DMA latency in bytes). The workload says how many rows an M tile has
+(`m_rows`: what the host holds; for a GEMM at most `MIN_TILES` SPM tiles, `m_tile_rows`).
 
 `run_split` runs the blocks (M tile, N block, K panel innermost), adds the panels' partial
 products in fp32 on the host (the add a flush into a reloaded C does,
