@@ -94,9 +94,10 @@ def _host_rows(arch: ArchSpec, m: int, k: int, n: int, kp: int, nb: int, density
 def plan_dynamic_split(arch: ArchSpec, granularity: str, m: int, k: int, n: int,
                        streamed: bool, density: float = 1.0) -> Split:
     """Blocks that each fit as a dynamic program: B's block and a tile row's panel of A in half
-    the SPM (`panel_rows_for`); for 1 x bw tiles, M tiles whose C stays resident in a quarter
-    of it; K panels whole micro-tiles wide, N blocks whole SIMD vectors; M tiles whose
-    simulation (`sim_bytes`, at `density`), with the operands, fits the host's memory."""
+    the SPM (`panel_rows_for`); for 1 x bw tiles, M tiles whose C stays resident beside the
+    panel (`_scatter_fits`); K panels whole micro-tiles wide, N blocks whole SIMD vectors; M
+    tiles whose simulation (`sim_bytes`, at `density`), with the operands, fits the host's
+    memory."""
     cap = arch.spm.capacity_words
     bh, bw = GRANULARITIES.get(granularity, (1, 1))
     dense = granularity == "dense"
