@@ -10,6 +10,7 @@ import scipy.sparse as sp
 
 from dataflow.arch import ArchSpec, PEKind
 from dataflow.errors import UserError
+from dataflow.matmul_split import split_matmul
 from dataflow.pe_array.simulate import simulate_mapping
 from dataflow.plan.compile import compile_program
 from dataflow.ust_frontend.ops import as_tensor, lower_matmul, matmul_reference
@@ -57,6 +58,11 @@ def _run_matmul(workload: str):
         if dataflow is not None and spec.pe_array.kind != PEKind.SYSTOLIC:
             raise UserError(f"--dataflow {dataflow} applies only to systolic arrays "
                             f"(pe_array.kind: systolic); {spec.name} is {spec.pe_array.kind}")
+        split = split_matmul(workload, spec, engine=engine, seed=seed, trace=trace, m=m, k=k,
+                             n=n, density=density, dataflow=dataflow,
+                             make_operands=make_operands, t0=t0)
+        if split is not None:  # too large for the SPM or the host: run in blocks that fit
+            return split
         a, b = make_operands(workload, m, k, n, density, seed)
         ta, tb = as_tensor(a), as_tensor(b)
         mapping = compile_program(lower_matmul(ta, tb), spec, dataflow=dataflow)

@@ -247,6 +247,16 @@ def all_params() -> dict[str, Param]:
     return out
 
 
+def host_budget() -> float:
+    """The bytes `check_host_memory` allows (infinite when the host's memory is unknown)."""
+    return float(memory_budget_bytes() or math.inf)
+
+
+def fits_host_memory(nbytes: float) -> bool:
+    """Whether `nbytes` fit the host's memory budget (`check_host_memory` without the error)."""
+    return nbytes <= host_budget()
+
+
 def check_host_memory(what: str, nbytes: float) -> None:
     """Refuse, before allocating, operands and results of `nbytes` bytes that would not fit the
     host's memory budget (`dataflow.limits.memory_budget_bytes`); a `UserError` naming both."""

@@ -65,9 +65,11 @@ def test_console_script_runs():
 
 
 def test_workload_that_does_not_fit_the_spm(tmp_path, capsys):
+    # 128 words: too few even for the smallest block of a split
+    # (docs/conventions.md#tiling-any-problem-size); 1,024 words would run it in 128 blocks
     small = tmp_path / "small.yaml"
     small.write_text((ARCH_DIR / "default.yaml").read_text()
-                     .replace("capacity_words_per_line: 65536", "capacity_words_per_line: 64"))
+                     .replace("capacity_words_per_line: 65536", "capacity_words_per_line: 8"))
     assert main(["simulate", "--arch", str(small), "--m", "64", "--k", "512", "--n", "64"]) == 2
     err = capsys.readouterr().err
     assert "does not fit the SPM" in err and str(small) in err

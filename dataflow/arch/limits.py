@@ -34,6 +34,20 @@ MAX_SHOWN_CHARS = 80
 #: share of the host's memory that operands and results may take (the rest: the simulator's
 #: own arrays, the numpy reference's float64 copies, everything else running)
 HOST_MEMORY_FRACTION = 0.25
+#: a run split into tiles (docs/conventions.md#tiling-any-problem-size) checks every tile's
+#: values in numpy (fp32 in k order, and a float64 reference): at most this many MACs, about
+#: two minutes at the ~1e9 MACs/s measured on a 2-core host
+MAX_HOST_CHECK_MACS = 10**11
+#: ... and simulates at most this many MACs in the engine (a memoised tile counted once):
+#: about five minutes at the fast engine's ~1e7 MACs/s (a 32640 x 64 x 64 GEMM tile in 12 s)
+MAX_SIMULATED_MACS = 3 * 10**9
+#: host bytes the mapper and the fast engine hold per iteration of a kernel's domain while they
+#: map and run it (measured 84-91 B on gemm and spmm kernels of 4M-26M iterations); a matmul
+#: whose simulation would not fit the host's memory is split into M tiles that do
+HOST_BYTES_PER_ITERATION = 128
+#: a split run keeps the whole result C when it takes at most this many bytes; a larger one
+#: is checked tile by tile and not kept, so host memory stays proportional to a tile
+MAX_KEPT_OUTPUT_BYTES = 2**28
 
 _repr = reprlib.Repr()
 _repr.maxstring = MAX_SHOWN_CHARS

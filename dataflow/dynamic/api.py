@@ -19,9 +19,19 @@ from dataflow.arch import resolve_arch
 from dataflow.dynamic.lower import lower_dense_reference, lower_dynamic_spmm
 from dataflow.dynamic.microtile import (
     MASK_GRANULARITIES,
+    check_shape,
     check_sparsity,
     parse_granularity,
     random_mask,
+)
+from dataflow.dynamic.split import (
+    check_traceable,
+    fits_whole,
+    needs_streaming,
+    simulable,
+    split_dynamic,
+    split_dynamic_streamed,
+    visited,
 )
 from dataflow.dynamic.stats import CHOICES, DynamicStats
 from dataflow.errors import UserError
@@ -75,6 +85,12 @@ def simulate_dynamic_matmul(a: np.ndarray, b: np.ndarray, granularity: str, arch
     spec = resolve_arch(arch)
     a = np.asarray(a, dtype=np.float32)
     b = np.asarray(b, dtype=np.float32)
+    if panel_rows is None and _too_large(a, b, granularity, spec):
+        # docs/conventions.md#tiling-any-problem-size: run in blocks that fit the SPM
+        check_traceable(trace, f"dynamic-spmm {a.shape[0]} x {a.shape[1]} x {b.shape[1]}")
+        res, stats = split_dynamic(a, b, granularity, spec, engine=engine, scheme=scheme,
+                                   fetch=fetch, t0=t0)
+        return dataclasses.replace(res, notes=res.notes + stats.notes()), stats
     if granularity == "dense":
         prog, density, skip = lower_dense_reference(a, b), 1.0, 0
     else:
@@ -90,11 +106,42 @@ def simulate_dynamic_matmul(a: np.ndarray, b: np.ndarray, granularity: str, arch
     return dataclasses.replace(res, notes=res.notes + stats.notes()), stats
 
 
+def _too_large(a: np.ndarray, b: np.ndarray, granularity: str, spec) -> bool:
+    """Whether A @ B (shapes valid for the granularity) does not fit the SPM whole."""
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0] or 0 in b.shape:
+        return False  # the lowering says what is wrong
+    if granularity != "dense":
+        check_shape(a.shape[0], a.shape[1], parse_granularity(granularity), granularity)
+    (m, k), n = a.shape, b.shape[1]
+    return not fits_whole(spec, granularity, m, k, n) \
+        or not simulable(spec, m, k, n, visited(a, granularity))
+
+
+def _streamed(spec, *, engine, seed, trace, m, k, n, sparsity, granularity, mask_granularity):
+    """The result of a dynamic-spmm whose operands exceed the host's memory, generated and
+    run tile by tile (docs/conventions.md#tiling-any-problem-size), or None when they fit."""
+    if mask_granularity not in MASK_GRANULARITIES or min(m, k, n) <= 0 \
+            or not needs_streaming(m, k, n):
+        return None  # make_dynamic_operands checks the parameters and allocates
+    check_sparsity(sparsity)
+    for g in {granularity, mask_granularity} - {"dense", "element"}:
+        check_shape(m, k, parse_granularity(g), g)
+    check_traceable(trace, f"dynamic-spmm (--m {m} --k {k} --n {n})")
+    res, stats = split_dynamic_streamed(
+        spec, m=m, k=k, n=n, sparsity=sparsity, mask_granularity=mask_granularity,
+        granularity=granularity, seed=seed, engine=engine, t0=time.perf_counter())
+    return dataclasses.replace(res, notes=res.notes + stats.notes())
+
+
 def run_dynamic_spmm(spec, *, engine="fast", seed=0, trace=False, m=256, k=256, n=64,
                       sparsity=0.9, granularity="32x1", mask_granularity=None):
     if granularity not in CHOICES:
         raise UserError(f"--granularity must be one of {CHOICES}, got {granularity!r}")
     mg = mask_granularity or (granularity if granularity != "dense" else "element")
+    res = _streamed(spec, engine=engine, seed=seed, trace=trace, m=m, k=k, n=n,
+                    sparsity=sparsity, granularity=granularity, mask_granularity=mg)
+    if res is not None:
+        return res
     a, b = make_dynamic_operands(m, k, n, sparsity, mg, seed)
     res, _ = simulate_dynamic_matmul(a, b, granularity, spec, engine=engine, trace=trace)
     return res

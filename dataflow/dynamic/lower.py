@@ -254,7 +254,9 @@ def panel_rows_for(m: int, k: int, n: int, bh: int, capacity_words: int,
     room = capacity_words // 2 - k * n
     if room < bh * ld:
         raise DFGError(f"B ({k} x {n} = {k * n} words) leaves no room for a {bh}-row panel of A "
-                       f"in an SPM of {capacity_words} words; use a smaller --n or --k")
+                       f"in an SPM of {capacity_words} words; use a smaller --n or --k "
+                       "(simulate_dynamic_matmul runs it in blocks that fit, "
+                       "docs/conventions.md#tiling-any-problem-size)")
     return max(bh, min(m, (room // ld) // bh * bh))
 
 

@@ -113,7 +113,10 @@ def tile_and_allocate(kernel: Kernel, arch: ArchSpec, max_tile_rows: int | None 
         while hi < extent and (max_tile_rows is None or hi - lo < max_tile_rows):
             trial = {name: (min(cur[name][0], int(w[0][hi])), max(cur[name][1], int(w[1][hi])))
                      for name, w in windows.items()}
-            need = 2 * sum(_round_up(max(0, b - a), row) + row for a, b in trial.values())
+            # the allocation holds each buffer's largest window over all tiles, so a tile may
+            # grow only while those peaks (with its trial window) fit, not just its own windows
+            need = 2 * sum(_round_up(max(0, b - a, peak[name]), row) + row
+                           for name, (a, b) in trial.items())
             if need > budget:
                 break
             cur = trial

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 
 from dataflow.arch.spec import ArchSpec, PEKind
-from dataflow.dfg.graph import BufferRole, Program
+from dataflow.dfg.graph import BufferFetch, BufferRole, Program
 from dataflow.pe_array.result import ArrayResult, Roofline
 
 
@@ -55,18 +55,29 @@ def _moved_words(arrays: list[ArrayResult], word_bytes: int) -> dict[str, list[i
     return moved
 
 
-def _compulsory(size: int, moved: list[int] | None) -> int:
-    """Once the whole operand, or what the DMA needed of it where that is less."""
-    return size if not moved else min(size, max(moved))
+def _compulsory(size: int, moved: list[int] | None, gathered: bool = False) -> int:
+    """Once the whole operand, or what the DMA needed of it where that is less (nothing, for
+    a gathered operand no DMA moved: its gathers selected no row)."""
+    if not moved:
+        return 0 if gathered else size
+    return min(size, max(moved))
 
 
-def _program_compulsory(size: int, name: str, moved: dict[str, list[int]]) -> int:
+def _gathered(program: Program, name: str) -> bool:
+    """Whether every kernel that reads buffer `name` fetches it by an indirect DMA."""
+    reads = [b for k in program.kernels for b in k.buffers
+             if b.name == name and b.role == BufferRole.INPUT]
+    return bool(reads) and all(b.fetch == BufferFetch.GATHER for b in reads)
+
+
+def _program_compulsory(size: int, name: str, moved: dict[str, list[int]],
+                        gathered: bool = False) -> int:
     """A program operand's compulsory words: as `_compulsory`; one the DMA never moved while
     it moved others (an imaginary part a real transform makes on chip) costs none -- a floor
     must not claim bytes the run does not need. Without any per-buffer record, the size."""
     if moved and name not in moved:
         return 0
-    return _compulsory(size, moved.get(name))
+    return _compulsory(size, moved.get(name), gathered)
 
 
 def program_roofline(program: Program, arch: ArchSpec, arrays: list[ArrayResult],
@@ -77,7 +88,8 @@ def program_roofline(program: Program, arch: ArchSpec, arrays: list[ArrayResult]
     words are capped at what it moved, so the floor never claims bytes the lowering does not
     need (a real transform's zero imaginary part, made on chip)."""
     moved = _moved_words(arrays, arch.word_bytes)
-    read = sum(_program_compulsory(int(x.size), name, moved) for name, x in program.inputs)
+    read = sum(_program_compulsory(int(x.size), name, moved, _gathered(program, name))
+               for name, x in program.inputs)
     written = sum(_program_compulsory(math.prod(shape), name, moved)
                   for name, shape in program.outputs)
     if dram_bytes is not None:
@@ -94,7 +106,7 @@ def kernel_roofline(program: Program, arch: ArchSpec, index: int, array: ArrayRe
     and the kernel keeps its compute and SPM floors."""
     kernel = program.kernels[index]
     moved = _moved_words([array], arch.word_bytes)
-    read = sum(_compulsory(b.size, moved.get(b.name)) for b in kernel.buffers
-               if b.role == BufferRole.INPUT)
+    read = sum(_compulsory(b.size, moved.get(b.name), b.fetch == BufferFetch.GATHER)
+               for b in kernel.buffers if b.role == BufferRole.INPUT)
     r = floors(arch, array.macs, read, 0)
     return r if own_dma else Roofline(r.compute_cycles, 0.0, r.spm_port_cycles)

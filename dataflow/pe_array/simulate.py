@@ -8,12 +8,13 @@ from enum import Enum
 import numpy as np
 
 from dataflow.arch.spec import PEKind
+from dataflow.dfg.graph import BufferRole
 from dataflow.dfg.ops import Op
 from dataflow.errors import UserError
 from dataflow.mapper.mapping import Mapping, SystolicMapping
 from dataflow.pe_array.fast import run_kernel_fast
 from dataflow.pe_array.reference import run_kernel_reference
-from dataflow.pe_array.result import ArrayResult, KernelResult, Roofline, SimResult
+from dataflow.pe_array.result import ArrayResult, KernelResult, Roofline, SimResult, TileResult
 from dataflow.pe_array.roofline import kernel_roofline, program_roofline
 from dataflow.pe_array.system import run_system
 from dataflow.pe_array.systolic import run_systolic_fast, run_systolic_reference
@@ -127,11 +128,46 @@ def _system_trace(arrays: list[ArrayResult], timeline) -> tuple:
     return tuple(sorted(out, key=lambda e: (e[0], e[1])))
 
 
+def with_reloads(arrays: list[ArrayResult], mapping: Mapping,
+                 names: tuple[str, ...]) -> list[ArrayResult]:
+    """`arrays` with the outputs named in `names` read back from DRAM before they are written:
+    each tile first loads its window of a streamed output, a resident one is loaded whole
+    before the first tile. The partial sums of C that a K panel accumulates into
+    (docs/conventions.md#tiling-any-problem-size); values are the caller's to combine."""
+    wb = mapping.arch.word_bytes
+    out = []
+    for a, km in zip(arrays, mapping.kernels):
+        bufs = [] if isinstance(km, SystolicMapping) else [
+            b for b in km.kernel.buffers if b.name in names and b.role == BufferRole.OUTPUT]
+        if not bufs:
+            out.append(a)
+            continue
+        tiles: list[TileResult] = []
+        for i, t in enumerate(a.tiles):
+            reads = []
+            for b in bufs:
+                if km.allocation_map[b.name].streamed:
+                    lo, hi = km.tiles[i].window_map[b.name]
+                    words = max(0, hi - lo)
+                else:
+                    words = b.size if i == 0 else 0
+                if words:
+                    reads.append((b.name, "read", words * wb))
+            tiles.append(dataclasses.replace(
+                t, dram_bytes_read=t.dram_bytes_read + sum(r[2] for r in reads),
+                dram_transfers=tuple(reads) + t.dram_transfers))
+        out.append(dataclasses.replace(a, tiles=tuple(tiles)))
+    return out
+
+
 def simulate_mapping(mapping: Mapping, engine: str = "fast", trace: bool = False,
-                     workload: str | None = None) -> SimResult:
-    """Run a mapped program: values and timing. Cycles at the array clock, energy in pJ."""
+                     workload: str | None = None, reload: tuple[str, ...] = ()) -> SimResult:
+    """Run a mapped program: values and timing. Cycles at the array clock, energy in pJ.
+    `reload` names outputs whose earlier contents each tile reads back first (`with_reloads`)."""
     arch, prog = mapping.arch, mapping.program
     arrays = run_array(mapping, engine, trace)
+    if reload:
+        arrays = with_reloads(arrays, mapping, tuple(reload))
     compute = sum(t.compute_cycles for a in arrays for t in a.tiles)
     spm_stall = sum(t.stall_cycles_spm_conflict for a in arrays for t in a.tiles)
     systolic = any(isinstance(k, SystolicMapping) for k in mapping.kernels)
