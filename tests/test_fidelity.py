@@ -18,11 +18,12 @@ import scipy.sparse as sp
 
 from dataflow.dfg.domain import num_iterations
 from dataflow.mapper import map_program
-from dataflow.pe_array.simulate import run_array, simulate_mapping
+from dataflow.pe_array.simulate import simulate_mapping
 from dataflow.testing import assert_close
 from dataflow.ust_frontend import NamedFormats, Tensor
 from dataflow.ust_frontend.ops import as_tensor, lower_matmul, matmul_reference
 from tests.archs import variant
+from tests.engine_checks import assert_engines_identical
 from tests.programs import random_program
 
 PRESETS = {
@@ -48,16 +49,6 @@ def arch(name):
 SEEDS = range(60)
 
 
-def _identical(mapping):
-    refs, fasts = run_array(mapping, "reference"), run_array(mapping, "fast")
-    for r, f in zip(refs, fasts):
-        assert r.same_as(f) == [], f"kernel {r.kernel}: {r.same_as(f)} differ"
-    r1, r2 = simulate_mapping(mapping, "reference"), simulate_mapping(mapping, "fast")
-    assert r1.to_dict() | {"engine": 0} == r2.to_dict() | {"engine": 0}
-    assert np.array_equal(r1.output, r2.output)
-    return r2
-
-
 def _roofline(res, a):
     assert res.cycles >= res.macs / res.peak_macs_per_cycle
     assert res.cycles >= res.dram_bytes / a.dram.bytes_per_cycle
@@ -69,7 +60,7 @@ def test_engines_identical_on_random_programs(seed):
     name = list(PRESETS)[seed % len(PRESETS)]
     prog = random_program(seed)
     mapping = map_program(prog, arch(name))
-    res = _identical(mapping)
+    res = assert_engines_identical(mapping)
     _roofline(res, arch(name))
 
 
@@ -88,7 +79,7 @@ def test_engines_identical_on_formats(fmt, preset):
     ta = Tensor.from_package(a, tensor_format=FORMATS[fmt])
     tb = as_tensor(rng.standard_normal((10, 9), dtype=np.float32))
     mapping = map_program(lower_matmul(ta, tb), arch(preset))
-    res = _identical(mapping)
+    res = assert_engines_identical(mapping)
     assert_close(res.output, matmul_reference(ta, tb))
     _roofline(res, arch(preset))
 
@@ -102,7 +93,7 @@ def test_engines_identical_on_scatter_acc_programs(preset):
 
     a, b = make_dynamic_operands(8, 128, 8, 0.6, "element", seed=len(preset))
     prog, _ = lower_dynamic_spmm(a, b, "1x64", panel_rows=4)
-    res = _identical(map_program(prog, arch(preset)))
+    res = assert_engines_identical(map_program(prog, arch(preset)))
     assert_close(res.output, (a.astype(np.float64) @ b).astype(np.float32))
     _roofline(res, arch(preset))
 

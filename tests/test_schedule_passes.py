@@ -17,7 +17,7 @@ from dataflow.dfg.lower import lower_gemm
 from dataflow.dfg.ops import Op
 from dataflow.mapper import map_program
 from dataflow.pe_array.semantics import operands, stored_value
-from dataflow.pe_array.simulate import run_array, simulate_mapping
+from dataflow.pe_array.simulate import simulate_mapping
 from dataflow.plan.compile import choose_schedule
 from dataflow.plan.gemm_schedule import (
     GemmSchedule,
@@ -28,6 +28,7 @@ from dataflow.plan.gemm_schedule import (
 from dataflow.plan.retime import stagger_flushes
 from tests.archs import variant
 from tests.conftest import ARCH_DIR
+from tests.engine_checks import assert_engines_identical
 
 DEFAULT = load_arch(ARCH_DIR / "default.yaml")
 
@@ -49,16 +50,6 @@ def _check_values(res, a, b):
     want = a.astype(np.float64) @ b.astype(np.float64)
     got = np.asarray(res.output).reshape(want.shape)
     assert np.allclose(got, want, rtol=1e-4, atol=1e-4)
-
-
-def _identical(mapping):
-    refs, fasts = run_array(mapping, "reference"), run_array(mapping, "fast")
-    for r, f in zip(refs, fasts):
-        assert r.same_as(f) == [], f"kernel {r.kernel}: {r.same_as(f)} differ"
-    r1, r2 = simulate_mapping(mapping, "reference"), simulate_mapping(mapping, "fast")
-    assert r1.to_dict() | {"engine": 0} == r2.to_dict() | {"engine": 0}
-    assert np.array_equal(r1.output, r2.output)
-    return r2
 
 
 def _above_roofline(res):
@@ -111,7 +102,7 @@ def test_fuse_multiply_accumulate_merges_mul_into_acc():
     p2 = dataclasses.replace(prog, kernels=(fused,))
     m_plain, (plain,) = _run(prog)
     m_fused, _ = _run(p2)
-    res = _identical(m_fused)
+    res = assert_engines_identical(m_fused)
     _check_values(res, a, b)
     _above_roofline(res)
     # one PE fewer per copy (here the SPM ports, two reads per copy, cap the copies at 16
@@ -130,11 +121,13 @@ def test_unroll_and_jam_shares_the_loads_that_do_not_depend_on_the_loop():
     maccs = [n for n in blocked.nodes if n.op is Op.MACC]
     assert len(maccs) == 4 and len(loads) == 5  # four rows of A, one shared row of B
     assert dict((lp.var, lp.extent) for lp in blocked.loops)["i"] == 4
-    res = _identical(map_program(dataclasses.replace(prog, kernels=(blocked,)), DEFAULT))
+    blocked_prog = dataclasses.replace(prog, kernels=(blocked,))
+    res = assert_engines_identical(map_program(blocked_prog, DEFAULT))
     _check_values(res, a, b)
     outer = transform.unroll_and_jam(blocked, "j", 2, inner=False)
     assert sum(n.op is Op.MACC for n in outer.nodes) == 8
-    res = _identical(map_program(dataclasses.replace(prog, kernels=(outer,)), DEFAULT))
+    outer_prog = dataclasses.replace(prog, kernels=(outer,))
+    res = assert_engines_identical(map_program(outer_prog, DEFAULT))
     _check_values(res, a, b)
 
 
@@ -158,7 +151,7 @@ def test_packed_panels_turn_eight_scalar_loads_into_one_row_load():
     packed = out.input_map["A"]
     assert packed[1 * 8 * 8 + 3 * 8 + 5] == a[8 + 5, 3]
     mapping = map_program(out, DEFAULT)
-    res = _identical(mapping)
+    res = assert_engines_identical(mapping)
     _check_values(res, a, b)
     _above_roofline(res)
     # one SPM row read brings eight rows' operands: far fewer reads than the unblocked body
@@ -180,7 +173,7 @@ def test_column_panels_spread_the_b_stream_over_the_lines():
     assert r_packed.stall_cycles_spm_conflict < r_unpacked.stall_cycles_spm_conflict
     _check_values(r_packed, a, b)
     small = apply_gemm_schedule(_gemm(16, 8, 16)[2], GemmSchedule(8, 1, True, True), 8)
-    _identical(map_program(small, DEFAULT))
+    assert_engines_identical(map_program(small, DEFAULT))
 
 
 def test_staggered_flushes_stay_legal_and_never_add_conflicts():
@@ -281,3 +274,14 @@ def test_choices_and_mappings_are_kept_on_disk_and_a_damaged_file_is_ignored(tmp
     res = simulate_mapping(rebuilt)
     _check_values(res, a, b)
     assert res.cycles == simulate_mapping(first).cycles
+
+
+def test_padded_rows_keep_the_values():
+    a, b, prog = _gemm(16, 16, 64)
+    padded = transform.pad_rows(prog, "B", 16, 64, 8)
+    assert padded.input_map["B"].size == 16 * 72
+    assert padded.input_map["B"][72 + 3] == b[1, 3] and padded.input_map["B"][64] == 0
+    res = assert_engines_identical(map_program(padded, DEFAULT))
+    _check_values(res, a, b)
+    with pytest.raises(DFGError, match="negative"):
+        transform.pad_rows(prog, "B", 16, 64, -1)

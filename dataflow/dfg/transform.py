@@ -136,6 +136,25 @@ def _split_address(addr: Addr, cols: int, where: str) -> tuple[dict, int, dict, 
     return row, rconst, col, cconst
 
 
+def _relayout(program: Program, buffer: str, rewrite, data: np.ndarray,
+              size: int | None = None) -> Program:
+    """`program` with every access to input `buffer` replaced by `rewrite(kernel, node)` (a
+    node) and the buffer's data by `data` (flat, in the new layout); `size` its new word
+    count when the layout pads."""
+    kernels = []
+    for k in program.kernels:
+        nodes = tuple(rewrite(k, n) if n.buffer == buffer else n for n in k.nodes)
+        buffers = k.buffers if size is None else tuple(
+            dataclasses.replace(b, size=size) if b.name == buffer else b for b in k.buffers)
+        kernels.append(dataclasses.replace(k, nodes=nodes, buffers=buffers))
+    inputs = tuple((name, data if name == buffer else x) for name, x in program.inputs)
+    return dataclasses.replace(program, kernels=tuple(kernels), inputs=inputs)
+
+
+def _terms(terms: dict) -> tuple:
+    return tuple((v, c) for v, c in terms.items() if c)
+
+
 def pack_panels(program: Program, buffer: str, rows: int, cols: int, panel: int) -> Program:
     """Store input `buffer` (rows x cols, row-major) as panels of `panel` rows, each panel
     column by column: element (r, c) at (r // panel) * panel * cols + c * panel + r % panel.
@@ -144,29 +163,22 @@ def pack_panels(program: Program, buffer: str, rows: int, cols: int, panel: int)
     where = f"program {program.name!r}: pack_panels({buffer!r}, panel {panel})"
     if rows % panel:
         raise DFGError(f"{where}: {rows} rows are not a multiple of the panel")
-    kernels = []
-    for k in program.kernels:
-        nodes = []
-        for n in k.nodes:
-            if n.buffer != buffer:
-                nodes.append(n)
-                continue
-            if n.addr.index_stride or n.addr.span or (k.vector_var and n.addr.coef(k.vector_var)):
-                raise DFGError(f"{where}: node %{n.id} is not a scalar affine access")
-            row, rconst, col, cconst = _split_address(n.addr, cols, where)
-            if any(c % panel for c in row.values()):
-                raise DFGError(f"{where}: node %{n.id}'s row steps are not whole panels")
-            terms = {v: c // panel * panel * cols for v, c in row.items()}
-            for v, c in col.items():
-                terms[v] = terms.get(v, 0) + c * panel
-            const = rconst // panel * panel * cols + cconst * panel + rconst % panel
-            nodes.append(dataclasses.replace(
-                n, addr=Addr(tuple((v, c) for v, c in terms.items() if c), const)))
-        kernels.append(dataclasses.replace(k, nodes=tuple(nodes)))
+
+    def rewrite(k, n):
+        if n.addr.index_stride or n.addr.span or (k.vector_var and n.addr.coef(k.vector_var)):
+            raise DFGError(f"{where}: node %{n.id} is not a scalar affine access")
+        row, rconst, col, cconst = _split_address(n.addr, cols, where)
+        if any(c % panel for c in row.values()):
+            raise DFGError(f"{where}: node %{n.id}'s row steps are not whole panels")
+        terms = {v: c // panel * panel * cols for v, c in row.items()}
+        for v, c in col.items():
+            terms[v] = terms.get(v, 0) + c * panel
+        const = rconst // panel * panel * cols + cconst * panel + rconst % panel
+        return dataclasses.replace(n, addr=Addr(_terms(terms), const))
+
     data = program.input_map[buffer].reshape(rows // panel, panel, cols)
-    inputs = tuple((name, np.ascontiguousarray(data.transpose(0, 2, 1)).ravel()
-                    if name == buffer else x) for name, x in program.inputs)
-    return dataclasses.replace(program, kernels=tuple(kernels), inputs=inputs)
+    return _relayout(program, buffer, rewrite,
+                     np.ascontiguousarray(data.transpose(0, 2, 1)).ravel())
 
 
 def pack_column_panels(program: Program, buffer: str, rows: int, cols: int,
@@ -179,28 +191,21 @@ def pack_column_panels(program: Program, buffer: str, rows: int, cols: int,
     where = f"program {program.name!r}: pack_column_panels({buffer!r}, panel {panel})"
     if cols % panel:
         raise DFGError(f"{where}: {cols} columns are not a multiple of the panel")
-    kernels = []
-    for k in program.kernels:
-        nodes = []
-        for n in k.nodes:
-            if n.buffer != buffer:
-                nodes.append(n)
-                continue
-            vv = k.vector_var
-            row, rconst, col, cconst = _split_address(n.addr, cols, where)
-            if n.op is not Op.LOAD or n.addr.index_stride or n.addr.span or \
-                    col != {vv: 1} or cconst % panel:
-                raise DFGError(f"{where}: node %{n.id} is not a vector load along the columns")
-            terms = {v: c * panel for v, c in row.items()}
-            terms[vv] = terms.get(vv, 0) + rows  # the vector loop steps whole panels
-            const = cconst * rows + rconst * panel
-            nodes.append(dataclasses.replace(
-                n, addr=Addr(tuple((v, c) for v, c in terms.items() if c), const, span=panel)))
-        kernels.append(dataclasses.replace(k, nodes=tuple(nodes)))
+
+    def rewrite(k, n):
+        vv = k.vector_var
+        row, rconst, col, cconst = _split_address(n.addr, cols, where)
+        if n.op is not Op.LOAD or n.addr.index_stride or n.addr.span or \
+                col != {vv: 1} or cconst % panel:
+            raise DFGError(f"{where}: node %{n.id} is not a vector load along the columns")
+        terms = {v: c * panel for v, c in row.items()}
+        terms[vv] = terms.get(vv, 0) + rows  # the vector loop steps whole panels
+        const = cconst * rows + rconst * panel
+        return dataclasses.replace(n, addr=Addr(_terms(terms), const, span=panel))
+
     data = program.input_map[buffer].reshape(rows, cols // panel, panel)
-    inputs = tuple((name, np.ascontiguousarray(data.transpose(1, 0, 2)).ravel()
-                    if name == buffer else x) for name, x in program.inputs)
-    return dataclasses.replace(program, kernels=tuple(kernels), inputs=inputs)
+    return _relayout(program, buffer, rewrite,
+                     np.ascontiguousarray(data.transpose(1, 0, 2)).ravel())
 
 
 def vectorise_lanes(kernel: Kernel, width: int) -> Kernel:
@@ -259,29 +264,18 @@ def pad_rows(program: Program, buffer: str, rows: int, cols: int, pad: int) -> P
         raise DFGError(f"{where}: the pad must not be negative")
     if pad == 0:
         return program
-    kernels = []
-    for k in program.kernels:
-        nodes = []
-        for n in k.nodes:
-            if n.buffer != buffer:
-                nodes.append(n)
-                continue
-            if n.addr.index_stride:
-                raise DFGError(f"{where}: node %{n.id} is an indirect access")
-            row, rconst, col, cconst = _split_address(n.addr, cols, where)
-            terms = {v: c * (cols + pad) for v, c in row.items()}
-            for v, c in col.items():
-                terms[v] = terms.get(v, 0) + c
-            nodes.append(dataclasses.replace(n, addr=dataclasses.replace(
-                n.addr, terms=tuple((v, c) for v, c in terms.items() if c),
-                const=rconst * (cols + pad) + cconst)))
-        size = rows * (cols + pad)
-        buffers = tuple(dataclasses.replace(b, size=size) if b.name == buffer else b
-                        for b in k.buffers)
-        kernels.append(dataclasses.replace(k, nodes=tuple(nodes), buffers=buffers))
+
+    def rewrite(k, n):
+        if n.addr.index_stride:
+            raise DFGError(f"{where}: node %{n.id} is an indirect access")
+        row, rconst, col, cconst = _split_address(n.addr, cols, where)
+        terms = {v: c * (cols + pad) for v, c in row.items()}
+        for v, c in col.items():
+            terms[v] = terms.get(v, 0) + c
+        return dataclasses.replace(n, addr=dataclasses.replace(
+            n.addr, terms=_terms(terms), const=rconst * (cols + pad) + cconst))
+
     data = program.input_map[buffer].reshape(rows, cols)
     padded = np.zeros((rows, cols + pad), dtype=data.dtype)
     padded[:, :cols] = data
-    inputs = tuple((name, padded.ravel() if name == buffer else x)
-                   for name, x in program.inputs)
-    return dataclasses.replace(program, kernels=tuple(kernels), inputs=inputs)
+    return _relayout(program, buffer, rewrite, padded.ravel(), size=rows * (cols + pad))
