@@ -43,15 +43,11 @@ from dataflow.plan.gemm_schedule import (
 from dataflow.plan.retime import (
     best_candidate,
     choice_key,
+    choose_memoised,
     cycles_bound,
     kernel_iterations,
     post_passes,
-    recall,
-    recall_mapping,
-    remember,
-    remember_mapping,
     sample_cycles,
-    skewed,
 )
 
 #: vector blocks tried for a generic kernel's vector loop
@@ -161,24 +157,19 @@ def _choose_kernel(program: Program, index: int, arch: ArchSpec,
     cands = kernel_candidates(kernel, arch)
     if len(cands) == 1:
         return map_kernel(kernel, arch, **options), cands[0]
-    key = choice_key(kernel, arch, f"kernel {index} {options}")
-    known = recall(key)
-    if known is not None:  # chosen before for this kernel on this array: map that one
-        sched = KernelSchedule(**known["fields"])
-        body = apply_kernel_schedule(kernel, sched)
-        km = recall_mapping(key, body)
-        if km is None:
-            km = _evaluate(program, index, sched, arch, options, skew=known["skew"])[1]
-            remember_mapping(key, km)
-        how = "chosen earlier for this kernel and array"
-    else:
+    def search():
         bodies = {c: apply_kernel_schedule(kernel, c) for c in cands}
         _, sched, km, evaluated = best_candidate(
             cands, lambda c: cycles_bound(bodies[c], arch),
             lambda c: _evaluate(program, index, c, arch, options))
-        remember(key, {"fields": dataclasses.asdict(sched), "skew": skewed(km)})
-        remember_mapping(key, km)
-        how = f"best of {evaluated} mapped, of {len(cands)}"
+        return sched, km, evaluated
+
+    sched, km, evaluated = choose_memoised(
+        choice_key(kernel, arch, f"kernel {index} {options}"), KernelSchedule,
+        lambda c: apply_kernel_schedule(kernel, c),
+        lambda c, skew: _evaluate(program, index, c, arch, options, skew=skew)[1], search)
+    how = ("chosen earlier for this kernel and array" if evaluated is None
+           else f"best of {evaluated} mapped, of {len(cands)}")
     if not sched.plain:
         km = dataclasses.replace(km, notes=(*km.notes, f"schedule: {sched.label()} ({how})"))
     return km, sched

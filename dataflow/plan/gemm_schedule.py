@@ -31,15 +31,11 @@ from dataflow.mapper.mapping import Mapping, MappingError
 from dataflow.plan.retime import (
     best_candidate,
     choice_key,
+    choose_memoised,
     cycles_bound,
     kernel_iterations,
     post_passes,
-    recall,
-    recall_mapping,
-    remember,
-    remember_mapping,
     sample_cycles,
-    skewed,
 )
 
 #: row-block heights tried (A panel rows per body): at most the SIMD width, one SPM row
@@ -132,11 +128,10 @@ def gemm_candidates(program: Program, arch: ArchSpec) -> list[GemmSchedule]:
     return out
 
 
-def _evaluate(program: Program, sched: GemmSchedule, arch: ArchSpec, options: dict,
+def _evaluate(prog: Program, sched: GemmSchedule, arch: ArchSpec, options: dict,
               skew: bool | None = None):
-    """(cycles predicted from the first tile, (program, mapping)) of `sched`; None when it
-    does not map. `skew` as `retime.post_passes`."""
-    prog = apply_gemm_schedule(program, sched, arch.pe_array.simd_lanes)
+    """(cycles predicted from the first tile, kernel mapping) of `prog`, the GEMM as `sched`
+    transforms it; None when it does not map. `skew` as `retime.post_passes`."""
     try:
         mapping = map_program(prog, arch, **options)
     except MappingError:
@@ -149,9 +144,8 @@ def _evaluate(program: Program, sched: GemmSchedule, arch: ArchSpec, options: di
         per = sample_cycles(km, arch, prog) if skew is None else None
     else:
         per, km = post_passes(km, arch, prog, skew)
-    mapping = dataclasses.replace(mapping, kernels=(km,))
     cost = None if per is None else per * kernel_iterations(prog.kernels[0], lanes)
-    return cost, (prog, mapping)
+    return cost, km
 
 
 def _estimate(sched: GemmSchedule, arch: ArchSpec) -> tuple[float, int, int]:
@@ -172,31 +166,33 @@ def compile_gemm(program: Program, arch: ArchSpec, **options) -> tuple[Mapping, 
     candidates in order of their lower bound, each mapped and run on its first tile unless
     the best so far is within `BOUND_SLACK` of that bound (`retime.best_candidate`)."""
     lanes = arch.pe_array.simd_lanes
-    key = choice_key(program.kernels[0], arch, f"gemm {options}")
-    known = recall(key)
-    if known is not None:  # chosen before for this kernel on this array: map that one
-        sched = GemmSchedule(**known["fields"])
-        prog = apply_gemm_schedule(program, sched, lanes)
-        km = recall_mapping(key, prog.kernels[0])
-        if km is None:
-            _, (_, mapping) = _evaluate(program, sched, arch, options, skew=known["skew"])
-            remember_mapping(key, mapping.kernels[0])
-        else:
-            mapping = Mapping(program=prog, arch=arch, kernels=(km,))
-        note = f"schedule: {sched.label()} (chosen earlier for this kernel and array)"
-    else:
-        bodies = {s: apply_gemm_schedule(program, s, lanes).kernels[0]
-                  for s in gemm_candidates(program, arch)}
+    applied: dict[GemmSchedule, Program] = {}  # each schedule's program, packed once
+
+    def program_of(s: GemmSchedule) -> Program:
+        if s not in applied:
+            applied[s] = apply_gemm_schedule(program, s, lanes)
+        return applied[s]
+
+    candidates = gemm_candidates(program, arch)
+
+    def search():
         # equal bounds keep the order of `_estimate`
-        order = sorted(bodies, key=lambda s: _estimate(s, arch))
-        _, sched, (_, mapping), evaluated = best_candidate(
-            order, lambda s: cycles_bound(bodies[s], arch),
-            lambda s: _evaluate(program, s, arch, options))
-        remember(key, {"fields": dataclasses.asdict(sched),
-                       "skew": skewed(mapping.kernels[0])})
-        remember_mapping(key, mapping.kernels[0])
-        note = (f"schedule: {sched.label()} (best of {evaluated} candidates mapped and run on "
-                f"the first tile, of {len(bodies)} that fit)")
+        order = sorted(candidates, key=lambda s: _estimate(s, arch))
+        _, sched, km, evaluated = best_candidate(
+            order, lambda s: cycles_bound(program_of(s).kernels[0], arch),
+            lambda s: _evaluate(program_of(s), s, arch, options))
+        return sched, km, evaluated
+
+    sched, km, evaluated = choose_memoised(
+        choice_key(program.kernels[0], arch, f"gemm {options}"), GemmSchedule,
+        lambda s: program_of(s).kernels[0],
+        lambda s, skew: _evaluate(program_of(s), s, arch, options, skew=skew)[1],
+        search)
+    mapping = Mapping(program=program_of(sched), arch=arch, kernels=(km,))
+    note = (f"schedule: {sched.label()} (chosen earlier for this kernel and array)"
+            if evaluated is None else
+            f"schedule: {sched.label()} (best of {evaluated} candidates mapped and run on the "
+            f"first tile, of {len(candidates)} that fit)")
     km = mapping.kernels[0]
     km = dataclasses.replace(km, notes=(*km.notes, note))
     return dataclasses.replace(mapping, kernels=(km,)), sched

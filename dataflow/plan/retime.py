@@ -281,3 +281,24 @@ def remember_mapping(key: str, km: KernelMapping) -> None:
                            frame_entry(MAPPING_KIND, MAPPING_VERSION, payload))
     except OSError:
         pass
+
+
+def choose_memoised(key: str, schedule_type, body_of, replay, search):
+    """The one flow of a memoised schedule choice: a choice recorded for `key` (`recall`) is
+    rebuilt as `schedule_type(**fields)` and bound to its kept mapping when that matches
+    `body_of(schedule)`, else re-mapped by `replay(schedule, skew)` with nothing measured;
+    otherwise `search()` -> (schedule, mapping, candidates evaluated) runs and its result is
+    kept (`remember`, `remember_mapping`). Returns (schedule, mapping, evaluated), evaluated
+    None for a recorded choice."""
+    known = recall(key)
+    if known is not None:
+        sched = schedule_type(**known["fields"])
+        km = recall_mapping(key, body_of(sched))
+        if km is None:
+            km = replay(sched, known["skew"])
+            remember_mapping(key, km)
+        return sched, km, None
+    sched, km, evaluated = search()
+    remember(key, {"fields": dataclasses.asdict(sched), "skew": skewed(km)})
+    remember_mapping(key, km)
+    return sched, km, evaluated
