@@ -7,6 +7,7 @@ traceback from deep inside and never print-and-continue.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import types
 import typing
@@ -32,8 +33,7 @@ def _build(cls: type, data: Any, source: str, path: str) -> Any:
     if not isinstance(data, dict):
         raise ArchError(source, path,
                         f"expected a mapping for {cls.__name__}, got {type(data).__name__}")
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.name != "source"}
+    hints, fields = _schema(cls)
     unknown = sorted(set(data) - set(fields))
     if unknown:
         key = unknown[0]
@@ -49,6 +49,15 @@ def _build(cls: type, data: Any, source: str, path: str) -> Any:
             continue
         kwargs[name] = _convert(hints[name], data[name], source, _join(path, name))
     return cls(**kwargs)
+
+
+@functools.cache
+def _schema(cls: type) -> tuple[dict[str, Any], dict[str, dataclasses.Field]]:
+    """A spec dataclass's field types and fields (but `source`), resolved once a process:
+    `typing.get_type_hints` is most of the cost of building a spec, which a sweep does per
+    point (issue 14)."""
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.name != "source"}
+    return typing.get_type_hints(cls), fields
 
 
 def _join(path: str, key: str) -> str:
