@@ -269,28 +269,31 @@ class _WriteBuffer:
         self.free = words
         self.drain_end = 0
         self.line_fill = 0  # words in the open trace line
-        self.trace_lines: list[int] = []  # words in each closed trace line
+        # the closed trace lines: how many, and the words of those closed before they were
+        # full (`_close_line`); every other line holds `bw` words
+        self.trace_count = 0
+        self.partial_lines: dict[int, int] = {}
         self.drained_lines = 0
         self.dram_stop = None
 
     def _store(self, k: int) -> None:
         self.free -= k
         words = self.line_fill + k
-        self.trace_lines.extend([self.bw] * (words // self.bw))
+        self.trace_count += words // self.bw
         self.line_fill = words % self.bw
 
     def _close_line(self) -> None:  # append_to_trace_mat(force=True)
         if self.line_fill:
-            self.trace_lines.append(self.line_fill)
+            self.partial_lines[self.trace_count] = self.line_fill
+            self.trace_count += 1
             self.line_fill = 0
 
     def _drain(self, start: int) -> int:  # empty_drain_buf
-        lines = min(math.ceil(self.drain_size / self.bw),
-                    len(self.trace_lines) - self.drained_lines)
+        lines = min(math.ceil(self.drain_size / self.bw), self.trace_count - self.drained_lines)
         if lines == 0:
             return start
-        chunk = self.trace_lines[self.drained_lines:self.drained_lines + lines]
-        self.free += (lines - 1) * self.bw + chunk[-1]
+        last = self.partial_lines.get(self.drained_lines + lines - 1, self.bw)
+        self.free += (lines - 1) * self.bw + last
         self.drained_lines += lines
         end = start + lines - 1
         self.dram_stop = end if self.dram_stop is None else max(self.dram_stop, end)
@@ -321,7 +324,7 @@ class _WriteBuffer:
 
     def drain_all(self, cycle: int) -> None:  # empty_all_buffers
         self._close_line()
-        while self.drained_lines < len(self.trace_lines):
+        while self.drained_lines < self.trace_count:
             self.drain_end = self._drain(cycle)
             cycle = self.drain_end + 1
 
@@ -363,19 +366,28 @@ def _geometry(sm: SystolicMapping) -> tuple[int, int, int, int]:
     return sr, sc, t, t + 2 * R + C - 2
 
 
+def _fold_groups(extent: int, size: int) -> list[tuple[slice, int]]:
+    """`extent` cut into folds of `size`: (folds, their size) of the full ones and of the short
+    last one."""
+    n = -(-extent // size)
+    last = extent - (n - 1) * size
+    return [(slice(0, n), size)] if last == size else [(slice(0, n - 1), size),
+                                                        (slice(n - 1, n), last)]
+
+
 def _write_counts(sm: SystolicMapping) -> np.ndarray:
     """ofmap words written at each demand line: the outputs of `_demand`'s ofmap, counted in
     closed form. A fold writes along the anti-diagonals of its skewed wavefront: os its rr x cc
-    outputs from line T + R - 1 - rr on, ws / is its T x cc partial sums from line 2R - 1 on."""
+    outputs from line T + R - 1 - rr on, ws / is its T x cc partial sums from line 2R - 1 on;
+    folds of one shape (at most four: full, short in rows, in columns, in both) alike."""
     sr, sc, t, per_fold = _geometry(sm)
     R, C = sm.rows, sm.cols
-    out = np.zeros(-(-sr // R) * -(-sc // C) * per_fold, np.int64)
-    for r0, c0, f in _fold_grid(sr, sc, R, C):
-        rr, cc = min(R, sr - r0), min(C, sc - c0)
-        p, first = (rr, t + R - 1 - rr) if sm.dataflow == "os" else (t, 2 * R - 1)
-        at = f * per_fold + first
-        out[at:at + p + cc - 1] += _diagonal_counts(p, cc)
-    return out
+    out = np.zeros((-(-sc // C), -(-sr // R), per_fold), np.int64)  # column folds outer
+    for fr, rr in _fold_groups(sr, R):
+        for fc, cc in _fold_groups(sc, C):
+            p, first = (rr, t + R - 1 - rr) if sm.dataflow == "os" else (t, 2 * R - 1)
+            out[fc, fr, first:first + p + cc - 1] += _diagonal_counts(p, cc)
+    return out.reshape(-1)
 
 
 def _read_buffers(sm: SystolicMapping, arch: ArchSpec, ifmap_addresses, bw: int):
