@@ -100,20 +100,26 @@ def test_systolic_numpy_and_numba_products_are_the_same_bits(shape):
     b = rng.standard_normal((k, n), dtype=np.float32)
     start = rng.standard_normal((m, n), dtype=np.float32)  # later k-folds start from a sum
     by_numpy, by_numba = start.copy(), start.copy()
-    systolic._matmul_k_ordered(a, b, by_numpy)  # under NUMPY_MAX_MACS: numpy
+    systolic._numpy_k_ordered(a, b, by_numpy)
     systolic._compiled_k_ordered()(a, b, by_numba)
     assert np.array_equal(by_numpy, by_numba)
 
 
 def test_large_systolic_products_run_in_numba(monkeypatch):
+    """numpy until the time it took (or would take) exceeds numba's start-up; numba for every
+    product above NUMPY_MAX_MACS once loaded."""
     calls = []
     monkeypatch.setattr(systolic, "_compiled_k_ordered", lambda: lambda *a: calls.append(a))
+    monkeypatch.setattr(systolic, "_SPENT", {"numpy_s": 0.0, "numba": False})
     a, b, out = np.ones((4, 4), np.float32), np.ones((4, 4), np.float32), np.zeros((4, 4))
     systolic._matmul_k_ordered(a, b, out)
-    assert not calls  # 64 MACs: numpy
-    monkeypatch.setattr(systolic, "NUMPY_MAX_MACS", 63)
+    assert not calls and systolic._SPENT["numpy_s"] > 0  # 64 MACs: numpy, its time counted
+    assert not systolic._use_numba(256 ** 3) and systolic._use_numba(1024 ** 3)
+    systolic._SPENT["numpy_s"] = systolic.NUMBA_STARTUP_S  # the rent paid reaches the price
     systolic._matmul_k_ordered(a, b, out)
-    assert len(calls) == 1
+    assert len(calls) == 1 and systolic._SPENT["numba"]
+    assert systolic._use_numba(systolic.NUMPY_MAX_MACS + 1)
+    assert not systolic._use_numba(systolic.NUMPY_MAX_MACS)
 
 
 @pytest.mark.parametrize(("edges", "cycle"), [
