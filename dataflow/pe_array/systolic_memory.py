@@ -51,8 +51,7 @@ import numpy as np
 from dataflow.arch.spec import ArchSpec
 from dataflow.errors import UserError
 from dataflow.mapper.mapping import SystolicMapping
-from dataflow.pe_array.result import ArrayResult
-from dataflow.pe_array.system import SystemTimeline
+from dataflow.pe_array.result import ArrayResult, SystemTimeline
 
 ACTIVE_BUF_FRAC = 0.5  # single_layer_sim.py: active_buf_frac for every SRAM
 SETS_PER_BUFFER = 100  # read_buffer.prepare_hashed_buffer: ceil(total / 100) words a set
