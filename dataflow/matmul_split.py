@@ -38,7 +38,7 @@ from dataflow.plan.split import (
     run_split,
     splits_k_and_n,
 )
-from dataflow.ust_frontend.ops import as_tensor, lower_matmul
+from dataflow.ust_frontend.op_base import as_tensor, lower_matmul
 from dataflow.workloads import check_host_memory, dense_bytes, fits_host_memory, host_budget
 
 

@@ -17,7 +17,8 @@ from dataflow.matmul_split import csr_operand, random_csr, split_matmul
 from dataflow.pe_array.simulate import simulate_mapping
 from dataflow.plan.compile import compile_program
 from dataflow.ust_frontend.named import NamedFormats
-from dataflow.ust_frontend.ops import as_tensor, lower_matmul, matmul_reference
+from dataflow.ust_frontend.op_base import as_tensor, lower_matmul
+from dataflow.ust_frontend.reference import matmul_reference
 from dataflow.ust_frontend.tensor import Tensor
 from dataflow.workloads import (
     Param,
