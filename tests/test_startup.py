@@ -79,6 +79,18 @@ def test_the_default_job_imports_only_its_own_workload():
                                                 "dataflow.dse", "dataflow.report"))}
 
 
+def test_a_systolic_job_imports_neither_simpy_nor_the_stepper():
+    """The systolic path (SCALE-Sim's comparisons) imports its own engine and memory model, not
+    the CGRA system model (SimPy), the per-cycle stepper, scipy or networkx."""
+    arch = ARCH_DIR / "systolic_32x32.yaml"
+    got = _imported_by("from dataflow.cli import main\n"
+                       f"assert main(['simulate', '--arch', {str(arch)!r}, '--workload', 'gemm',"
+                       " '--m', '40', '--k', '24', '--n', '8', '--dataflow', 'ws']) == 0")
+    assert not got & {"simpy", "scipy", "networkx", "numba", "matplotlib"}
+    assert {"dataflow.pe_array.systolic", "dataflow.pe_array.systolic_memory"} <= got
+    assert not got & {"dataflow.pe_array.reference", "dataflow.pe_array.system"}
+
+
 def test_every_command_is_listed_and_its_module_adds_it():
     assert list(_parser([])._subparsers._group_actions[0].choices) == list(COMMANDS)
     for module in dict.fromkeys(c.module for c in COMMANDS.values()):
