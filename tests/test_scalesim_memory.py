@@ -97,14 +97,15 @@ def test_shortcuts_give_the_per_line_figures(case, monkeypatch):
     """The closed-form write counts are the ofmap demand's, and storing the quiet lines at
     once gives what servicing every line gives (stalling and non-stalling SRAMs, each
     dataflow, a convolution's repeated ifmap addresses)."""
+    from dataflow.pe_array import systolic_demand
     from dataflow.pe_array import systolic_memory as mem
 
     m, n, k, df, rows, cols, words, bw = case
     arch = dataclasses.replace(
         _arch(words, bw), pe_array=dataclasses.replace(SYSTOLIC.pe_array, rows=rows, cols=cols))
     (sm,) = _mapping(m, n, k, df, arch).kernels
-    (_, _, (of_lines, _)), lines = mem._demand(sm)
-    assert np.array_equal(mem._write_counts(sm), np.bincount(of_lines, minlength=lines))
+    (_, _, (of_lines, _)), lines = systolic_demand.demand(sm)
+    assert np.array_equal(systolic_demand.write_counts(sm), np.bincount(of_lines, minlength=lines))
     addresses = np.random.default_rng(k).integers(-1, m * k // 3, (m, k)) if df == "ws" else None
     fast = mem.systolic_memory(sm, arch, addresses)
     monkeypatch.setattr(mem, "_quiet_lines", lambda *a: 0)  # service every line

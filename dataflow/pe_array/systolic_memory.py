@@ -4,10 +4,8 @@
 SCALE-Sim gives each operand its own double-buffered SRAM and its own DRAM link; this module
 follows, per kernel (one SCALE-Sim layer):
 
-* `compute/systolic_compute_{os,ws,is}.py`: the prefetch order of the ifmap and filter SRAMs
-  (per fold of the fetched operand, unrolled along anti-diagonals where the demand is skewed)
-  and the demand lines (one per cycle; folds column-folds outer, row-folds inner, each
-  padded to the whole array and skewed);
+* `compute/systolic_compute_{os,ws,is}.py`: the prefetch orders and the demand lines
+  (`dataflow.pe_array.systolic_demand`);
 * `memory/read_buffer.py`: the SRAM holds `capacity` words, half active (`active_buf_frac`
   0.5); the fetch order is cut into sets of ceil(capacity / 100) words, the active buffer is
   the first ceil(active / set) sets, the rest of the buffer the next ones. The first demand
@@ -32,12 +30,12 @@ addresses share (`scalesim_im2col_addresses`); an address hits wherever it sits 
 (docs/conventions.md#scale-sim-convolution-and-user-bandwidth).
 
 Speed (issue 14). The model is SCALE-Sim's, not its per-word simulation: the ofmap writes per
-demand line follow in closed form from the fold geometry (`_write_counts`); a read SRAM whose
-every set is active (the operand fits its active half) never prefetches again, which its sizes
-alone decide, so its fetch order and demand are built only for an SRAM that refetches
-(`_read_buffer`); and the service loop steps only the lines where something happens -- a
-prefetch, a drain starting, a write waiting -- storing the words of the quiet lines between them
-at once (`_quiet_lines`). Each shortcut gives the figures the per-line loop gives
+demand line follow in closed form from the fold geometry (`systolic_demand.write_counts`); a
+read SRAM whose every set is active (the operand fits its active half) never prefetches again,
+which its sizes alone decide, so its fetch order and demand are built only for an SRAM that
+refetches (`_read_buffer`); and the service loop steps only the lines where something happens
+-- a prefetch, a drain starting, a write waiting -- storing the words of the quiet lines
+between them at once (`_quiet_lines`). Each shortcut gives the figures the per-line loop gives
 (tests/test_scalesim_memory.py runs both).
 """
 
@@ -52,6 +50,7 @@ from dataflow.arch.spec import ArchSpec
 from dataflow.errors import UserError
 from dataflow.mapper.mapping import SystolicMapping
 from dataflow.pe_array.result import ArrayResult, SystemTimeline
+from dataflow.pe_array.systolic_demand import demand, fetch_sizes, prefetch_orders, write_counts
 
 ACTIVE_BUF_FRAC = 0.5  # single_layer_sim.py: active_buf_frac for every SRAM
 SETS_PER_BUFFER = 100  # read_buffer.prepare_hashed_buffer: ceil(total / 100) words a set
@@ -90,99 +89,6 @@ def sram_words(arch: ArchSpec) -> tuple[int, int, int]:
         raise UserError(f"{arch.name}: a systolic array needs spm.lines = 3 (ifmap, filter, "
                         f"ofmap SRAMs), got {arch.spm.lines}")
     return (arch.spm.capacity_words_per_line,) * 3
-
-
-# ---- operand matrices, prefetch order and demand lines (compute/systolic_compute_*.py) ----
-
-def _folded(mat: np.ndarray, width: int) -> np.ndarray:
-    """Columns cut into folds of `width` (the last padded with -1), stacked vertically."""
-    rows, cols = mat.shape
-    nf = math.ceil(cols / width)
-    pad = np.full((rows, nf * width), -1, dtype=np.int64)
-    pad[:, :cols] = mat
-    return pad.reshape(rows, nf, width).transpose(1, 0, 2).reshape(nf * rows, width)
-
-
-def _anti_diagonal(mat: np.ndarray) -> np.ndarray:
-    """Elements along anti-diagonals, each from its lowest column up (create_*_prefetch_mat)."""
-    r, c = np.indices(mat.shape)
-    return mat.ravel()[np.lexsort((c.ravel(), (r + c).ravel()))]
-
-
-def _operands(sm: SystolicMapping, ifmap_addresses=None):
-    m, n, k = sm.m, sm.n, sm.k
-    ifmap = np.arange(m * k, dtype=np.int64).reshape(m, k)
-    if ifmap_addresses is not None:
-        ifmap = np.asarray(ifmap_addresses, dtype=np.int64).reshape(m, k)
-    filt = np.arange(k * n, dtype=np.int64).reshape(k, n)
-    ofmap = np.arange(m * n, dtype=np.int64).reshape(m, n)
-    return ifmap, filt, ofmap
-
-
-def _prefetch_orders(sm: SystolicMapping, ifmap_addresses=None):
-    """Fetch order (addresses, -1 for padding) of the ifmap and filter SRAMs."""
-    ifmap, filt, _ = _operands(sm, ifmap_addresses)
-    R, C = sm.rows, sm.cols
-    if sm.dataflow == "os":
-        return _anti_diagonal(_folded(ifmap.T, R)), _anti_diagonal(_folded(filt, C))
-    if sm.dataflow == "ws":
-        return _anti_diagonal(_folded(ifmap, R)), _folded(filt, C).ravel()
-    return _folded(ifmap.T, C).ravel(), _anti_diagonal(_folded(filt.T, R))
-
-
-def _fold_grid(sr: int, sc: int, R: int, C: int):
-    """(row offset, column offset, fold index) of every fold: column folds outer."""
-    for fc, c0 in enumerate(range(0, sc, C)):
-        for fr, r0 in enumerate(range(0, sr, R)):
-            yield r0, c0, fc * math.ceil(sr / R) + fr
-
-
-def _demand(sm: SystolicMapping, ifmap_addresses=None):
-    """Per operand (ifmap, filter, ofmap): (line, address) of every demanded word in
-    SCALE-Sim's service order (line by line, columns in order), and the number of lines."""
-    ifmap, filt, ofmap = _operands(sm, ifmap_addresses)
-    R, C = sm.rows, sm.cols
-    df = sm.dataflow
-    if df == "os":
-        sr, sc, T = sm.m, sm.n, sm.k
-        per_fold = T + R + C - 2
-        streams = {"if": (ifmap.T, "rows", 0), "f": (filt, "cols", 0)}
-    else:
-        sr, sc, T = (sm.k, sm.n, sm.m) if df == "ws" else (sm.k, sm.m, sm.n)
-        per_fold = T + 2 * R + C - 2
-        x, z, o = (ifmap, filt, ofmap) if df == "ws" else (filt.T, ifmap.T, ofmap.T)
-    parts: dict[str, list] = {"if": [], "f": [], "of": []}
-    for r0, c0, f in _fold_grid(sr, sc, R, C):
-        base = f * per_fold
-        rr, cc = min(R, sr - r0), min(C, sc - c0)
-        t = np.arange(T)[:, None]
-        r, c = np.arange(rr)[None, :], np.arange(cc)[None, :]
-        if df == "os":
-            for key, (mat, along, _) in streams.items():
-                lo, width = (r0, rr) if along == "rows" else (c0, cc)
-                col = np.arange(width)[None, :]
-                parts[key].append(((base + t + col).ravel(), np.broadcast_to(col, (T, width))
-                                   .ravel(), mat[:, lo:lo + width].ravel()))
-            ri, ci = np.indices((rr, cc))
-            parts["of"].append(((base + T - 1 + R - 1 - ri + ci).ravel(), ci.ravel(),
-                                ofmap[r0:r0 + rr, c0:c0 + cc].ravel()))
-            continue
-        xk, zk = ("if", "f") if df == "ws" else ("f", "if")
-        parts[xk].append(((base + R + t + r).ravel(), np.broadcast_to(r, (T, rr)).ravel(),
-                          x[:, r0:r0 + rr].ravel()))
-        ri, ci = np.indices((rr, cc))
-        parts[zk].append(((base + R - 1 - ri).ravel(), ci.ravel(),
-                          z[r0:r0 + rr, c0:c0 + cc].ravel()))
-        parts["of"].append(((base + 2 * R - 1 + t + c).ravel(), np.broadcast_to(c, (T, cc))
-                            .ravel(), o[:, c0:c0 + cc].ravel()))
-    lines = math.ceil(sr / R) * math.ceil(sc / C) * per_fold
-    out = []
-    for key in ("if", "f", "of"):
-        line, col, addr = (np.concatenate(a) for a in zip(*parts[key]))
-        order = np.lexsort((col, line))
-        keep = addr[order] >= 0  # SCALE-Sim skips address -1 (a window over the edge)
-        out.append((line[order][keep], addr[order][keep]))
-    return out, lines
 
 
 def scalesim_im2col_addresses(h: int, w: int, r: int, s: int, c: int, stride: int
@@ -340,55 +246,6 @@ def _read_stall(buf: _ReadBuffer, n: int, cycle: int, issued: int) -> int:
     return offset - READ_HIT_LATENCY
 
 
-def _fetch_sizes(sm: SystolicMapping) -> tuple[int, int]:
-    """Entries (padding included) of the ifmap and filter fetch orders (`_prefetch_orders`)."""
-    m, n, k, R, C = sm.m, sm.n, sm.k, sm.rows, sm.cols
-    if sm.dataflow == "os":
-        return -(-m // R) * R * k, -(-n // C) * C * k
-    if sm.dataflow == "ws":
-        return -(-k // R) * R * m, -(-n // C) * C * k
-    return -(-m // C) * C * k, -(-k // R) * R * n
-
-
-def _diagonal_counts(p: int, q: int) -> np.ndarray:
-    """How many (i, j), 0 <= i < p, 0 <= j < q, have i + j = s, for s = 0 .. p + q - 2."""
-    s = np.arange(p + q - 1)
-    return np.minimum(np.minimum(s + 1, p + q - 1 - s), min(p, q))
-
-
-def _geometry(sm: SystolicMapping) -> tuple[int, int, int, int]:
-    """(Sr, Sc, T, cycles per fold) of SCALE-Sim's demand matrices."""
-    R, C = sm.rows, sm.cols
-    if sm.dataflow == "os":
-        return sm.m, sm.n, sm.k, sm.k + R + C - 2
-    sr, sc, t = (sm.k, sm.n, sm.m) if sm.dataflow == "ws" else (sm.k, sm.m, sm.n)
-    return sr, sc, t, t + 2 * R + C - 2
-
-
-def _fold_groups(extent: int, size: int) -> list[tuple[slice, int]]:
-    """`extent` cut into folds of `size`: (folds, their size) of the full ones and of the short
-    last one."""
-    n = -(-extent // size)
-    last = extent - (n - 1) * size
-    return [(slice(0, n), size)] if last == size else [(slice(0, n - 1), size),
-                                                        (slice(n - 1, n), last)]
-
-
-def _write_counts(sm: SystolicMapping) -> np.ndarray:
-    """ofmap words written at each demand line: the outputs of `_demand`'s ofmap, counted in
-    closed form. A fold writes along the anti-diagonals of its skewed wavefront: os its rr x cc
-    outputs from line T + R - 1 - rr on, ws / is its T x cc partial sums from line 2R - 1 on;
-    folds of one shape (at most four: full, short in rows, in columns, in both) alike."""
-    sr, sc, t, per_fold = _geometry(sm)
-    R, C = sm.rows, sm.cols
-    out = np.zeros((-(-sc // C), -(-sr // R), per_fold), np.int64)  # column folds outer
-    for fr, rr in _fold_groups(sr, R):
-        for fc, cc in _fold_groups(sc, C):
-            p, first = (rr, t + R - 1 - rr) if sm.dataflow == "os" else (t, 2 * R - 1)
-            out[fc, fr, first:first + p + cc - 1] += _diagonal_counts(p, cc)
-    return out.reshape(-1)
-
-
 def _read_buffers(sm: SystolicMapping, arch: ArchSpec, ifmap_addresses, bw: int):
     """The ifmap and filter SRAMs (`_read_buffer`); the fetch orders and demand are built only
     for one that refetches."""
@@ -397,8 +254,8 @@ def _read_buffers(sm: SystolicMapping, arch: ArchSpec, ifmap_addresses, bw: int)
     def orders(i: int):
         def get():
             if not built:
-                built["demand"], _ = _demand(sm, ifmap_addresses)
-                built["fetch"] = _prefetch_orders(sm, ifmap_addresses)
+                built["demand"], _ = demand(sm, ifmap_addresses)
+                built["fetch"] = prefetch_orders(sm, ifmap_addresses)
             return (built["fetch"][i], *built["demand"][i])
         return get
 
@@ -406,7 +263,7 @@ def _read_buffers(sm: SystolicMapping, arch: ArchSpec, ifmap_addresses, bw: int)
                  else int(np.count_nonzero(np.asarray(ifmap_addresses) >= 0)))
     sizes = sram_words(arch)
     return tuple(_read_buffer(size, stored, words, bw, orders(i)) for i, (size, stored, words)
-                 in enumerate(zip(_fetch_sizes(sm), (stored_if, sm.k * sm.n), sizes)))
+                 in enumerate(zip(fetch_sizes(sm), (stored_if, sm.k * sm.n), sizes)))
 
 
 @dataclass
@@ -483,7 +340,7 @@ def systolic_memory(sm: SystolicMapping, arch: ArchSpec,
     sizes = sram_words(arch)
     bufs = _read_buffers(sm, arch, ifmap_addresses, bw)
     ofmap = _WriteBuffer(sizes[2], bw)
-    writes = _write_counts(sm)
+    writes = write_counts(sm)
     lines = writes.size
     st = _service(bufs, ofmap, writes)
     last_out = lines - 1 + st.stall if st.last_out is None else st.last_out
