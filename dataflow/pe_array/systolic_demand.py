@@ -12,6 +12,7 @@ no per-word arrays (issue 14; tests/test_scalesim_memory.py checks the two agree
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -108,6 +109,49 @@ def demand(sm: SystolicMapping, ifmap_addresses=None):
         keep = addr[order] >= 0  # SCALE-Sim skips address -1 (a window over the edge)
         out.append((line[order][keep], addr[order][keep]))
     return out, lines
+
+
+def read_demand(sm: SystolicMapping, operand: int, ifmap_addresses=None):
+    """`demand`'s (lines, addresses) of the ifmap (`operand` 0) or the filter SRAM (1), fold by
+    fold: the same words in the same order (folds follow each other in time), generated from
+    the fold's block of the operand -- read along its anti-diagonals where the demand is skewed
+    -- instead of sorting every word of the run at once."""
+    ifmap, filt, _ = _operands(sm, ifmap_addresses)
+    sr, sc, t, per_fold = geometry(sm)
+    R = sm.rows
+    if sm.dataflow == "os":  # ifmap rows along the array rows, filter columns along its columns
+        mat, skewed_by_rows = (ifmap.T, True) if operand == 0 else (filt, False)
+    else:
+        x, z = (ifmap, filt) if sm.dataflow == "ws" else (filt.T, ifmap.T)
+        streamed = (operand == 0) == (sm.dataflow == "ws")
+    for r0, c0, f in fold_grid(sr, sc, R, sm.cols):
+        base = f * per_fold
+        rr, cc = min(R, sr - r0), min(sm.cols, sc - c0)
+        if sm.dataflow == "os":
+            lo, width = (r0, rr) if skewed_by_rows else (c0, cc)
+            lines, addr = _skewed(mat[:, lo:lo + width], base)
+        elif streamed:
+            lines, addr = _skewed(x[:, r0:r0 + rr], base + R)
+        else:  # the stationary tile, bottom row first
+            addr = z[r0:r0 + rr, c0:c0 + cc][::-1].ravel()
+            lines = np.repeat(base + R - rr + np.arange(rr), cc)
+        keep = addr >= 0  # SCALE-Sim skips address -1 (a window over the edge)
+        yield lines[keep], addr[keep]
+
+
+def _skewed(block: np.ndarray, first: int) -> tuple[np.ndarray, np.ndarray]:
+    """A T x w block streamed with a skew of one line per column: element (t, c) at line
+    first + t + c, each line's elements in column order."""
+    perm, offsets = _skew_order(*block.shape)
+    return first + offsets, block.ravel()[perm]
+
+
+@functools.cache
+def _skew_order(t: int, w: int) -> tuple[np.ndarray, np.ndarray]:
+    """(flat index, line offset) of a t x w block's elements along its anti-diagonals."""
+    r, c = np.indices((t, w))
+    perm = np.lexsort((c.ravel(), (r + c).ravel()))
+    return perm, np.repeat(np.arange(t + w - 1), diagonal_counts(t, w))
 
 
 # ---- in closed form ----

@@ -50,7 +50,12 @@ from dataflow.arch.spec import ArchSpec
 from dataflow.errors import UserError
 from dataflow.mapper.mapping import SystolicMapping
 from dataflow.pe_array.result import ArrayResult, SystemTimeline
-from dataflow.pe_array.systolic_demand import demand, fetch_sizes, prefetch_orders, write_counts
+from dataflow.pe_array.systolic_demand import (
+    fetch_sizes,
+    prefetch_orders,
+    read_demand,
+    write_counts,
+)
 
 ACTIVE_BUF_FRAC = 0.5  # single_layer_sim.py: active_buf_frac for every SRAM
 SETS_PER_BUFFER = 100  # read_buffer.prepare_hashed_buffer: ceil(total / 100) words a set
@@ -119,8 +124,9 @@ class _ReadBuffer:
 
 def _read_buffer(fetch_size: int, stored: int, words: int, bw: int, orders) -> _ReadBuffer:
     """The SRAM of an operand with `stored` addresses (>= 0) in a fetch order of `fetch_size`
-    entries; `orders()` gives (fetch order, demand lines, demand addresses), needed only when
-    not every set is active (SCALE-Sim's `service_reads` then shifts the window)."""
+    entries; `orders()` gives (fetch order, its demand as (lines, addresses) chunks in service
+    order), needed only when not every set is active (SCALE-Sim's `service_reads` then shifts
+    the window). A chunk is scanned for its next miss at once, never the rest of the run."""
     active = int(math.ceil(words * ACTIVE_BUF_FRAC))
     prefetch = words - active
     per_set = math.ceil(words / SETS_PER_BUFFER)
@@ -130,18 +136,20 @@ def _read_buffer(fetch_size: int, stored: int, words: int, bw: int, orders) -> _
     first = min(math.ceil(active / bw), math.ceil(fetch_size / bw))
     events = []
     if n_act < num_sets:  # else every set is active and every demand hits
-        fetch, demand_lines, demand_addr = orders()
+        fetch, chunks = orders()
         addr = fetch[fetch >= 0]
         hit = _window_hits(addr, np.arange(addr.size) // per_set, num_sets, n_act)
-        start, pos = 0, 0
-        while pos < demand_addr.size:
-            miss = np.flatnonzero(~hit(start)[demand_addr[pos:]])
-            if miss.size == 0:
-                break
-            pos += int(miss[0])
-            while not hit(start)[demand_addr[pos]]:  # the while loop of service_reads
-                events.append(int(demand_lines[pos]))
-                start = (start + n_pf) % num_sets
+        start = 0
+        for demand_lines, demand_addr in chunks:
+            pos = 0
+            while pos < demand_addr.size:
+                miss = np.flatnonzero(~hit(start)[demand_addr[pos:]])
+                if miss.size == 0:
+                    break
+                pos += int(miss[0])
+                while not hit(start)[demand_addr[pos]]:  # the while loop of service_reads
+                    events.append(int(demand_lines[pos]))
+                    start = (start + n_pf) % num_sets
     return _ReadBuffer(first, math.ceil(prefetch / bw), np.asarray(events, dtype=np.int64))
 
 
@@ -149,15 +157,13 @@ def _window_hits(addr: np.ndarray, set_id: np.ndarray, num_sets: int, n_act: int
     """`hit(start)`: per address, whether one of the sets holding it is active when the active
     window starts at set `start` (`read_buffer.active_buffer_hit`: an address hits wherever it
     sits in the window)."""
-    pairs = np.unique(addr * num_sets + set_id)
-    pair_addr, pair_set = pairs // num_sets, pairs % num_sets
     size = int(addr.max()) + 1
     cache: dict[int, np.ndarray] = {}
 
     def hit(start: int) -> np.ndarray:
         if start not in cache:
             row = np.zeros(size, dtype=bool)
-            row[pair_addr[(pair_set - start) % num_sets < n_act]] = True
+            row[addr[(set_id - start) % num_sets < n_act]] = True
             cache[start] = row
         return cache[start]
 
@@ -249,14 +255,10 @@ def _read_stall(buf: _ReadBuffer, n: int, cycle: int, issued: int) -> int:
 def _read_buffers(sm: SystolicMapping, arch: ArchSpec, ifmap_addresses, bw: int):
     """The ifmap and filter SRAMs (`_read_buffer`); the fetch orders and demand are built only
     for one that refetches."""
-    built: dict[str, tuple] = {}
-
     def orders(i: int):
         def get():
-            if not built:
-                built["demand"], _ = demand(sm, ifmap_addresses)
-                built["fetch"] = prefetch_orders(sm, ifmap_addresses)
-            return (built["fetch"][i], *built["demand"][i])
+            return (prefetch_orders(sm, ifmap_addresses)[i],
+                    read_demand(sm, i, ifmap_addresses))
         return get
 
     stored_if = (sm.m * sm.k if ifmap_addresses is None
