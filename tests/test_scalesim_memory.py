@@ -94,8 +94,8 @@ SHORTCUT_CASES = [  # (m, n, k, dataflow, rows, cols, SRAM words, link words a c
 
 @pytest.mark.parametrize("case", SHORTCUT_CASES, ids=str)
 def test_shortcuts_give_the_per_line_figures(case, monkeypatch):
-    """The closed-form write counts are the ofmap demand's, and storing the quiet lines at
-    once gives what servicing every line gives (stalling and non-stalling SRAMs, each
+    """The closed-form write counts are the ofmap demand's, the fold-by-fold read demand is the
+    per-word one, and storing the quiet lines at once gives what servicing every line gives (stalling and non-stalling SRAMs, each
     dataflow, a convolution's repeated ifmap addresses)."""
     from dataflow.pe_array import systolic_demand
     from dataflow.pe_array import systolic_memory as mem
@@ -107,6 +107,11 @@ def test_shortcuts_give_the_per_line_figures(case, monkeypatch):
     (_, _, (of_lines, _)), lines = systolic_demand.demand(sm)
     assert np.array_equal(systolic_demand.write_counts(sm), np.bincount(of_lines, minlength=lines))
     addresses = np.random.default_rng(k).integers(-1, m * k // 3, (m, k)) if df == "ws" else None
+    words, _ = systolic_demand.demand(sm, addresses)
+    for operand in (0, 1):  # fold by fold, the same words in the same order
+        chunks = list(systolic_demand.read_demand(sm, operand, addresses))
+        for got, want in zip(map(np.concatenate, zip(*chunks)), words[operand]):
+            assert np.array_equal(got, want)
     fast = mem.systolic_memory(sm, arch, addresses)
     monkeypatch.setattr(mem, "_quiet_lines", lambda *a: 0)  # service every line
     assert mem.systolic_memory(sm, arch, addresses) == fast
