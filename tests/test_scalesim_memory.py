@@ -95,8 +95,9 @@ SHORTCUT_CASES = [  # (m, n, k, dataflow, rows, cols, SRAM words, link words a c
 @pytest.mark.parametrize("case", SHORTCUT_CASES, ids=str)
 def test_shortcuts_give_the_per_line_figures(case, monkeypatch):
     """The closed-form write counts are the ofmap demand's, the fold-by-fold read demand is the
-    per-word one, and storing the quiet lines at once gives what servicing every line gives (stalling and non-stalling SRAMs, each
-    dataflow, a convolution's repeated ifmap addresses)."""
+    per-word one, and storing the quiet lines at once gives what servicing every line gives
+    (stalling and non-stalling SRAMs, each dataflow, a convolution's repeated ifmap
+    addresses)."""
     from dataflow.pe_array import systolic_demand
     from dataflow.pe_array import systolic_memory as mem
 
