@@ -153,7 +153,8 @@ def walk_levels(name: str, t: TensorLevels, indices: tuple[str, ...], taken: set
             w.position = _position_loop(name, k, t, w, pos_name, taken, domain, v)
         elif not w.position.affine:
             raise DFGError(f"{name}: singleton level {k} under a loaded position")
-        level_coord.append(Coord(loaded=CrdLoad(crd_buf, w.position, len(crd), low, high), stride=1))
+        loaded = CrdLoad(crd_buf, w.position, len(crd), low, high)
+        level_coord.append(Coord(loaded=loaded, stride=1))
     w.dims = _dimension_coords(name, t, indices, level_coord)
     _attach_diagonal_loops(t, indices, w)
     return w
