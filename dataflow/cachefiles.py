@@ -34,7 +34,7 @@ ENV_VAR = "DATAFLOW_CACHE_DIR"
 DEFAULT_DIR = Path("~/.cache/dataflow/plans")
 PACKAGE_ROOT = Path(__file__).resolve().parent
 #: packages whose sources decide a cached plan or a cached planning choice
-FINGERPRINT_PACKAGES = ("arch", "dfg", "mapper", "pe_array", "spm", "plan")
+FINGERPRINT_PACKAGES = ("arch", "dfg", "dfg/index", "mapper", "pe_array", "spm", "plan")
 #: single modules outside those packages that cached objects depend on
 FINGERPRINT_MODULES = ("cachefiles.py", "errors.py", "testing.py", "ust_frontend/plan.py")
 

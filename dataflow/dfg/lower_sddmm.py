@@ -12,31 +12,20 @@ from __future__ import annotations
 import numpy as np
 
 from dataflow.dfg.graph import Addr, Buffer, DFGError, Kernel, Loop, Node, Program
+from dataflow.dfg.index.lower import index_kernel
+from dataflow.dfg.index.tensors import csr, dense
 from dataflow.dfg.lower import run_passes
 from dataflow.dfg.ops import Op
 
+#: the statement `sddmm_csr_kernel` lowers: the mask's values times A @ B on its entries
+SDDMM = "C[i,j] = A[i,kk] * B[kk,j] * M[i,j]"
+
 
 def sddmm_csr_kernel(m: int, k: int, n: int, pos: np.ndarray, name: str = "sddmm_csr") -> Kernel:
-    nnz = int(pos[-1])
-    nodes = (
-        Node(0, Op.LOAD, buffer="M_val", addr=Addr((("p", 1),)), name="mval"),
-        Node(1, Op.LOAD, buffer="M_crd", addr=Addr((("p", 1),)), name="crd"),
-        Node(2, Op.LOAD, buffer="A", addr=Addr((("i", k), ("kk", 1))), name="a"),
-        Node(3, Op.GATHER, (1,), buffer="BT", addr=Addr((("kk", 1),), index_stride=k),
-             name="BT[crd]"),
-        Node(4, Op.MUL, (2, 3), name="a*b"),
-        Node(5, Op.MUL, (4, 0), name="*mval"),
-        Node(6, Op.ACC, (5,), buffer="C_val", addr=Addr((("p", 1),)), name="C+="),
-    )
-    return Kernel(
-        name=name,
-        loops=(Loop("i", m), Loop("p", pos="M_pos", parent="i"), Loop("kk", k)),
-        nodes=nodes,
-        buffers=(Buffer("M_val", nnz), Buffer("M_crd", nnz), Buffer("A", m * k),
-                 Buffer("BT", n * k), Buffer("C_val", nnz, "output")),
-        carried=((6, 6, 1),),
-        domain_arrays=(("M_pos", np.asarray(pos, dtype=np.int64)),),
-    )
+    """The generic lowering of `SDDMM` with M and C in CSR (the structure `pos` alone; C
+    written at M's positions), A row-major and B column-major (stored as B^T, `BT`)."""
+    return index_kernel(SDDMM, {"A": dense((m, k)), "B": dense((k, n), order=(1, 0), buffer="BT"),
+                                "M": csr((m, n), pos), "C": csr((m, n), pos)}, name=name)
 
 
 def lower_sddmm_csr(a: np.ndarray, b: np.ndarray, pos: np.ndarray, crd: np.ndarray,

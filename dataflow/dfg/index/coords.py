@@ -134,6 +134,7 @@ def walk_levels(name: str, t: TensorLevels, indices: tuple[str, ...], taken: set
     w = Walk()
     names = crd_names(name, t)
     level_coord: list[Coord] = []
+    count = 1  # positions of the level walked so far
     for k, lv in enumerate(t.levels):
         v = indices[lv.expr.dim]
         if lv.kind.enumerates:
@@ -145,15 +146,20 @@ def walk_levels(name: str, t: TensorLevels, indices: tuple[str, ...], taken: set
             w.loops.append(LevelLoop(Loop(var, lv.size), v))
             level_coord.append(Coord.var(var).shift(lv.lo))
             w.position = w.position * lv.size + Coord.var(var)
+            count *= lv.size
             continue
         crd_buf, pos_name = names[k]
-        crd = t.level_crd(k)
-        low, high = (int(crd.min()), int(crd.max())) if crd.size else (0, 0)
         if lv.kind is LevelKind.COMPRESSED:
             w.position = _position_loop(name, k, t, w, pos_name, taken, domain, v)
+            count = int(t.level_pos(k)[-1])
         elif not w.position.affine:
             raise DFGError(f"{name}: singleton level {k} under a loaded position")
-        loaded = CrdLoad(crd_buf, w.position, len(crd), low, high)
+        # the coordinates' range: the array's when given, else the level's (a kernel built
+        # from the structure's pos arrays alone, as the hand-written kernels were)
+        crd = t.crd[k] if k < len(t.crd) else None
+        low, high = (int(np.min(crd)), int(np.max(crd))) if crd is not None and len(crd) \
+            else (lv.lo, lv.lo + lv.size - 1)
+        loaded = CrdLoad(crd_buf, w.position, count, low, high)
         level_coord.append(Coord(loaded=loaded, stride=1))
     w.dims = _dimension_coords(name, t, indices, level_coord)
     _attach_diagonal_loops(t, indices, w)

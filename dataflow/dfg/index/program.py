@@ -51,12 +51,12 @@ def _merge_program_inputs(low: IndexLowering, tensors, dtype) -> list:
 def index_program(statement, tensors: Mapping[str, TensorLevels],
                   order: Sequence[str] | None = None, vector: str | None = AUTO,
                   name: str = "index", dtype=np.float32, macs: int | None = None,
-                  coiteration=None) -> Program:
+                  coiteration=None, program_name: str | None = None) -> Program:
     """The one-kernel program of `statement` over `tensors` (their values as its inputs).
     The output is the output tensor's buffer: its shape when dense, (stored,) when sparse.
     `macs`: the useful multiply-accumulates (default: the loop nest's elements times its
     multiplies; give the true count when a format stores filler, a diagonal's or a block's
-    zeros)."""
+    zeros). `name` names the kernel, `program_name` (default `name`) the program."""
     low = lower_index(statement, tensors, order, vector, name, coiteration)
     kern = low.kernel
     if low.coiteration is not None:
@@ -72,8 +72,8 @@ def index_program(statement, tensors: Mapping[str, TensorLevels],
     if macs is None:
         muls = sum(n.op is Op.MUL for n in kern.nodes)
         macs = low.iterations * muls if low.statement.combine is Combine.PRODUCT else 0
-    prog = Program(name=name, kernels=(kern,), inputs=tuple(inputs), outputs=((out.name, shape),),
-                   dtype=np.dtype(dtype).name, macs=int(macs))
+    prog = Program(name=program_name or name, kernels=(kern,), inputs=tuple(inputs),
+                   outputs=((out.name, shape),), dtype=np.dtype(dtype).name, macs=int(macs))
     prog.verify()
     return prog
 

@@ -122,10 +122,10 @@ def dense(shape: Sequence[int], order: Sequence[int] | None = None,
     return TensorLevels(shape, levels, val=val, buffer=buffer)
 
 
-def csr(shape: Sequence[int], pos, crd=None, val=None, buffer: str | None = None
+def csr(shape: Sequence[int], pos=None, crd=None, val=None, buffer: str | None = None
         ) -> TensorLevels:
-    """A CSR matrix: dense rows, compressed columns."""
+    """A CSR matrix: dense rows, compressed columns (no arrays: an output's format)."""
     m, n = (int(x) for x in shape)
     levels = (Level(LevelKind.DENSE, LevelExpr(0), m), Level(LevelKind.COMPRESSED, LevelExpr(1), n))
-    return TensorLevels((m, n), levels, (None, np.asarray(pos, np.int64)),
+    return TensorLevels((m, n), levels, (None, None if pos is None else np.asarray(pos, np.int64)),
                         (None, None if crd is None else np.asarray(crd, np.int64)), val, buffer)
