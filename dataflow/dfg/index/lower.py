@@ -99,8 +99,11 @@ def _order_loops(stmt: Statement, loops: dict[str, list[LevelLoop]],
 
 def _pick_vector(loops: list[LevelLoop], addrs: list[Addr], out: Addr,
                  scalar_addrs: list[Addr]) -> str | None:
-    """The innermost loop the module doc's rule admits as the vector loop, or None."""
+    """The innermost loop the module doc's rule admits as the vector loop, one of more than
+    one iteration when there is one (a matrix-vector product's extent-1 column loop is
+    admitted only when nothing else is), or None."""
     parents = {ll.loop.parent for ll in loops}
+    admitted = []
     for ll in reversed(loops[1:]):
         var = ll.loop.var
         if ll.positions or not ll.loop.is_dense or var in parents:
@@ -109,8 +112,10 @@ def _pick_vector(loops: list[LevelLoop], addrs: list[Addr], out: Addr,
             continue
         if any(a.coef(var) for a in scalar_addrs):
             continue
-        return var
-    return None
+        admitted.append(ll.loop)
+    wide = [lp for lp in admitted if lp.extent > 1]
+    chosen = wide or admitted
+    return chosen[0].var if chosen else None
 
 
 class _Body:
