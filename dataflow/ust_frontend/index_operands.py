@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from dataflow.dfg.graph import DFGError, Program
+from dataflow.dfg.index.lower import CONCORDANT
 from dataflow.dfg.index.program import index_program
 from dataflow.dfg.index.tensors import Level, LevelExpr, LevelKind, TensorLevels
 from dataflow.dfg.index.tensors import dense as dense_levels
@@ -111,7 +112,7 @@ def generic_matmul(a: Tensor, b: np.ndarray, dtype=np.float32) -> Program | None
         levels = _rows_as_range(levels)
     (m, k), n = a.shape, b.shape[1]
     tensors = {"A": levels, "B": dense_levels((k, n), val=np.asarray(b))}
-    order = ("k", "i", "j") if _diagonal(levels.levels) else None
+    order = CONCORDANT if _diagonal(levels.levels) else None
     kind = "dia" if _diagonal(levels.levels) else "bsr"
     try:
         prog = index_program(SPMM_STATEMENT, tensors, order=order, name=f"spmm_{kind}",

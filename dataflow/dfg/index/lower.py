@@ -33,6 +33,9 @@ from dataflow.dfg.index.tensors import LevelExpr, LevelKind, TensorLevels, dense
 from dataflow.dfg.ops import Op
 
 AUTO = "auto"  # `vector=AUTO`: choose the vector loop as the module doc says
+#: `order=CONCORDANT`: the driver's levels outermost first (TACO's concordant iteration), then
+#: the other index variables in the default order
+CONCORDANT = "concordant"
 
 
 @dataclass(frozen=True, eq=False)
@@ -190,7 +193,8 @@ def lower_index(statement: str | Statement, tensors: Mapping[str, TensorLevels],
                 name: str = "index", coiteration: Coiteration | None = None) -> IndexLowering:
     """Lower `statement` over `tensors` (name -> `TensorLevels`; an output left out is dense,
     row-major) into one kernel named `name`. `order`: the index variables outermost first
-    (see `_order_loops`). `vector`: AUTO, None (scalar) or the loop variable to vectorise.
+    (see `_order_loops`), or CONCORDANT. `vector`: AUTO, None (scalar) or the loop variable to
+    vectorise.
     `coiteration`: an element-wise statement's merge, to reuse (else computed here)."""
     stmt = parse_statement(statement) if isinstance(statement, str) else statement
     tensors = dict(tensors)
@@ -239,6 +243,10 @@ def _lower_iterated(stmt: Statement, tensors: dict[str, TensorLevels], ext: dict
         if v not in coords:
             loops[v].append(LevelLoop(Loop(v, ext[v]), v))
             coords[v] = Coord.var(v)
+    if order == CONCORDANT:
+        first = list(dict.fromkeys(ll.index_var for ll in (w.loops if drv is not None else ())))
+        order = None if not first else (*first, *(
+            v for v in (*stmt.output.indices, *stmt.reduction_vars) if v not in first))
     ordered = _order_loops(stmt, loops, order)
     extents = _loop_extents(ordered, domain)
     pads = _pads(stmt, tensors, coords, extents, driver)
