@@ -102,15 +102,17 @@ def _rows_as_range(t: TensorLevels) -> TensorLevels:
 def generic_matmul(a: Tensor, b: np.ndarray, dtype=np.float32) -> Program | None:
     """The program of a @ b (dense `b`) lowered from A's own format, for the formats on which
     the generic lowering measured at least as fast as converting A to CSR
-    (benchmarks/bench_generic_lowering.py): diagonal formats (their range level is the vector
-    loop, the diagonals outermost: TACO's concordant order) and block sparse rows. None for
-    every other format (the caller converts to CSR)."""
+    (benchmarks/bench_generic_lowering.py): a diagonal format times a vector (its range level
+    is the vector loop, the diagonals outermost: TACO's concordant order) and block sparse
+    rows. None for everything else (the caller converts to CSR)."""
     levels = tensor_levels(a)
-    if levels is None or not (_diagonal(levels.levels) or _block_rows(levels.levels)):
+    (m, k), n = a.shape, b.shape[1]
+    # a diagonal format wins where its rows are the vector loop: a matrix-vector product (with
+    # more columns, C's row vector moves every iteration, and CSR's accumulates along the row)
+    if levels is None or not (_diagonal(levels.levels) and n == 1 or _block_rows(levels.levels)):
         return None
     if _diagonal(levels.levels) and levels.levels[1].expr.dim == 1:
         levels = _rows_as_range(levels)
-    (m, k), n = a.shape, b.shape[1]
     tensors = {"A": levels, "B": dense_levels((k, n), val=np.asarray(b))}
     order = CONCORDANT if _diagonal(levels.levels) else None
     kind = "dia" if _diagonal(levels.levels) else "bsr"
