@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dataflow.dfg.graph import Addr, Buffer, Kernel, Loop, Node
+from dataflow.dfg.graph import Addr, Buffer, DFGError, Kernel, Loop, Node
 from dataflow.dfg.index.merge import KINDS, Coiteration
 from dataflow.dfg.ops import Op
 
@@ -147,3 +147,34 @@ def coiteration_kernel(kind: str, co: Coiteration, dense: tuple[bool, bool], siz
                   domain_arrays=(("S_pos", co.pos),))
 
 
+def sddmm_csr_vector_kernel(m: int, k: int, n: int, pos: np.ndarray, lanes: int,
+                            name: str = "sddmm_csr_vector") -> Kernel:
+    """Pattern-only SDDMM with the reduction vectorised: C[p] = sum over chunks c of
+    vsum(A[i, c*lanes : (c+1)*lanes] * B^T[M.crd[p], c*lanes : (c+1)*lanes]).
+
+    `k` must be a multiple of `lanes` (pad A and B^T with zero columns). Each chunk is one SIMD
+    multiply and one lane sum (vsum); the scalar accumulator holds C[p] over the chunks, so the
+    reduction runs `lanes` MACs per iteration instead of one as in `sddmm_csr_kernel`."""
+    if k % lanes:
+        raise DFGError(f"sddmm_csr_vector_kernel: k={k} must be a multiple of lanes={lanes}")
+    nnz = int(pos[-1])
+    nodes = (
+        Node(0, Op.LOAD, buffer="M_crd", addr=Addr((("p", 1),)), name="crd"),
+        Node(1, Op.LOAD, buffer="A", addr=Addr((("i", k), ("c", lanes), ("l", 1))), name="a"),
+        Node(2, Op.GATHER, (0,), buffer="BT", addr=Addr((("c", lanes), ("l", 1)), index_stride=k),
+             name="BT[crd]"),
+        Node(3, Op.MUL, (1, 2), name="a*b"),
+        Node(4, Op.VSUM, (3,), name="sum lanes"),
+        Node(5, Op.ACC, (4,), buffer="C_val", addr=Addr((("p", 1),)), name="C+="),
+    )
+    return Kernel(
+        name=name,
+        loops=(Loop("i", m), Loop("p", pos="M_pos", parent="i"), Loop("c", k // lanes),
+               Loop("l", lanes)),
+        nodes=nodes,
+        buffers=(Buffer("M_crd", nnz), Buffer("A", m * k), Buffer("BT", n * k),
+                 Buffer("C_val", nnz, "output")),
+        vector_var="l",
+        carried=((5, 5, 1),),
+        domain_arrays=(("M_pos", np.asarray(pos, dtype=np.int64)),),
+    )

@@ -25,7 +25,7 @@ from dataflow.dfg.index.notation import parse_statement
 from dataflow.dfg.index.program import index_program
 from dataflow.dfg.lower import gemm_kernel, spmm_csr_kernel
 from dataflow.dfg.lower_elementwise import dense_elementwise_kernel, lower_elementwise
-from dataflow.dfg.lower_sddmm import sddmm_csr_kernel
+from dataflow.dfg.lower_sddmm import sddmm_csr_kernel, sddmm_csr_vector_kernel
 from dataflow.mapper import map_program
 from dataflow.pe_array.simulate import simulate_mapping
 from dataflow.testing import assert_close
@@ -89,6 +89,31 @@ def test_dense_and_csr_products_are_the_hand_written_kernels(m, k, n):
         "A": T.dense((4, k)), "B": T.dense((k, 9), order=(1, 0), buffer="BT"),
         "M": T.csr((4, 9), POS), "C": T.csr((4, 9), POS)}, name="sddmm_csr")
     assert same_kernel(sddmm, hw.sddmm_csr_kernel(4, k, 9, POS)) == []
+
+
+def test_the_vectorised_sddmm_is_the_lowering_plus_split_and_vectorise_reduction():
+    got = sddmm_csr_vector_kernel(4, 16, 9, POS, 8)
+    assert same_kernel(got, hw.sddmm_csr_vector_kernel(4, 16, 9, POS, 8)) == []
+    rng = np.random.default_rng(9)
+    a, b = rng.standard_normal((4, 16), np.float32), rng.standard_normal((16, 9), np.float32)
+    crd = np.array([0, 3, 1, 2, 8, 4])
+    tensors = {"A": T.dense((4, 16), val=a), "B": T.dense((16, 9), order=(1, 0), val=b.T,
+                                                         buffer="BT"),
+               "M": T.csr((4, 9), POS, crd, buffer="C_val")}
+    prog = index_program("M[i,j] = A[i,kk] * B[kk,j]", tensors, name="sddmm")
+    kern = transform.vectorise_reduction(transform.split(prog.kernels[0], "kk", 8), "kki")
+    for k in (prog.kernels[0], kern):
+        res = assert_engines_identical(map_program(dataclasses.replace(prog, kernels=(k,)),
+                                                   DEFAULT))
+        rows = np.repeat(np.arange(4), np.diff(POS))
+        assert_close(res.output, np.einsum("pk,kp->p", a[rows].astype(np.float64), b[:, crd]))
+    with pytest.raises(DFGError, match="already vectorises"):
+        transform.vectorise_reduction(kern, "kko")
+    scalar_gemm = dataclasses.replace(gemm_kernel(4, 4, 8), vector_var=None)
+    with pytest.raises(DFGError, match="is not a sum over 'j'"):
+        transform.vectorise_reduction(scalar_gemm, "j")
+    with pytest.raises(DFGError, match="does not step along 'kk' contiguously"):
+        transform.vectorise_reduction(scalar_gemm, "kk")  # B's column is n words apart
 
 
 def _csr_op(a):

@@ -11,7 +11,10 @@ which to apply and with what factors; this module knows no architecture.
 - `pack_panels`: a buffer's layout changed to panels of `panel` rows stored column by column
   (BLIS's packed A), so `panel` rows of one column are consecutive words: one SPM row;
 - `vectorise_lanes`: scalar loads of consecutive words become one row load (`Addr.span`), each
-  user taking its lane (`Node.lane`): the column operand of an outer product.
+  user taking its lane (`Node.lane`): the column operand of an outer product;
+- `split`, `reorder`, `vectorise_reduction` (the loop-nest block at the end): strip-mine a loop,
+  permute the loops where legal, make a reduction loop the vector loop with a lane sum before
+  each accumulation (docs/conventions.md#generic-lowering).
 """
 
 from __future__ import annotations
@@ -389,5 +392,48 @@ def reorder(kernel: Kernel, order) -> Kernel:
         raise DFGError(f"{where}: loop {order[0]!r} is the vector loop and cannot be outermost")
     _check_reorder_dependences(kernel, where)
     out = dataclasses.replace(kernel, loops=tuple(loops[v] for v in order))
+    out.verify()
+    return out
+
+
+def vectorise_reduction(kernel: Kernel, var: str) -> Kernel:
+    """Make the reduction loop `var` the vector loop of a scalar kernel: each access steps
+    along it contiguously (coefficient 1) or not at all, every accumulation's address is
+    independent of it (it is their reduction), and a lane sum (`vsum`) is inserted before each
+    accumulation, so one iteration does a whole vector of the reduction and the register adds
+    its sum. `var`'s extent should be a multiple of the SIMD lanes (pad the operands with
+    zeros), as `split(var, lanes)` makes the inner loop. Sums in another order: fp32
+    tolerances."""
+    where = f"kernel {kernel.name!r}: vectorise_reduction({var!r})"
+    lp = next((x for x in kernel.loops if x.var == var), None)
+    if kernel.vector_var is not None:
+        raise DFGError(f"{where}: the kernel already vectorises {kernel.vector_var!r}")
+    if lp is None or not lp.is_dense or lp is kernel.loops[0] or \
+            any(x.parent == var for x in kernel.loops):
+        raise DFGError(f"{where}: needs a dense loop, not the outermost, no sparse loop off it")
+    for n in kernel.nodes:
+        if n.addr is None:
+            continue
+        c = n.addr.coef(var)
+        if n.op.accumulates and (c or n.op not in (Op.ACC, Op.SCATTER_ACC)):
+            raise DFGError(f"{where}: node %{n.id} {n.op.value} is not a sum over {var!r}")
+        if n.op in (Op.STORE, Op.SCATTER) or c not in (0, 1) or (c and n.addr.span):
+            raise DFGError(f"{where}: node %{n.id} {n.op.value} does not step along {var!r} "
+                           "contiguously")
+        index = kernel.nodes[n.inputs[0]] if n.op.is_indirect else None
+        if index is not None and index.addr is not None and index.addr.coef(var):
+            raise DFGError(f"{where}: node %{n.id}'s index moves with {var!r} (a vector of "
+                           "indices)")
+    nodes: list[Node] = []
+    next_id = len(kernel.nodes)
+    for n in kernel.nodes:
+        if n.op.accumulates:
+            value = n.inputs[-1]
+            total = Node(next_id, Op.VSUM, (value,), name=f"sum {var} lanes")
+            next_id += 1
+            nodes.append(total)
+            n = dataclasses.replace(n, inputs=(*n.inputs[:-1], total.id))
+        nodes.append(n)
+    out = _renumber(dataclasses.replace(kernel, vector_var=var), nodes, kernel.carried)
     out.verify()
     return out

@@ -144,6 +144,8 @@ def _sampled(stmt: Statement, tensors, driver: str | None) -> bool:
     out = tensors[stmt.output.tensor]
     if not out.sparse:
         return False
+    if driver == stmt.output.tensor:  # the output's own structure drives the loops
+        return True
     d = tensors[driver] if driver else None
     ok = d is not None and out.levels == d.levels and \
         stmt.output.indices == next(f.indices for f in stmt.factors if f.tensor == driver)
@@ -212,8 +214,10 @@ def lower_index(statement: str | Statement, tensors: Mapping[str, TensorLevels],
     if len(sparse) > 1:
         raise DFGError(f"{stmt}: {sparse[0].tensor} and {sparse[1].tensor} are both sparse; a "
                        "product of sparse operands lowers with lower_spgemm (Gustavson)")
-    return _lower_iterated(stmt, tensors, ext, sparse[0] if sparse else None, order, vector,
-                           name)
+    # no sparse operand: a sparse output with its structure given drives (pattern-only SDDMM)
+    out_sparse = tensors[stmt.output.tensor].sparse
+    drv = sparse[0] if sparse else (stmt.output if out_sparse else None)
+    return _lower_iterated(stmt, tensors, ext, drv, order, vector, name)
 
 
 def index_kernel(statement: str | Statement, tensors: Mapping[str, TensorLevels],
@@ -290,7 +294,7 @@ def _emit(body: _Body, stmt: Statement, tensors, driver, reads: dict[str, Coord]
     """The body: the driver's value load, one coordinate load per use, the located reads in
     statement order, the left-associated product or sum, the output's write."""
     vals: dict[str, int] = {}
-    if driver:
+    if driver and driver != stmt.output.tensor:
         t = tensors[driver]
         buf = t.buffer or f"{driver}_val"
         body.buffer(buf, t.stored)
@@ -346,6 +350,9 @@ def _sources(stmt: Statement, tensors, driver) -> tuple[tuple[str, tuple[str, st
                     for k, (crd, _) in crd_names(f.tensor, t).items()]
         else:
             out.append((t.buffer or f.tensor, (f.tensor, "val")))
+    if driver == stmt.output.tensor:
+        out += [(crd, (driver, f"crd{k}")) for k, (crd, _) in
+                crd_names(driver, tensors[driver]).items()]
     return tuple(out)
 
 
