@@ -14,12 +14,14 @@ import dataclasses
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dataflow.arch import load_arch
 from dataflow.dfg import transform
 from dataflow.dfg.graph import DFGError
 from dataflow.dfg.index import tensors as T
-from dataflow.dfg.index.lower import index_kernel, lower_index
+from dataflow.dfg.index.lower import CONCORDANT, index_kernel, lower_index
 from dataflow.dfg.index.merge import EwOperand, coiterate
 from dataflow.dfg.index.notation import parse_statement
 from dataflow.dfg.index.program import index_program
@@ -160,6 +162,29 @@ def test_every_iterable_format_gets_a_kernel_with_values_equal_to_numpy(fmt):
     prog = index_program(MM, {"A": levels, "B": T.dense((10, 16), val=b)}, name=f"mm_{fmt}")
     res = _run(prog)
     assert_close(np.asarray(res.output).reshape(12, 16), a.astype(np.float64) @ b)
+
+
+RANDOM_FORMATS = [NF.CSR, NF.CSC, NF.DCSR, NF.COO, NF.CCOL, NF.DIAI, NF.SkewDIAJ,
+                  NF.BSR((2, 3)), NF.BSC((2, 2))]
+
+
+@settings(max_examples=12, deadline=None)
+@given(m=st.integers(1, 9), k=st.integers(1, 9), n=st.sampled_from([1, 3, 8]),
+       density=st.floats(0.0, 1.0), fmt=st.sampled_from(range(len(RANDOM_FORMATS))),
+       concordant=st.booleans(), seed=st.integers(0, 99))
+def test_random_shapes_formats_and_orders_give_numpy_values(m, k, n, density, fmt, concordant,
+                                                            seed):
+    a = sp.random(m, k, density=density, random_state=seed).toarray().astype(np.float32)
+    b = np.random.default_rng(seed).standard_normal((k, n)).astype(np.float32)
+    levels = tensor_levels(Tensor.from_dense(a, RANDOM_FORMATS[fmt]))
+    try:
+        prog = index_program(MM, {"A": levels, "B": T.dense((k, n), val=b)},
+                             order=CONCORDANT if concordant else None)
+    except DFGError as e:  # partial blocks or skew diagonals whose filler leaves C
+        assert "reaches" in str(e)
+        return
+    res = simulate_mapping(map_program(prog, DEFAULT), engine="fast")
+    assert_close(np.asarray(res.output).reshape(m, n), a.astype(np.float64) @ b)
 
 
 def test_a_scatter_and_a_padded_gather_run_identically_on_both_engines():
