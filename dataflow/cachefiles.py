@@ -34,9 +34,11 @@ ENV_VAR = "DATAFLOW_CACHE_DIR"
 DEFAULT_DIR = Path("~/.cache/dataflow/plans")
 PACKAGE_ROOT = Path(__file__).resolve().parent
 #: packages whose sources decide a cached plan or a cached planning choice
-FINGERPRINT_PACKAGES = ("arch", "dfg", "mapper", "pe_array", "spm", "plan")
-#: single modules outside those packages that cached objects depend on
-FINGERPRINT_MODULES = ("cachefiles.py", "errors.py", "testing.py", "ust_frontend/plan.py")
+FINGERPRINT_PACKAGES = ("arch", "dfg", "dfg/index", "mapper", "pe_array", "spm", "plan")
+#: single modules outside those packages that cached objects depend on (index_operands: which
+#: lowering a frontend plan's program comes from)
+FINGERPRINT_MODULES = ("cachefiles.py", "errors.py", "testing.py", "ust_frontend/plan.py",
+                       "ust_frontend/index_operands.py")
 
 
 def resolve_cache_dir(directory: str | os.PathLike | None = None) -> Path:

@@ -10,52 +10,29 @@ import dataclasses
 
 import numpy as np
 
-from dataflow.dfg.graph import Addr, Buffer, DFGError, GemmShape, Kernel, Loop, Node, Program
-from dataflow.dfg.ops import Op
+from dataflow.dfg.graph import DFGError, GemmShape, Kernel, Program
+from dataflow.dfg.index.lower import index_kernel
+from dataflow.dfg.index.tensors import csr, dense
+
+#: the statements today's kernels are instances of (docs/architecture.md#the-generic-lowering)
+MATMUL = "C[i,j] += A[i,kk] * B[kk,j]"
+SPMM = "C[i,j] += A[i,k] * B[k,j]"
 
 
 def gemm_kernel(m: int, k: int, n: int, name: str = "gemm") -> Kernel:
     """C[m, n] += A[m, k] * B[k, n]; loops i, j (vectorised), kk innermost: each copy keeps a C
-    vector in its accumulator register over kk (output stationary)."""
-    nodes = (
-        Node(0, Op.LOAD, buffer="A", addr=Addr((("i", k), ("kk", 1))), name="a"),
-        Node(1, Op.LOAD, buffer="B", addr=Addr((("kk", n), ("j", 1))), name="b"),
-        Node(2, Op.MUL, (0, 1), name="a*b"),
-        Node(3, Op.ACC, (2,), buffer="C", addr=Addr((("i", n), ("j", 1))), name="C+="),
-    )
-    return Kernel(
-        name=name,
-        loops=(Loop("i", m), Loop("j", n), Loop("kk", k)),
-        nodes=nodes,
-        buffers=(Buffer("A", m * k), Buffer("B", k * n), Buffer("C", m * n, "output")),
-        vector_var="j",
-        carried=((3, 3, 1),),  # the accumulator register
-    )
+    vector in its accumulator register over kk (output stationary). The generic lowering of
+    `MATMUL` over row-major A and B."""
+    return index_kernel(MATMUL, {"A": dense((m, k)), "B": dense((k, n))}, name=name)
 
 
 def spmm_csr_kernel(m: int, k: int, n: int, pos: np.ndarray, name: str = "spmm_csr") -> Kernel:
     """C[i, :] += A.val[p] * B[A.crd[p], :] for p in A.pos[i]..A.pos[i+1] (CSR A, dense B).
 
     The gather of B's row through A's crd is PIT's SRead; j is vectorised over SIMD lanes and p
-    runs innermost so the C vector stays in the accumulator register along the row."""
-    nnz = int(pos[-1])
-    nodes = (
-        Node(0, Op.LOAD, buffer="A_val", addr=Addr((("p", 1),)), name="val"),
-        Node(1, Op.LOAD, buffer="A_crd", addr=Addr((("p", 1),)), name="crd"),
-        Node(2, Op.GATHER, (1,), buffer="B", addr=Addr((("j", 1),), index_stride=n), name="B[crd]"),
-        Node(3, Op.MUL, (0, 2), name="val*b"),
-        Node(4, Op.ACC, (3,), buffer="C", addr=Addr((("i", n), ("j", 1))), name="C+="),
-    )
-    return Kernel(
-        name=name,
-        loops=(Loop("i", m), Loop("j", n), Loop("p", pos="A_pos", parent="i")),
-        nodes=nodes,
-        buffers=(Buffer("A_val", nnz), Buffer("A_crd", nnz), Buffer("B", k * n),
-                 Buffer("C", m * n, "output")),
-        vector_var="j",
-        carried=((4, 4, 1),),
-        domain_arrays=(("A_pos", np.asarray(pos, dtype=np.int64)),),
-    )
+    runs innermost so the C vector stays in the accumulator register along the row. The generic
+    lowering of `SPMM` over CSR A (the structure `pos` alone) and row-major B."""
+    return index_kernel(SPMM, {"A": csr((m, k), pos), "B": dense((k, n))}, name=name)
 
 
 def _check_2d(name: str, x: np.ndarray) -> None:

@@ -1,183 +1,52 @@
 """Lowering of element-wise ops: `add` over the union, `multiply` over the intersection of the
 operands' stored entries (a dense operand stores every entry).
 
-Co-iterating two sparse operands is a merge of their sorted coordinate lists. The merge depends
-on the pos/crd arrays only, so it is resolved when lowering (the symbolic phase): `coiterate`
-computes the output structure S (CSR over a 2-D view) and, per operand, the position of each
-output entry among that operand's values, or a zero slot where the operand has no entry. The
-kernel (the numeric phase) then streams S and gathers each operand's value through its position
-map (PIT's SRead); where an operand's structure *is* S the map is the identity and the values
-are streamed directly. Two dense operands need no merge: one vectorised kernel over i, j.
+Both are the generic lowering (`dataflow.dfg.index`) of `C[i,j] = A[i,j] + B[i,j]` or
+`A[i,j] * B[i,j]`: two dense operands give one vectorised loop nest over i, j; a sparse operand
+makes the lowering co-iterate (`dataflow.dfg.index.merge`): the merge of the operands' sorted
+coordinate lists is resolved when lowering (the symbolic phase, `coiterate`), and the kernel
+(the numeric phase) streams the merged structure S, reading each operand directly, through
+crd, or through its position map (PIT's SRead).
 
 Operands arrive as level arrays of a 2-D row-major view (the frontend flattens other ranks).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-from dataflow.dfg.graph import Addr, Buffer, DFGError, Kernel, Loop, Node, Program
+from dataflow.dfg.graph import DFGError, Kernel, Program
+from dataflow.dfg.index.lower import index_kernel
+from dataflow.dfg.index.merge import KINDS, Coiteration, EwOperand, coiterate, merge_kernel
+from dataflow.dfg.index.program import index_program
+from dataflow.dfg.index.tensors import TensorLevels, csr, dense
 from dataflow.dfg.lower import run_passes
-from dataflow.dfg.ops import Op
 
-KINDS = {"add": Op.ADD, "multiply": Op.MUL}
-
-
-@dataclass(frozen=True, eq=False)
-class EwOperand:
-    """One operand of a 2-D view: dense (`pos` None; `val` row-major R*C) or CSR with sorted,
-    unique column indices per row."""
-
-    val: np.ndarray
-    pos: np.ndarray | None = None
-    crd: np.ndarray | None = None
-
-    @property
-    def is_dense(self) -> bool:
-        return self.pos is None
+__all__ = ["KINDS", "Coiteration", "EwOperand", "coiterate", "coiteration_kernel",
+           "dense_elementwise_kernel", "lower_elementwise"]
 
 
-@dataclass(frozen=True, eq=False)
-class Coiteration:
-    """The merged structure S of two operands and how to read each operand along it.
-
-    `maps[x]` is None where operand x is read directly along S (dense operand with S the full
-    grid, or a sparse operand whose structure is S), else int64 positions into the operand's
-    values extended by one zero slot at the end (dense operands: None, read through crd)."""
-
-    shape: tuple[int, int]
-    pos: np.ndarray
-    crd: np.ndarray
-    maps: tuple[np.ndarray | None, np.ndarray | None]
-
-    @property
-    def nnz(self) -> int:
-        return int(self.pos[-1])
-
-    @property
-    def full(self) -> bool:
-        """S is every entry of the grid, in row-major order (so position p = i * C + j)."""
-        r, c = self.shape
-        return self.nnz == r * c
-
-
-def _keys(x: EwOperand, cols: int) -> np.ndarray:
-    rows = np.repeat(np.arange(len(x.pos) - 1, dtype=np.int64), np.diff(x.pos))
-    return rows * cols + np.asarray(x.crd, np.int64)
-
-
-def coiterate(kind: str, shape: tuple[int, int], a: EwOperand, b: EwOperand) -> Coiteration:
-    """The symbolic phase: output structure and per-operand position maps (no values read)."""
+def _statement(kind: str) -> str:
     if kind not in KINDS:
         raise DFGError(f"unknown element-wise op {kind!r}; choose one of {list(KINDS)}")
-    r, c = shape
-    for name, x in (("A", a), ("B", b)):
-        if x.is_dense:
-            if x.val.size != r * c:
-                raise DFGError(f"dense operand {name} has {x.val.size} values for shape {shape}")
-        elif len(x.pos) != r + 1 or int(x.pos[-1]) != len(x.crd) or len(x.crd) != len(x.val):
-            raise DFGError(f"malformed CSR operand {name}: pos has {len(x.pos)} entries for {r} "
-                           f"rows, crd {len(x.crd)}, val {len(x.val)}")
-    sparse = [x for x in (a, b) if not x.is_dense]
-    keys = [_keys(x, c) for x in sparse]
-    for k in keys:
-        if k.size and not np.all(k[1:] > k[:-1]):
-            raise DFGError("CSR operands need sorted, unique column indices in every row")
-    if kind == "add" and len(sparse) < 2 or not sparse:
-        s_keys = np.arange(r * c, dtype=np.int64)  # a dense operand takes part everywhere
-    elif len(sparse) == 1:
-        s_keys = keys[0]  # multiply with a dense operand: the sparse one's entries
-    elif kind == "add":
-        s_keys = np.union1d(keys[0], keys[1])
-    else:
-        s_keys = np.intersect1d(keys[0], keys[1], assume_unique=True)
-    rows = s_keys // c if c else s_keys
-    pos = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=r))]).astype(np.int64)
-    maps = []
-    for x in (a, b):
-        if x.is_dense:
-            maps.append(None)
-            continue
-        k = keys[0] if x is sparse[0] else keys[1]
-        if len(k) == len(s_keys) and np.array_equal(k, s_keys):
-            maps.append(None)
-            continue
-        at = np.searchsorted(k, s_keys)
-        hit = at < len(k)
-        hit[hit] = k[at[hit]] == s_keys[hit]
-        maps.append(np.where(hit, at, len(k)).astype(np.int64))  # len(k): the zero slot
-    return Coiteration((r, c), pos, (s_keys % c if c else s_keys).astype(np.int64),
-                       (maps[0], maps[1]))
+    return f"C[i,j] = A[i,j] {'+' if kind == 'add' else '*'} B[i,j]"
 
 
 def dense_elementwise_kernel(kind: str, r: int, c: int) -> Kernel:
-    """C[i, j] = A[i, j] op B[i, j], j vectorised over the SIMD lanes."""
-    here = Addr((("i", c), ("j", 1)))
-    nodes = (
-        Node(0, Op.LOAD, buffer="A", addr=here, name="a"),
-        Node(1, Op.LOAD, buffer="B", addr=here, name="b"),
-        Node(2, KINDS[kind], (0, 1), name=kind),
-        Node(3, Op.STORE, (2,), buffer="C", addr=here, name="C="),
-    )
-    return Kernel(name=f"{kind}_dense", loops=(Loop("i", r), Loop("j", c)), nodes=nodes,
-                  buffers=(Buffer("A", r * c), Buffer("B", r * c), Buffer("C", r * c, "output")),
-                  vector_var="j")
+    """C[i, j] = A[i, j] op B[i, j], j vectorised over the SIMD lanes (the generic lowering
+    over row-major operands)."""
+    return index_kernel(_statement(kind), {"A": dense((r, c)), "B": dense((r, c))},
+                        name=f"{kind}_dense")
 
 
 def coiteration_kernel(kind: str, co: Coiteration, dense: tuple[bool, bool], sizes: tuple[int, int],
                        sparse_output: bool) -> Kernel:
-    """for i, for p in S.pos[i]..S.pos[i+1]: C(p) = A(p) op B(p), each operand read along S
-    directly, through crd (dense operand) or through its position map (sparse operand)."""
-    r, c = co.shape
-    nodes: list[Node] = []
-    buffers: list[Buffer] = []
-    crd_id: list[int] = []
+    """for i, for p in S.pos[i]..S.pos[i+1]: C(p) = A(p) op B(p) (`merge.merge_kernel`)."""
+    return merge_kernel(kind, co, dense, sizes, sparse_output)
 
-    def add(op, inputs=(), **kw) -> int:
-        nodes.append(Node(len(nodes), op, tuple(inputs), **kw))
-        return len(nodes) - 1
 
-    def crd() -> int:
-        # one load per use: with one crd load feeding both the gather and the scatter the
-        # default 8x8 arch got II = 2 after a long route search; two loads map at II = 1
-        if not crd_id:
-            buffers.append(Buffer("S_crd", co.nnz))
-        crd_id.append(add(Op.LOAD, buffer="S_crd", addr=Addr((("p", 1),)), name="crd"))
-        return crd_id[-1]
-
-    at_p = Addr((("p", 1),))
-    vals = []
-    for x, is_dense, mp, size in zip("AB", dense, co.maps, sizes):
-        if is_dense and co.full:
-            vals.append(add(Op.LOAD, buffer=x, addr=at_p, name=x.lower()))
-        elif is_dense:
-            vals.append(add(Op.GATHER, (crd(),), buffer=x, addr=Addr((("i", c),), index_stride=1),
-                            name=f"{x}[i, crd]"))
-        elif mp is None:
-            vals.append(add(Op.LOAD, buffer=x, addr=at_p, name=x.lower()))
-        else:
-            idx = add(Op.LOAD, buffer=f"{x}_map", addr=at_p, name=f"{x}_map")
-            buffers.append(Buffer(f"{x}_map", co.nnz))
-            vals.append(add(Op.GATHER, (idx,), buffer=x, addr=Addr(index_stride=1),
-                            name=f"{x}[map]"))
-        buffers.append(Buffer(x, size))
-    out = add(KINDS[kind], vals, name=kind)
-    if sparse_output:
-        add(Op.STORE, (out,), buffer="C", addr=at_p, name="C.val=")
-        buffers.append(Buffer("C", co.nnz, "output"))
-    elif co.full:
-        add(Op.STORE, (out,), buffer="C", addr=at_p, name="C=")
-        buffers.append(Buffer("C", r * c, "output"))
-    else:  # dense result of a sparse pattern: scatter into the zeroed C
-        add(Op.SCATTER, (crd(), out), buffer="C", addr=Addr((("i", c),), index_stride=1),
-            name="C[i, crd]=")
-        buffers.append(Buffer("C", r * c, "output"))
-    return Kernel(name=f"{kind}_coiterate",
-                  loops=(Loop("i", r), Loop("p", pos="S_pos", parent="i")),
-                  nodes=tuple(nodes), buffers=tuple(buffers),
-                  domain_arrays=(("S_pos", co.pos),))
+def _levels(x: EwOperand, shape: tuple[int, int]) -> TensorLevels:
+    return dense(shape, val=x.val) if x.is_dense else csr(shape, x.pos, x.crd, x.val)
 
 
 def lower_elementwise(kind: str, shape: tuple[int, int], a: EwOperand, b: EwOperand,
@@ -187,33 +56,18 @@ def lower_elementwise(kind: str, shape: tuple[int, int], a: EwOperand, b: EwOper
     merged structure S (`sparse_output`, default when both operands are sparse) or the dense
     row-major R*C result. `co`: a `coiterate` result to reuse (else computed here)."""
     r, c = (int(v) for v in shape)
-    if sparse_output is None:
-        sparse_output = not a.is_dense and not b.is_dense
+    stmt = _statement(kind)
     if a.is_dense and b.is_dense:
-        if kind not in KINDS:
-            raise DFGError(f"unknown element-wise op {kind!r}; choose one of {list(KINDS)}")
-        kern = dense_elementwise_kernel(kind, r, c)
-        inputs = (("A", np.ascontiguousarray(a.val, dtype=dtype).ravel()),
-                  ("B", np.ascontiguousarray(b.val, dtype=dtype).ravel()))
-        out_shape: tuple[int, ...] = (r, c)
-        name = f"{kind}_dense_{r}x{c}"
-        n_ops = r * c
+        sparse_output, co = False, None
+    elif sparse_output is None:
+        sparse_output = not a.is_dense and not b.is_dense
+    tensors = {"A": _levels(a, (r, c)), "B": _levels(b, (r, c)),
+               "C": csr((r, c)) if sparse_output else dense((r, c))}
+    if a.is_dense and b.is_dense:
+        kernel, program = f"{kind}_dense", f"{kind}_dense_{r}x{c}"
     else:
         co = co or coiterate(kind, (r, c), a, b)
-        inputs = []
-        for x, op, mp in zip("AB", (a, b), co.maps):
-            v = np.ascontiguousarray(op.val, dtype=dtype).ravel()
-            if mp is not None:
-                v = np.concatenate([v, np.zeros(1, dtype)])  # the zero slot absent entries read
-                inputs.append((f"{x}_map", mp))
-            inputs.append((x, v))
-        kern = coiteration_kernel(kind, co, (a.is_dense, b.is_dense),
-                                  tuple(v.size for x, v in inputs if x in "AB"), sparse_output)
-        if "S_crd" in kern.buffer_map:
-            inputs.append(("S_crd", co.crd))
-        out_shape = (co.nnz,) if sparse_output else (r, c)
-        name = f"{kind}_coiterate_{r}x{c}_nnz{co.nnz}"
-        n_ops = co.nnz
-    prog = Program(name=name, kernels=(kern,), inputs=tuple(inputs), outputs=(("C", out_shape),),
-                   dtype=np.dtype(dtype).name, macs=n_ops if kind == "multiply" else 0)
+        kernel, program = f"{kind}_coiterate", f"{kind}_coiterate_{r}x{c}_nnz{co.nnz}"
+    prog = index_program(stmt, tensors, name=kernel, program_name=program, dtype=dtype,
+                         coiteration=co)
     return run_passes(prog)

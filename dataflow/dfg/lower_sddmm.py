@@ -3,40 +3,32 @@
 One kernel, loops i (dense rows), p (the mask row's stored entries), kk (the reduction,
 innermost, so the dot product stays in the accumulator register until p moves on). B is
 streamed transposed (n x k) so the gather B^T[crd, kk] reads one contiguous row per entry.
-Scalar (no vector loop): the reduction runs along kk, and a vector ACC over kk would need a
-cross-lane reduction the engine does not model.
+Scalar (no vector loop): the reduction runs along kk, which the generic lowering never picks as
+the vector loop. `sddmm_csr_vector_kernel` (the attention's scores) vectorises it: kk split by
+the SIMD lanes, each vector's lanes summed (`vsum`) before the accumulation. Both kernels are
+the generic lowering (`dataflow.dfg.index`) of their statement, the second with the schedule
+`split` + `vectorise_reduction` (`dataflow.dfg.transform`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from dataflow.dfg.graph import Addr, Buffer, DFGError, Kernel, Loop, Node, Program
+from dataflow.dfg import transform
+from dataflow.dfg.graph import DFGError, Kernel, Program
+from dataflow.dfg.index.lower import index_kernel
+from dataflow.dfg.index.tensors import csr, dense
 from dataflow.dfg.lower import run_passes
-from dataflow.dfg.ops import Op
+
+#: the statement `sddmm_csr_kernel` lowers: the mask's values times A @ B on its entries
+SDDMM = "C[i,j] = A[i,kk] * B[kk,j] * M[i,j]"
 
 
 def sddmm_csr_kernel(m: int, k: int, n: int, pos: np.ndarray, name: str = "sddmm_csr") -> Kernel:
-    nnz = int(pos[-1])
-    nodes = (
-        Node(0, Op.LOAD, buffer="M_val", addr=Addr((("p", 1),)), name="mval"),
-        Node(1, Op.LOAD, buffer="M_crd", addr=Addr((("p", 1),)), name="crd"),
-        Node(2, Op.LOAD, buffer="A", addr=Addr((("i", k), ("kk", 1))), name="a"),
-        Node(3, Op.GATHER, (1,), buffer="BT", addr=Addr((("kk", 1),), index_stride=k),
-             name="BT[crd]"),
-        Node(4, Op.MUL, (2, 3), name="a*b"),
-        Node(5, Op.MUL, (4, 0), name="*mval"),
-        Node(6, Op.ACC, (5,), buffer="C_val", addr=Addr((("p", 1),)), name="C+="),
-    )
-    return Kernel(
-        name=name,
-        loops=(Loop("i", m), Loop("p", pos="M_pos", parent="i"), Loop("kk", k)),
-        nodes=nodes,
-        buffers=(Buffer("M_val", nnz), Buffer("M_crd", nnz), Buffer("A", m * k),
-                 Buffer("BT", n * k), Buffer("C_val", nnz, "output")),
-        carried=((6, 6, 1),),
-        domain_arrays=(("M_pos", np.asarray(pos, dtype=np.int64)),),
-    )
+    """The generic lowering of `SDDMM` with M and C in CSR (the structure `pos` alone; C
+    written at M's positions), A row-major and B column-major (stored as B^T, `BT`)."""
+    return index_kernel(SDDMM, {"A": dense((m, k)), "B": dense((k, n), order=(1, 0), buffer="BT"),
+                                "M": csr((m, n), pos), "C": csr((m, n), pos)}, name=name)
 
 
 def lower_sddmm_csr(a: np.ndarray, b: np.ndarray, pos: np.ndarray, crd: np.ndarray,
@@ -65,6 +57,10 @@ def lower_sddmm_csr(a: np.ndarray, b: np.ndarray, pos: np.ndarray, crd: np.ndarr
 
 
 
+#: the pattern-only SDDMM: the mask M's structure drives, its values are not read
+SDDMM_PATTERN = "M[i,j] = A[i,kk] * B[kk,j]"
+
+
 def sddmm_csr_vector_kernel(m: int, k: int, n: int, pos: np.ndarray, lanes: int,
                             name: str = "sddmm_csr_vector") -> Kernel:
     """Pattern-only SDDMM with the reduction vectorised: C[p] = sum over chunks c of
@@ -72,27 +68,14 @@ def sddmm_csr_vector_kernel(m: int, k: int, n: int, pos: np.ndarray, lanes: int,
 
     `k` must be a multiple of `lanes` (pad A and B^T with zero columns). Each chunk is one SIMD
     multiply and one lane sum (vsum); the scalar accumulator holds C[p] over the chunks, so the
-    reduction runs `lanes` MACs per iteration instead of one as in `sddmm_csr_kernel`."""
+    reduction runs `lanes` MACs per iteration instead of one as in `sddmm_csr_kernel`. The
+    generic lowering of `SDDMM_PATTERN` (M's structure `pos` drives, its values buffer is
+    `C_val`), kk split into chunks c of `lanes` lanes l, l vectorised
+    (`transform.vectorise_reduction`)."""
     if k % lanes:
         raise DFGError(f"sddmm_csr_vector_kernel: k={k} must be a multiple of lanes={lanes}")
-    nnz = int(pos[-1])
-    nodes = (
-        Node(0, Op.LOAD, buffer="M_crd", addr=Addr((("p", 1),)), name="crd"),
-        Node(1, Op.LOAD, buffer="A", addr=Addr((("i", k), ("c", lanes), ("l", 1))), name="a"),
-        Node(2, Op.GATHER, (0,), buffer="BT", addr=Addr((("c", lanes), ("l", 1)), index_stride=k),
-             name="BT[crd]"),
-        Node(3, Op.MUL, (1, 2), name="a*b"),
-        Node(4, Op.VSUM, (3,), name="sum lanes"),
-        Node(5, Op.ACC, (4,), buffer="C_val", addr=Addr((("p", 1),)), name="C+="),
-    )
-    return Kernel(
-        name=name,
-        loops=(Loop("i", m), Loop("p", pos="M_pos", parent="i"), Loop("c", k // lanes),
-               Loop("l", lanes)),
-        nodes=nodes,
-        buffers=(Buffer("M_crd", nnz), Buffer("A", m * k), Buffer("BT", n * k),
-                 Buffer("C_val", nnz, "output")),
-        vector_var="l",
-        carried=((5, 5, 1),),
-        domain_arrays=(("M_pos", np.asarray(pos, dtype=np.int64)),),
-    )
+    kern = index_kernel(SDDMM_PATTERN, {
+        "A": dense((m, k)), "B": dense((k, n), order=(1, 0), buffer="BT"),
+        "M": csr((m, n), pos, buffer="C_val")}, name=name)
+    return transform.vectorise_reduction(transform.split(kern, "kk", lanes, outer="c",
+                                                         inner="l"), "l")

@@ -11,7 +11,10 @@ which to apply and with what factors; this module knows no architecture.
 - `pack_panels`: a buffer's layout changed to panels of `panel` rows stored column by column
   (BLIS's packed A), so `panel` rows of one column are consecutive words: one SPM row;
 - `vectorise_lanes`: scalar loads of consecutive words become one row load (`Addr.span`), each
-  user taking its lane (`Node.lane`): the column operand of an outer product.
+  user taking its lane (`Node.lane`): the column operand of an outer product;
+- `split`, `reorder`, `vectorise_reduction` (the loop-nest block at the end): strip-mine a loop,
+  permute the loops where legal, make a reduction loop the vector loop with a lane sum before
+  each accumulation (docs/conventions.md#generic-lowering).
 """
 
 from __future__ import annotations
@@ -279,3 +282,158 @@ def pad_rows(program: Program, buffer: str, rows: int, cols: int, pad: int) -> P
     padded = np.zeros((rows, cols + pad), dtype=data.dtype)
     padded[:, :cols] = data
     return _relayout(program, buffer, rewrite, padded.ravel(), size=rows * (cols + pad))
+
+
+# --- loop-nest passes: split and reorder (the generic lowering's schedules) ----------------------
+
+def _fresh_loop_name(kernel: Kernel, base: str) -> str:
+    taken = {lp.var for lp in kernel.loops}
+    name, k = base, 1
+    while name in taken:
+        name, k = f"{base}{k}", k + 1
+    return name
+
+
+def split(kernel: Kernel, var: str, factor: int, outer: str | None = None,
+          inner: str | None = None) -> Kernel:
+    """Strip-mine dense loop `var` (extent E, a multiple of `factor`) into `outer` (E / factor
+    iterations, default `var`o) and `inner` (`factor`, default `var`i), var = factor * outer +
+    inner: the same iterations in the same order, so the values are the same bit for bit. The
+    vector loop's inner half stays the vector loop (a factor that is a multiple of the SIMD
+    lanes keeps every vector full). A loop a sparse loop hangs off cannot split (its pos array
+    is indexed by the loop variable)."""
+    where = f"kernel {kernel.name!r}: split({var!r}, {factor})"
+    loops = {lp.var: lp for lp in kernel.loops}
+    lp = loops.get(var)
+    if lp is None or not lp.is_dense:
+        raise DFGError(f"{where}: needs a dense loop of the kernel, got {var!r}")
+    hanging = [x.var for x in kernel.loops if x.parent == var]
+    if hanging:
+        raise DFGError(f"{where}: sparse loop {hanging[0]!r} hangs off it")
+    if factor < 1 or lp.extent % factor:
+        raise DFGError(f"{where}: extent {lp.extent} is not a multiple of {factor}")
+    outer = outer or _fresh_loop_name(kernel, f"{var}o")
+    inner = inner or _fresh_loop_name(kernel, f"{var}i")
+    if len({outer, inner} | (set(loops) - {var})) != len(loops) + 1:
+        raise DFGError(f"{where}: loop names {outer!r}, {inner!r} are taken")
+
+    def rewrite(addr: Addr | None) -> Addr | None:
+        if addr is None or not addr.coef(var):
+            return addr
+        terms = []
+        for v, c in addr.terms:
+            terms += [(outer, c * factor), (inner, c)] if v == var else [(v, c)]
+        return dataclasses.replace(addr, terms=tuple(terms))
+
+    new_loops = []
+    for x in kernel.loops:
+        new_loops += [Loop(outer, x.extent // factor), Loop(inner, factor)] if x.var == var \
+            else [x]
+    nodes = tuple(dataclasses.replace(n, addr=rewrite(n.addr)) for n in kernel.nodes)
+    out = dataclasses.replace(kernel, loops=tuple(new_loops), nodes=nodes,
+                              vector_var=inner if kernel.vector_var == var else kernel.vector_var)
+    out.verify()
+    return out
+
+
+def _injective(addr: Addr, extents: dict[str, int]) -> bool:
+    """Whether an affine address takes a distinct value at every point of the loop variables'
+    ranges that it and the other loops span: every loop of more than one iteration appears,
+    and the coefficients, sorted by size, form a mixed radix (each larger than everything the
+    smaller ones reach)."""
+    coefs = {v: abs(addr.coef(v)) for v in extents}
+    if any(extents[v] > 1 and not c for v, c in coefs.items()):
+        return False
+    reach = 0
+    for v, c in sorted(coefs.items(), key=lambda vc: vc[1]):
+        if extents[v] > 1 and c <= reach:
+            return False
+        reach += c * (extents[v] - 1)
+    return True
+
+
+def _check_reorder_dependences(kernel: Kernel, where: str) -> None:
+    """What reordering may not break: a loop-carried value other than an accumulation's own
+    register, and an overwrite that could hit one word from two iterations (the last write
+    would change). Accumulations may reorder: a sum or maximum in another order (a sum's
+    rounding may differ in the last bits)."""
+    for s, d, _ in kernel.carried:
+        if s != d or not kernel.nodes[s].op.accumulates:
+            raise DFGError(f"{where}: the loop-carried edge %{s} -> %{d} ties the iteration "
+                           "order")
+    extents = {lp.var: lp.extent if lp.is_dense else int(kernel.domain[lp.pos][-1])
+               for lp in kernel.loops}
+    for n in kernel.nodes:
+        if n.op in (Op.STORE, Op.SCATTER) and (n.addr.index_stride or
+                                               not _injective(n.addr, extents)):
+            raise DFGError(f"{where}: node %{n.id} {n.op.value} may write one word from two "
+                           "iterations, whose order would change")
+
+
+def reorder(kernel: Kernel, order) -> Kernel:
+    """The loops permuted to `order` (loop variables, outermost first), where legal: a sparse
+    loop after its parent, a dense loop outermost, the vector loop not outermost, and the
+    dependences of `_check_reorder_dependences`. An illegal order raises DFGError naming the
+    loop. The body is unchanged; accumulations see their terms in the new order."""
+    where = f"kernel {kernel.name!r}: reorder({list(order)})"
+    loops = {lp.var: lp for lp in kernel.loops}
+    if sorted(order) != sorted(loops):
+        raise DFGError(f"{where}: not a permutation of the loops {list(loops)}")
+    if tuple(order) == tuple(loops):
+        return kernel
+    for k, v in enumerate(order):
+        lp = loops[v]
+        if k == 0 and not lp.is_dense:
+            raise DFGError(f"{where}: loop {v!r} is sparse and cannot be outermost")
+        if lp.parent is not None and lp.parent not in order[:k]:
+            raise DFGError(f"{where}: loop {v!r} runs over the positions of {lp.parent!r} "
+                           "and must come after it")
+    if kernel.vector_var == order[0]:
+        raise DFGError(f"{where}: loop {order[0]!r} is the vector loop and cannot be outermost")
+    _check_reorder_dependences(kernel, where)
+    out = dataclasses.replace(kernel, loops=tuple(loops[v] for v in order))
+    out.verify()
+    return out
+
+
+def vectorise_reduction(kernel: Kernel, var: str) -> Kernel:
+    """Make the reduction loop `var` the vector loop of a scalar kernel: each access steps
+    along it contiguously (coefficient 1) or not at all, every accumulation's address is
+    independent of it (it is their reduction), and a lane sum (`vsum`) is inserted before each
+    accumulation, so one iteration does a whole vector of the reduction and the register adds
+    its sum. `var`'s extent should be a multiple of the SIMD lanes (pad the operands with
+    zeros), as `split(var, lanes)` makes the inner loop. Sums in another order: fp32
+    tolerances."""
+    where = f"kernel {kernel.name!r}: vectorise_reduction({var!r})"
+    lp = next((x for x in kernel.loops if x.var == var), None)
+    if kernel.vector_var is not None:
+        raise DFGError(f"{where}: the kernel already vectorises {kernel.vector_var!r}")
+    if lp is None or not lp.is_dense or lp is kernel.loops[0] or \
+            any(x.parent == var for x in kernel.loops):
+        raise DFGError(f"{where}: needs a dense loop, not the outermost, no sparse loop off it")
+    for n in kernel.nodes:
+        if n.addr is None:
+            continue
+        c = n.addr.coef(var)
+        if n.op.accumulates and (c or n.op not in (Op.ACC, Op.SCATTER_ACC)):
+            raise DFGError(f"{where}: node %{n.id} {n.op.value} is not a sum over {var!r}")
+        if n.op in (Op.STORE, Op.SCATTER) or c not in (0, 1) or (c and n.addr.span):
+            raise DFGError(f"{where}: node %{n.id} {n.op.value} does not step along {var!r} "
+                           "contiguously")
+        index = kernel.nodes[n.inputs[0]] if n.op.is_indirect else None
+        if index is not None and index.addr is not None and index.addr.coef(var):
+            raise DFGError(f"{where}: node %{n.id}'s index moves with {var!r} (a vector of "
+                           "indices)")
+    nodes: list[Node] = []
+    next_id = len(kernel.nodes)
+    for n in kernel.nodes:
+        if n.op.accumulates:
+            value = n.inputs[-1]
+            total = Node(next_id, Op.VSUM, (value,), name=f"sum {var} lanes")
+            next_id += 1
+            nodes.append(total)
+            n = dataclasses.replace(n, inputs=(*n.inputs[:-1], total.id))
+        nodes.append(n)
+    out = _renumber(dataclasses.replace(kernel, vector_var=var), nodes, kernel.carried)
+    out.verify()
+    return out

@@ -17,6 +17,7 @@ from dataflow.ust_frontend.backends import (
     get_executor,
 )
 from dataflow.ust_frontend.cache import PlanCache, default_cache
+from dataflow.ust_frontend.index_operands import generic_matmul
 from dataflow.ust_frontend.interop import (
     to_device_like,
 )
@@ -54,8 +55,10 @@ def _check_backend(backend: str, op_name: str = "matmul") -> None:
 
 
 def lower_matmul(a: Tensor, b: Tensor, dtype=np.float32, structure=None):
-    """The `Program` for a @ b: dense GEMM, CSR SpMM (sparse A, dense B), or Gustavson SpGEMM
-    when B is sparse (A read as CSR; a dense A as CSR with every entry). The GEMM/SpMM output
+    """The `Program` for a @ b: dense GEMM, SpMM (sparse A, dense B: the generic lowering of A's
+    own format for diagonal and block-row formats, `index_operands.generic_matmul`, else CSR),
+    or Gustavson SpGEMM when B is sparse (A read as CSR; a dense A as CSR with every entry).
+    The GEMM/SpMM output
     `C` is the dense product; the SpGEMM output `C_val` holds C's values along the structure
     `spgemm_structure(a, b)` (pass it as `structure` to skip the symbolic phase)."""
 
@@ -68,6 +71,9 @@ def lower_matmul(a: Tensor, b: Tensor, dtype=np.float32, structure=None):
     b_dense = b.to_dense()
     if is_dense(a):
         return lower_gemm(a.to_dense(), b_dense, dtype)
+    generic = generic_matmul(a, b_dense, dtype)  # A's own format, where that is faster
+    if generic is not None:
+        return generic
     pos, crd, val = csr_arrays(a)
     return lower_spmm_csr(a.shape, pos, crd, val, b_dense, dtype)
 

@@ -1,8 +1,9 @@
 """Polymorphic ops of the frontend on numpy / scipy / torch / UST operands, with plan/execute.
 
 The frontend turns operands into UST `Tensor`s (views, no copies) and chooses the kernel by
-their formats: dense x dense -> GEMM, sparse x dense -> SpMM over CSR (SpMV when B is a
-vector), sparse x sparse -> SpGEMM. Every op runs on a backend: `numpy` (the reference, the
+their formats: dense x dense -> GEMM, sparse x dense -> SpMM (SpMV when B is a vector: a BSR
+operand, or a DIA one times a vector, on its own format through the generic lowering, any
+other over CSR), sparse x sparse -> SpGEMM. Every op runs on a backend: `numpy` (the reference, the
 definition of the op) or `sim` (lower -> map -> cycle-level engine).
 
 The stateful ops follow nvmath-python: `Matmul(a, b, ...)`, `.plan(...)` (the expensive,
