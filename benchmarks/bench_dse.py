@@ -3,12 +3,16 @@
     python benchmarks/bench_dse.py [--workers 1 2 4] [--points 48]
 
 One run measures every configuration side by side on the same grid (each into a fresh results
-file): the serial runner in this process, then the local process pool with each worker count.
-Pool start-up (forkserver + imports) is timed apart from the steady state, which is what a long
-sweep sees. The target is near-linear scaling in cores; on a shared machine other load lowers it,
-so the load average and the cores the evaluations actually got (their CPU seconds over the wall
-seconds) are printed next to the numbers. Results of every run are checked to be
-identical to the serial run's. Writes a table and benchmarks/out/bench_dse.png.
+file), after one untimed pass that warms the on-disk plan cache for all of them alike: the
+serial runner in this process, then the local process pool with each worker count (always
+including one worker, the reference of the speed-up column). Pool start-up (forkserver +
+imports) is timed apart from the steady state, which is what a long sweep sees. Points per
+second should grow about linearly with workers up to the cores; on a shared machine other load
+lowers that, so each worker count's speed-up is printed next to the machine's own ceiling for
+that many processes (pure CPU work measured in the same run), with the per-point evaluation
+time and the per-point overhead outside it (IPC, the results store). Results of every run are
+checked to be identical to the serial run's. `measure` and `table` are what
+benchmarks/bench_engine.py's sweep section runs. Writes benchmarks/out/bench_dse.png.
 """
 
 from __future__ import annotations
@@ -39,7 +43,9 @@ SWEEP = {
 }
 
 
-def timed_run(points, runner, folder: Path, label: str) -> tuple[float, dict]:
+def timed_run(points, runner, folder: Path, label: str) -> tuple[float, float, float, dict]:
+    """(wall s, CPU s of the evaluations, wall s of the evaluations, stored values by point)
+    of one run of `points` on `runner` into a fresh results file."""
     with ResultsStore(folder / f"{label}.db") as store:
         run_id = store.start_run("bench", "bench", label, len(points), 0)
         t0 = time.perf_counter()
@@ -49,7 +55,8 @@ def timed_run(points, runner, folder: Path, label: str) -> tuple[float, dict]:
         rows = store.rows()
         values = {r["point_id"]: (r["cycles"], r["energy_pj"], r["values_match"]) for r in rows}
         cpu = sum(r["result"]["evaluation_cpu_s"] for r in rows)
-    return wall, cpu, values
+        busy = sum(r["wall_s"] for r in rows)
+    return wall, cpu, busy, values
 
 
 def _burn(n: int) -> int:
@@ -77,6 +84,74 @@ def machine_ceiling(workers: int, n: int = 2_000_000, jobs: int = 8) -> float:
     return serial / par
 
 
+def bench_points(n: int):
+    """The first `n` points of the benchmark grid (more seeds of it when `n` asks for more)."""
+    points = list(grid_points(sweep_from_dict(SWEEP, source="bench_dse.py")).points)
+    sweep = dict(SWEEP)
+    while len(points) < n:
+        sweep["mapping"] = {"seed": list(range(len(points) // 24 + 2))}
+        points = list(grid_points(sweep_from_dict(sweep, source="bench_dse.py")).points)
+    return points[:n]
+
+
+def measure(counts: list[int], n_points: int) -> dict:
+    """Points per second of the serial runner and of local pools of `counts` workers on the
+    same points, side by side. Every point is evaluated once first (untimed) so the on-disk
+    plan cache is warm for every runner alike; each pool's start (forkserver, imports, one
+    point per worker) is timed apart from its sweep. Per point: the CPU and wall seconds of
+    the evaluation itself, and the overhead -- a worker's wall time per point outside it
+    (scheduling, pickling, the results store)."""
+    from dataflow.dse.evaluate import evaluate_point
+
+    points = bench_points(n_points)
+    for p in points:  # warm: the plan cache, this process's imports and first calls
+        evaluate_point(p.payload())
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        wall, cpu, busy, ref = timed_run(points, SerialRunner(), folder, "serial")
+        rows.append({"runner": "serial", "workers": 1, "startup_s": 0.0, "wall_s": wall,
+                     "cpu_s": cpu, "busy_s": busy})
+        for w in counts:
+            t0 = time.perf_counter()
+            runner = PoolRunner(w)
+            list(runner.imap_unordered([points[i % len(points)].payload() for i in range(w)]))
+            startup = time.perf_counter() - t0
+            try:
+                wall, cpu, busy, got = timed_run(points, runner, folder, f"pool{w}")
+            finally:
+                runner.close()
+            assert got == ref, f"pool with {w} workers gave other results than serial"
+            rows.append({"runner": f"pool {w}", "workers": w, "startup_s": startup,
+                         "wall_s": wall, "cpu_s": cpu, "busy_s": busy})
+    n = len(points)
+    base = n / next(r for r in rows if r["workers"] == 1 and r["runner"] != "serial")["wall_s"]
+    for r in rows:
+        r["points_per_s"] = n / r["wall_s"]
+        r["vs_one_worker"] = r["points_per_s"] / base
+        r["eval_ms_per_point"] = 1e3 * r["busy_s"] / n
+        r["overhead_ms_per_point"] = 1e3 * (r["wall_s"] * r["workers"] - r["busy_s"]) / n
+    return {"points": n, "load_average": os.getloadavg()[0], "cores": os.cpu_count() or 1,
+            "rows": rows, "ceilings": {w: machine_ceiling(w) for w in counts}}
+
+
+def table(result: dict) -> str:
+    """The measurement as a table: points/s against one worker next to the machine's own
+    ceiling for that many processes."""
+    lines = [f"{'runner':>8} {'workers':>7} {'start s':>7} {'sweep s':>7} {'points/s':>8} "
+             f"{'vs 1 worker':>11} {'ceiling':>7} {'eval ms/pt':>10} {'overhead ms/pt':>14}"]
+    for r in result["rows"]:
+        ceiling = result["ceilings"].get(r["workers"]) if r["runner"] != "serial" else None
+        lines.append(f"{r['runner']:>8} {r['workers']:>7} {r['startup_s']:>7.2f} "
+                     f"{r['wall_s']:>7.2f} {r['points_per_s']:>8.2f} "
+                     f"{r['vs_one_worker']:>10.2f}x {f'{ceiling:.2f}x' if ceiling else '':>7} "
+                     f"{r['eval_ms_per_point']:>10.1f} {r['overhead_ms_per_point']:>14.1f}")
+    lines.append("ceiling = speed-up of that many processes on pure CPU work, measured now (other "
+                 "load and\nhyperthreads lower it); overhead = a worker's wall time per point "
+                 "outside the evaluation")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--workers", type=int, nargs="+", default=None,
@@ -85,50 +160,12 @@ def main() -> None:
     args = ap.parse_args()
     cores = os.cpu_count() or 1
     counts = args.workers or sorted({1, *range(2, cores + 1, max(1, cores // 4))} | {cores})
-    points = list(grid_points(sweep_from_dict(SWEEP, source="bench_dse.py")).points)
-    while len(points) < args.points:  # more seeds of the same grid for longer runs
-        SWEEP["mapping"] = {"seed": list(range(len(points) // 24 + 2))}
-        points = list(grid_points(sweep_from_dict(SWEEP, source="bench_dse.py")).points)
-    points = points[:args.points]
+    counts = sorted(set(counts) | {1})
     print(f"machine: {platform.node()} {platform.machine()}, {cores} cores, python "
           f"{platform.python_version()}, load average {os.getloadavg()[0]:.2f} (1 min)")
-    print(f"{len(points)} points: gemm 64x64x{{32,64}} and spmm 128x128x32 on 12 architectures\n")
-
-    from dataflow.dse.evaluate import evaluate_point
-
-    evaluate_point(points[0].payload())  # warm this process (imports, first-call compiles)
-    rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp)
-        wall, cpu, ref = timed_run(points, SerialRunner(), folder, "serial")
-        rows.append(("serial", 1, 0.0, wall, len(points) / wall, cpu))
-        for w in counts:
-            t0 = time.perf_counter()
-            runner = PoolRunner(w)
-            # start every worker and warm it on one point (not stored): start-up timed apart
-            list(runner.imap_unordered([points[i % len(points)].payload() for i in range(w)]))
-            startup = time.perf_counter() - t0
-            try:
-                wall, cpu, got = timed_run(points, runner, folder, f"pool{w}")
-            finally:
-                runner.close()
-            assert got == ref, f"pool with {w} workers gave other results than serial"
-            rows.append((f"pool {w}", w, startup, wall, len(points) / wall, cpu))
-    serial_rate = rows[0][4]
-    ceilings = {w: machine_ceiling(w) for w in counts}
-    # cores busy = CPU seconds the evaluations got / wall seconds: below the worker count when
-    # other processes share the cores, which is what caps the speed-up on a loaded machine
-    print(f"{'runner':>8} {'workers':>7} {'startup s':>9} {'sweep s':>8} {'points/s':>9} "
-          f"{'vs serial':>9} {'per worker':>10} {'cpu ms/pt':>9} {'cores busy':>10}")
-    for name, w, startup, wall, rate, cpu in rows:
-        print(f"{name:>8} {w:>7} {startup:>9.2f} {wall:>8.2f} {rate:>9.2f} "
-              f"{rate / serial_rate:>8.2f}x {rate / serial_rate / w:>9.0%} "
-              f"{1e3 * cpu / len(points):>9.1f} {cpu / wall:>10.2f}"
-              + (f"   machine ceiling {ceilings[w]:.2f}x -> {rate / serial_rate / ceilings[w]:.0%}"
-                 " of it" if name != "serial" else ""))
-    print("machine ceiling = speed-up of the same number of processes on pure CPU work (no I/O, "
-          "no sharing);\nthe sweep's scaling is judged against it, since virtual cores may share "
-          "one physical core")
+    print(f"{args.points} points: gemm 64x64x{{32,64}} and spmm 128x128x32 on 12 architectures\n")
+    result = measure(counts, args.points)
+    print(table(result))
     print("\nall runs stored identical cycles, energy and value checks")
 
     import matplotlib
@@ -138,13 +175,15 @@ def main() -> None:
 
     out = HERE / "out"
     out.mkdir(exist_ok=True)
+    pools = [r for r in result["rows"] if r["runner"] != "serial"]
+    ws = [r["workers"] for r in pools]
     fig, ax = plt.subplots(figsize=(5, 3.5))
-    ws = [r[1] for r in rows[1:]]
-    ax.plot(ws, [r[4] / serial_rate for r in rows[1:]], "o-", label="measured")
+    ax.plot(ws, [r["vs_one_worker"] for r in pools], "o-", label="measured")
     ax.plot(ws, ws, "--", c="0.5", label="linear")
-    ax.plot(ws, [ceilings[w] for w in ws], ":", c="k", label="machine ceiling (pure CPU)")
+    ax.plot(ws, [result["ceilings"][w] for w in ws], ":", c="k",
+            label="machine ceiling (pure CPU)")
     ax.set_xlabel("local worker processes")
-    ax.set_ylabel("points/s relative to serial")
+    ax.set_ylabel("points/s relative to one worker")
     ax.set_title(f"dataflow sweep throughput ({cores} cores)", fontsize=9)
     ax.legend()
     fig.tight_layout()

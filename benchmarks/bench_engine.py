@@ -3,15 +3,20 @@
 1. Simulated MACs per wall second on dense GEMM (reconfigurable and systolic), CSR SpMM and
    butterfly workloads (the fast engine; values checked against numpy on every run).
 2. Wall time against SCALE-Sim 3.0.0 on the same dense GEMMs at identical cycles, measured side
-   by side in this run (SCALE-Sim runs in its own venv, benchmarks/scalesim/README.md). When
-   SCALE-Sim is not installed, its golden cycles and the wall times recorded in that README are
-   printed instead, labelled "recorded".
+   by side in this run (SCALE-Sim runs in its own venv, benchmarks/scalesim/README.md): whole
+   processes for 256^3 ws on 32x32 and 1024^3 ws on 128x128, one process for 512^3 (issue 14
+   point 3). When SCALE-Sim is not installed, its golden cycles and the wall times recorded on
+   the dev box are printed instead, labelled "rec".
 3. The mapper over a corpus of kernels: every kernel the registered workloads map at small
    sizes on three architectures, plus seeded random DFGs (tests/programs.py): II against MII
    (target II = MII on >= 90 %), mapping time percentiles (target p90 < 5 s; CGRA-ME's
    ILP-heuristic mapper reports 7.9 s), and what the optional annealing pass changes.
 
-    python benchmarks/bench_engine.py [--quick] [--no-scalesim]
+4. Sweep points per second against one worker, up to the cores (benchmarks/bench_dse.py), and
+   the start-up of `dataflow --help` and the default job (benchmarks/bench_startup.py).
+5. The issue-14 targets these sections measure, one line each: goal, measured, met.
+
+    python benchmarks/bench_engine.py [--quick] [--no-scalesim] [--no-sweep] [--no-startup]
 
 Writes benchmarks/out/bench_engine.png and benchmarks/out/bench_engine.json.
 """
@@ -31,6 +36,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE / "scalesim"))
+sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
 import dataflow
@@ -38,7 +44,6 @@ import dataflow.mapper.map as map_module
 from dataflow.arch import load_arch
 
 OUT = HERE / "out"
-RECORDED_SCALESIM = {(512, 512, 512, "ws"): 10.2, (256, 256, 256, "ws"): 1.4}  # README, 2-core box
 
 
 def machine() -> str:
@@ -92,77 +97,173 @@ def engine_speed(quick: bool):
 
 
 # --- 2. against SCALE-Sim ---------------------------------------------------------------------
+# Issue 14 point 3. SCALE-Sim 3.0.0 runs in its own venv (benchmarks/scalesim/README.md), in CALC
+# bandwidth mode with 65536 kB SRAMs (benchmarks/scalesim/run_scalesim.py): no stalls, so its
+# "Total Cycles" are the compute cycles our systolic presets reproduce. Whole processes: the
+# `dataflow simulate` command (operands, lowering, mapping, values, timing, the check against
+# numpy) against SCALE-Sim's script, each a new process, warm (one untimed run first), with
+# bytecode (ours in a temporary PYTHONPYCACHEPREFIX, as an installed wheel has it). In one
+# process: our `dataflow.simulate()` and our cycles alone (lowering, mapping, closed form and
+# SCALE-Sim's memory model; no value arithmetic, which SCALE-Sim does not do) against the time
+# SCALE-Sim spends inside `run_scale`.
 
-def timed_map_and_simulate(arch, m, n, k, df, repeats=3) -> float:
-    """Best wall time of lowering + mapping + simulating one GEMM (what SCALE-Sim does: it
-    computes no values to check, so the numpy reference is left out here)."""
+#: (m, n, k, dataflow, array edge, whole process?, speed-up target); quick runs skip 1024^3
+SCALESIM_CASES = ((256, 256, 256, "ws", 32, True, 20), (1024, 1024, 1024, "ws", 128, True, 200),
+                  (512, 512, 512, "ws", 32, False, 1000))
+#: SCALE-Sim wall seconds recorded on the 2-core dev box, for runs without its venv
+#: (benchmarks/scalesim/README.md): (m, n, k, df, edge) -> (whole process, inside run_scale)
+RECORDED_SCALESIM = {(256, 256, 256, "ws", 32): (6.7, 6.1), (512, 512, 512, "ws", 32): (10.3, 10.2),
+                     (1024, 1024, 1024, "ws", 128): (82.0, 81.0)}
+
+
+def systolic_arch_file(edge: int, folder: Path) -> Path:
+    """The systolic preset as an edge x edge array: the 32 x 32 preset's file itself, else a
+    YAML written to `folder` with its rows and columns set and SRAMs as large as the SCALE-Sim
+    run's (16 Mi words each), so the ofmap never drains mid-run and nothing stalls."""
+    preset = ROOT / "arch_configs" / "systolic_32x32.yaml"
+    if edge == 32:
+        return preset
+    import yaml
+
+    from dataflow.arch.load import arch_to_dict
+
+    data = arch_to_dict(load_arch(preset))
+    data["name"] = f"systolic-{edge}x{edge}"
+    data["pe_array"].update(rows=edge, cols=edge)
+    data["spm"]["capacity_words_per_line"] = 1 << 24
+    path = folder / f"systolic_{edge}x{edge}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def _process_wall(argv: list[str], env: dict, repeats: int) -> tuple[float, str]:
+    """Best wall seconds of `repeats` runs of the process `argv` (after one untimed run), and
+    its last stdout."""
+    import subprocess
+
+    best, out = float("inf"), ""
+    for i in range(repeats + 1):
+        t0 = time.perf_counter()
+        run = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, check=True)
+        if i:
+            best = min(best, time.perf_counter() - t0)
+        out = run.stdout
+    return best, out
+
+
+def _ours_whole_process(arch_file: Path, m, n, k, df, repeats: int, pyc: str):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONPYCACHEPREFIX=pyc)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    wall, out = _process_wall(
+        [sys.executable, "-m", "dataflow.cli", "simulate", "--arch", str(arch_file),
+         "--workload", "gemm", "--m", str(m), "--n", str(n), "--k", str(k), "--dataflow", df,
+         "--json"], env, repeats)
+    res = json.loads(out)
+    assert res["values_match_reference"], "dataflow's values differ from numpy's"
+    return wall, res["cycles"], res["compute_cycles"]
+
+
+def _scalesim_run(python, m, n, k, df, edge, repeats: int):
+    """SCALE-Sim's (whole-process wall, wall inside run_scale, Total Cycles)."""
+    script = HERE / "scalesim" / "run_scalesim.py"
+    wall, out = _process_wall([python, str(script), str(m), str(n), str(k), df, "--rows",
+                               str(edge), "--cols", str(edge)], dict(os.environ), repeats)
+    res = json.loads([ln for ln in out.splitlines() if ln.strip()][-1])
+    return wall, res["wall_seconds"], res["total_cycles"]
+
+
+def _ours_in_process(arch, m, n, k, df, repeats: int = 3):
+    """Best wall seconds of `dataflow.simulate()` and of our cycles alone, warm, with both
+    cycle counts (`simulate`'s and the timing path's)."""
     from dataflow.dfg.lower import lower_gemm
     from dataflow.mapper import map_program
-    from dataflow.pe_array.simulate import simulate_mapping
+    from dataflow.pe_array.systolic import closed_form_cycles
+    from dataflow.pe_array.systolic_memory import systolic_memory
 
+    res, whole = timed("gemm", arch, repeats=repeats, m=m, k=k, n=n, dataflow=df)
     rng = np.random.default_rng(0)
     a = rng.standard_normal((m, k), dtype=np.float32)
     b = rng.standard_normal((k, n), dtype=np.float32)
-    simulate_mapping(map_program(lower_gemm(a, b), arch, dataflow=df))
+
+    def cycles():
+        (sm,) = map_program(lower_gemm(a, b), arch, dataflow=df).kernels
+        mem = systolic_memory(sm, arch)
+        assert mem.stall_cycles == 0
+        return closed_form_cycles(df, m, n, k, sm.rows, sm.cols), mem.total_cycles
+
+    cycles()
     best = float("inf")
     for _ in range(repeats):
         t0 = time.perf_counter()
-        simulate_mapping(map_program(lower_gemm(a, b), arch, dataflow=df))
+        compute, total = cycles()
         best = min(best, time.perf_counter() - t0)
-    return best
+    assert compute == total == res.compute_cycles == res.cycles
+    return res.cycles, whole, best
 
 
 def scalesim_comparison(quick: bool, use_scalesim: bool):
-    systolic = load_arch(ROOT / "arch_configs" / "systolic_32x32.yaml")
-    shapes = ([(256, 256, 256, "os"), (256, 256, 256, "ws")]
-              + ([] if quick else [(512, 512, 512, "ws")]))
+    """Rows of the SCALE-Sim table (see the section comment); SCALE-Sim's side measured when its
+    venv is there, else its golden cycles (or the closed form that reproduces them) and the
+    wall times in RECORDED_SCALESIM, labelled recorded."""
+    import tempfile
+
+    from closed_form import scalesim_compute_cycles
+
     python = None
     if use_scalesim:
-        try:
-            from run_scalesim import scalesim_python
-            python = scalesim_python()
-        except ImportError:
-            python = None
-    golden = json.loads((ROOT / "tests" / "data" / "scalesim_golden.json").read_text())
-    golden = golden["records"] if isinstance(golden, dict) else golden
+        from run_scalesim import scalesim_python
+        python = scalesim_python()
     rows = []
-    for m, n, k, df in shapes:
-        res, wall = timed("gemm", systolic, repeats=3, m=m, k=k, n=n, dataflow=df)
-        core = timed_map_and_simulate(systolic, m, n, k, df)
-        if python:
-            from run_scalesim import run_scalesim_subprocess
-            ss = run_scalesim_subprocess(m, n, k, df, 32, 32, python=python)
-            ss_cycles, ss_wall, how = ss["total_cycles"], ss["wall_seconds"], "measured"
-        else:
-            rec = [r for r in golden if (r["m"], r["n"], r["k"], r["dataflow"]) == (m, n, k, df)]
-            if rec:
-                ss_cycles = rec[0]["total_cycles"]
-            else:  # the closed form that reproduces all 51 golden records
-                from closed_form import scalesim_compute_cycles
-                ss_cycles = scalesim_compute_cycles(m, n, k, df, 32, 32)
-            ss_wall = RECORDED_SCALESIM.get((m, n, k, df))
-            how = "recorded"
-        rows.append({"gemm": f"{m}x{n}x{k} {df}", "cycles": res.compute_cycles,
-                     "scalesim_cycles": ss_cycles, "identical": res.compute_cycles == ss_cycles,
-                     "wall_s": wall, "core_s": core, "scalesim_wall_s": ss_wall, "scalesim": how,
-                     "speedup": (ss_wall / core) if ss_wall else None,
-                     "speedup_end_to_end": (ss_wall / wall) if ss_wall else None})
-    print(f"\n{'GEMM (32x32 systolic)':22} {'dataflow cyc':>13} {'SCALE-Sim cyc':>14} {'same':>5} "
-          f"{'map+sim s':>10} {'simulate() s':>13} {'SCALE-Sim s':>12} {'speedup':>8} {'(e2e)':>7}")
-    for r in rows:
-        sp = f"{r['speedup']:,.0f}x" if r["speedup"] else "n/a"
-        sp2 = f"{r['speedup_end_to_end']:,.0f}x" if r["speedup_end_to_end"] else "n/a"
-        ssw = f"{r['scalesim_wall_s']:.2f} ({r['scalesim'][:3]})" if r["scalesim_wall_s"] else "n/a"
-        print(f"{r['gemm']:22} {r['cycles']:>13,} {r['scalesim_cycles']!s:>14} "
-              f"{'yes' if r['identical'] else 'NO':>5} {r['core_s']:>10.4f} {r['wall_s']:>13.4f} "
-              f"{ssw:>12} {sp:>8} {sp2:>7}")
-    print("speedup = SCALE-Sim wall / dataflow lower+map+simulate; (e2e) = against "
-          "dataflow.simulate(), which also draws operands and checks values against numpy")
-    if not python:
-        print("SCALE-Sim not run (--no-scalesim or not installed): its cycles are the golden "
-              "file's (or the closed form that reproduces them), its wall times the ones "
-              "recorded in benchmarks/scalesim/README.md (labelled 'rec')")
+    with tempfile.TemporaryDirectory(prefix="bench-scalesim-") as tmp:
+        for m, n, k, df, edge, whole, target in SCALESIM_CASES:
+            if quick and edge > 32:
+                continue
+            arch_file = systolic_arch_file(edge, Path(tmp))
+            row = {"gemm": f"{m}x{n}x{k} {df}", "array": f"{edge}x{edge}", "target": target,
+                   "whole_process": whole, "scalesim": "measured" if python else "recorded"}
+            key = (m, n, k, df, edge)
+            if python:
+                reps = 1 if m * n * k > 2**28 else 2
+                ss_proc, ss_inside, ss_cycles = _scalesim_run(python, m, n, k, df, edge, reps)
+            else:
+                (ss_proc, ss_inside), ss_cycles = RECORDED_SCALESIM[key], \
+                    scalesim_compute_cycles(m, n, k, df, edge, edge)
+            if whole:
+                ours, cycles, compute = _ours_whole_process(arch_file, m, n, k, df, 3, tmp)
+                row.update(ours_s=ours, scalesim_s=ss_proc)
+            else:
+                cycles, sim_s, ours = _ours_in_process(load_arch(arch_file), m, n, k, df)
+                compute = cycles
+                row.update(ours_s=ours, simulate_s=sim_s, scalesim_s=ss_inside)
+            row.update(cycles=cycles, scalesim_cycles=ss_cycles,
+                       identical=cycles == compute == ss_cycles, speedup=row["scalesim_s"] /
+                       row["ours_s"])
+            if not whole:
+                row["speedup_simulate"] = ss_inside / row["simulate_s"]
+            rows.append(row)
+    print(scalesim_table(rows))
     return rows
+
+
+def scalesim_table(rows) -> str:
+    lines = [f"\n{'GEMM':16} {'array':>7} {'how':>13} {'cycles':>9} {'SCALE-Sim':>9} {'same':>4} "
+             f"{'dataflow s':>10} {'SCALE-Sim s':>11} {'speed-up':>9} {'target':>7}"]
+    for r in rows:
+        how = "process" if r["whole_process"] else "in process"
+        ss = f"{r['scalesim_s']:.2f}" + ("" if r["scalesim"] == "measured" else " rec")
+        lines.append(f"{r['gemm']:16} {r['array']:>7} {how:>13} {r['cycles']:>9,} "
+                     f"{r['scalesim_cycles']:>9,} {'yes' if r['identical'] else 'NO':>4} "
+                     f"{r['ours_s']:>10.4f} {ss:>11} {r['speedup']:>8,.0f}x {r['target']:>6}x "
+                     f"{'ok' if r['speedup'] >= r['target'] else '!!'}")
+        if not r["whole_process"]:
+            lines.append(f"{'':16} {'':>7} {'simulate()':>13} {'':>9} {'':>9} {'':>4} "
+                         f"{r['simulate_s']:>10.4f} {'':>11} {r['speedup_simulate']:>8,.0f}x "
+                         "(with values and the numpy check)")
+    lines.append("process: `dataflow simulate ... --json` against SCALE-Sim's script, new "
+                 "processes, warm, with bytecode; in process: our cycles (lowering, mapping, "
+                 "closed form, SCALE-Sim's memory model) against the time inside SCALE-Sim's "
+                 "run_scale; 'rec': SCALE-Sim's time recorded on the dev box, not measured now")
+    return "\n".join(lines)
 
 
 # --- 3. mapper corpus -------------------------------------------------------------------------
@@ -289,6 +390,68 @@ def mapper_stats(quick: bool):
     return rows, summary, ann, times
 
 
+# --- sweeps and start-up (issue 14 points 6 and 1) --------------------------------------------
+
+def sweep_scaling(quick: bool) -> dict:
+    """Sweep points per second against one worker, up to the cores
+    (benchmarks/bench_dse.py's measurement, warm plan cache, results checked identical)."""
+    import bench_dse
+
+    cores = os.cpu_count() or 1
+    counts = sorted({1, *range(2, cores + 1, max(1, cores // 4)), cores})
+    result = bench_dse.measure(counts, 24 if quick else 48)
+    print(f"\nsweep: {result['points']} points (gemm and spmm on 12 architectures), "
+          f"{cores} cores, load average {result['load_average']:.2f}")
+    print(bench_dse.table(result))
+    return result
+
+
+def startup(quick: bool) -> list[dict]:
+    """Whole-process wall time of `dataflow --help` and the README's default job, warm
+    (benchmarks/bench_startup.py's measurement: as run, and with bytecode)."""
+    import bench_startup
+
+    rows = bench_startup.measure(ROOT, 3 if quick else 7)
+    print("\nstart-up, whole processes (best of runs; PYTHONDONTWRITEBYTECODE="
+          f"{os.environ.get('PYTHONDONTWRITEBYTECODE', '')!r} as run)")
+    print(bench_startup.table(rows))
+    return rows
+
+
+def issue14_targets(ss: list[dict], sweep: dict | None, start: list[dict] | None) -> list[dict]:
+    """The issue-14 targets these sections measure: (target, goal, measured, met)."""
+    out = []
+    for r in start or []:
+        if r["target_s"] is not None:
+            best = r["bytecode"]["best_s"]
+            out.append({"target": f"start-up: {r['command']}", "goal": f"< {r['target_s']} s",
+                        "measured": f"{best:.3f} s (as run {r['as run']['best_s']:.3f} s)",
+                        "met": best < r["target_s"]})
+    for r in ss:
+        how = "whole process" if r["whole_process"] else "in one process"
+        out.append({"target": f"SCALE-Sim {r['gemm']} on {r['array']}, {how}",
+                    "goal": f">= {r['target']}x, same cycles",
+                    "measured": f"{r['speedup']:,.0f}x"
+                    + ("" if r["identical"] else ", CYCLES DIFFER")
+                    + ("" if r["scalesim"] == "measured" else " (SCALE-Sim time recorded)"),
+                    "met": r["identical"] and r["speedup"] >= r["target"]})
+    if sweep:
+        top = max(sweep["rows"], key=lambda r: r["workers"])
+        ceiling = sweep["ceilings"][top["workers"]]
+        out.append({"target": f"sweep: {top['workers']} workers against 1",
+                    "goal": f"about the machine's {ceiling:.2f}x for {top['workers']} processes",
+                    "measured": f"{top['vs_one_worker']:.2f}x",
+                    "met": top["vs_one_worker"] >= 0.8 * ceiling})
+    return out
+
+
+def targets_table(rows: list[dict]) -> str:
+    lines = [f"\n{'target':58} {'goal':34} {'measured':34} met"]
+    lines += [f"{r['target']:58} {r['goal']:34} {r['measured']:34} {'yes' if r['met'] else 'NO'}"
+              for r in rows]
+    return "\n".join(lines)
+
+
 def plot(speed, ss, rows, times):
     import matplotlib
     matplotlib.use("Agg")
@@ -299,11 +462,13 @@ def plot(speed, ss, rows, times):
     ax[0].set_xscale("log")
     ax[0].set_xlabel("simulated MACs per wall second")
     ax[0].tick_params(axis="y", labelsize=7)
-    sel = [r for r in ss if r["speedup"]]
-    ax[1].bar([r["gemm"] for r in sel], [r["speedup"] for r in sel], color="#55a868")
-    ax[1].axhline(100, color="k", ls="--", lw=0.8, label="target 100x")
+    labels = [f"{r['gemm']}\n{r['array']} {'process' if r['whole_process'] else 'in process'}"
+              for r in ss]
+    ax[1].bar(labels, [r["speedup"] for r in ss], color="#55a868")
+    ax[1].scatter(labels, [r["target"] for r in ss], marker="_", s=400, c="k", label="target")
     ax[1].set_yscale("log")
     ax[1].set_ylabel("SCALE-Sim wall / dataflow wall")
+    ax[1].tick_params(axis="x", labelsize=7)
     ax[1].legend()
     ax[1].set_title("same GEMM, identical cycles")
     ax[2].hist(times, bins=30, color="#c44e52")
@@ -322,16 +487,23 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller sizes and corpus (CI smoke run)")
     ap.add_argument("--no-scalesim", action="store_true")
+    ap.add_argument("--no-sweep", action="store_true", help="skip the sweep-scaling section")
+    ap.add_argument("--no-startup", action="store_true", help="skip the start-up section")
     args = ap.parse_args(argv)
     print(f"machine: {machine()}")
     speed = engine_speed(args.quick)
     ss = scalesim_comparison(args.quick, not args.no_scalesim)
     rows, summary, ann, times = mapper_stats(args.quick)
+    sweep = None if args.no_sweep else sweep_scaling(args.quick)
+    start = None if args.no_startup else startup(args.quick)
+    targets = issue14_targets(ss, sweep, start)
+    print(targets_table(targets))
     plot(speed, ss, rows, times)
     OUT.mkdir(exist_ok=True)
     (OUT / "bench_engine.json").write_text(json.dumps(
         {"machine": machine(), "engine": speed, "scalesim": ss, "mapper": rows,
-         "mapper_summary": summary, "anneal": ann}, indent=1, default=str))
+         "mapper_summary": summary, "anneal": ann, "sweep": sweep, "startup": start,
+         "targets": targets}, indent=1, default=str))
     print(f"\nwrote {OUT / 'bench_engine.png'} and {OUT / 'bench_engine.json'}")
     return 0 if all(r["values_ok"] for r in speed) and all(r["identical"] for r in ss) else 1
 

@@ -7,6 +7,10 @@ then runs exactly as it always has -- and otherwise runs it in blocks that fit
 one at a time from the seed when the operands do not fit the host's memory. A dense GEMM's
 blocks of one shape run identically, so its timing is memoised per shape and its other blocks'
 values are computed in numpy with the kernel's semantics (`inorder_matmul`).
+
+CSR operands are drawn by `random_csr` with numpy alone, so a run that fits whole (the default
+job) never imports scipy.sparse (about 0.3 s of start-up, issue 14); a split run slices A as a
+scipy CSR matrix, and imports scipy.sparse where it builds one (`csr_operand`).
 """
 
 from __future__ import annotations
@@ -15,7 +19,6 @@ import math
 from collections.abc import Callable
 
 import numpy as np
-import scipy.sparse as sp
 
 from dataflow.arch import ArchSpec
 from dataflow.arch.limits import HOST_BYTES_PER_ITERATION
@@ -35,7 +38,7 @@ from dataflow.plan.split import (
     run_split,
     splits_k_and_n,
 )
-from dataflow.ust_frontend.ops import as_tensor, lower_matmul
+from dataflow.ust_frontend.op_base import as_tensor, lower_matmul
 from dataflow.workloads import check_host_memory, dense_bytes, fits_host_memory, host_budget
 
 
@@ -111,26 +114,56 @@ def plan_split(workload: str, arch: ArchSpec, m: int, k: int, n: int,
                         n_align=arch.pe_array.simd_lanes, streamed=streamed, what=workload)
 
 
+def random_csr(rows: int, cols: int, density: float,
+               rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(indptr, indices, data) of a rows x cols CSR matrix with round(density * rows * cols)
+    stored entries at distinct random positions, standard normal fp32 values, columns sorted
+    within each row.
+
+    The draws are `scipy.sparse.random(rows, cols, density, random_state=rng, data_rvs=
+    standard normal)`'s, in its order (positions without replacement over the column-major
+    ravelled index, then the values), so the matrices -- and the documented cycles of the
+    default job -- are the ones scipy drew before (`tests/test_startup.py` compares them)."""
+    size = int(round(density * rows * cols))
+    flat = rng.choice(rows * cols, size=size, replace=False)
+    row, col = np.unravel_index(flat, (rows, cols), order="F")
+    data = rng.standard_normal(size).astype(np.float32)
+    order = np.lexsort((col, row))
+    index = np.int32 if max(size, rows, cols) < 2**31 else np.int64  # as scipy picks it
+    indptr = np.zeros(rows + 1, index)
+    np.cumsum(np.bincount(row, minlength=rows), out=indptr[1:])
+    return indptr, col[order].astype(index), data[order]
+
+
+def csr_operand(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, shape):
+    """A scipy CSR matrix viewing `random_csr`'s arrays (for callers that slice it)."""
+    import scipy.sparse as sp  # only here: the unsplit default job needs no scipy (start-up)
+
+    return sp.csr_matrix((data, indices, indptr), shape=shape)
+
+
+def _sparse(a) -> bool:
+    """Whether an operand is spmm's CSR A (a scipy matrix) rather than gemm's dense array."""
+    return not isinstance(a, np.ndarray)
+
+
 def _tile_a(workload: str, rows: int, k: int, density: float, rng):
     """One M tile of A, drawn as `make_operands` draws the whole."""
     if workload == "gemm":
         return rng.standard_normal((rows, k), dtype=np.float32)
-    a = sp.random(rows, k, density=density, format="csr", dtype=np.float32, random_state=rng,
-                  data_rvs=lambda size: rng.standard_normal(size).astype(np.float32))
-    a.sort_indices()
-    return a
+    return csr_operand(*random_csr(rows, k, density, rng), shape=(rows, k))
 
 
 def _a_block(a, blk: Block, k: int):
     if (blk.k0, blk.k1) == (0, k):
         return a
-    return a[:, blk.k0:blk.k1] if sp.issparse(a) else np.ascontiguousarray(a[:, blk.k0:blk.k1])
+    return a[:, blk.k0:blk.k1] if _sparse(a) else np.ascontiguousarray(a[:, blk.k0:blk.k1])
 
 
 def _program(ops, blk: Block, k: int):
     a, b = ops
     ab = _a_block(a, blk, k)
-    if sp.issparse(ab) and ab.nnz == 0:
+    if _sparse(ab) and ab.nnz == 0:
         return None
     return lower_matmul(as_tensor(ab), as_tensor(np.ascontiguousarray(b[blk.k0:blk.k1,
                                                                         blk.n0:blk.n1])))
@@ -153,7 +186,7 @@ def _values(ops, blk: Block, k: int) -> np.ndarray:
     """A memoised block's product with its kernel's semantics (`inorder_matmul`,
     `inorder_spmm`)."""
     ab, bb = _a_block(ops[0], blk, k), ops[1][blk.k0:blk.k1, blk.n0:blk.n1]
-    return inorder_spmm(ab, bb) if sp.issparse(ab) else inorder_matmul(ab, bb)
+    return inorder_spmm(ab, bb) if _sparse(ab) else inorder_matmul(ab, bb)
 
 
 def _operands(split: Split, workload: str, density: float, seed: int,
@@ -173,7 +206,7 @@ def _operands(split: Split, workload: str, density: float, seed: int,
             a = _tile_a(workload, m1 - m0, k, density, np.random.default_rng([seed, m0]))
         else:
             a = whole if (m0, m1) == (0, m) else whole[m0:m1]
-        nnz[0] += a.nnz if sp.issparse(a) else a.size
+        nnz[0] += a.nnz if _sparse(a) else a.size
         return a, b
 
     return operands

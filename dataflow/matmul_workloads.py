@@ -1,19 +1,25 @@
 """The dense and sparse matmul workloads (`--workload gemm`, `--workload spmm`): seeded random
-operands, lowered through the UST frontend, mapped and simulated."""
+operands, lowered through the UST frontend, mapped and simulated.
+
+spmm's A is drawn as CSR arrays (`dataflow.matmul_split.random_csr`) and handed to the frontend
+as a UST CSR tensor, so a run imports no scipy (start-up, issue 14); `make_operands` gives
+callers the same A as a scipy CSR matrix."""
 
 from __future__ import annotations
 
 import time
 
 import numpy as np
-import scipy.sparse as sp
 
 from dataflow.arch import ArchSpec, PEKind
 from dataflow.errors import UserError
-from dataflow.matmul_split import split_matmul
+from dataflow.matmul_split import csr_operand, random_csr, split_matmul
 from dataflow.pe_array.simulate import simulate_mapping
 from dataflow.plan.compile import compile_program
-from dataflow.ust_frontend.ops import as_tensor, lower_matmul, matmul_reference
+from dataflow.ust_frontend.named import NamedFormats
+from dataflow.ust_frontend.op_base import as_tensor, lower_matmul
+from dataflow.ust_frontend.reference import matmul_reference
+from dataflow.ust_frontend.tensor import Tensor
 from dataflow.workloads import (
     Param,
     Workload,
@@ -27,7 +33,14 @@ MATMUL_WORKLOADS = ("gemm", "spmm")
 
 
 def make_operands(workload: str, m: int, k: int, n: int, density: float = 0.1, seed: int = 0):
-    """Seeded random operands: dense A (gemm) or CSR A at `density` (spmm), dense B; fp32."""
+    """Seeded random operands: dense A (gemm) or a scipy CSR A at `density` (spmm), dense B;
+    fp32."""
+    a, b = draw_operands(workload, m, k, n, density, seed)
+    return (a if workload == "gemm" else csr_operand(*a, shape=(m, k))), b
+
+
+def draw_operands(workload: str, m: int, k: int, n: int, density: float = 0.1, seed: int = 0):
+    """`make_operands`' A and B, with spmm's A as its CSR arrays (indptr, indices, data)."""
     if workload not in MATMUL_WORKLOADS:
         raise UserError(f"unknown workload {workload!r}; choose one of {MATMUL_WORKLOADS}")
     for name, v in (("m", m), ("k", k), ("n", n)):
@@ -44,10 +57,15 @@ def make_operands(workload: str, m: int, k: int, n: int, density: float = 0.1, s
     b = rng.standard_normal((k, n), dtype=np.float32)
     if workload == "gemm":
         return rng.standard_normal((m, k), dtype=np.float32), b
-    a = sp.random(m, k, density=density, format="csr", dtype=np.float32, random_state=rng,
-                  data_rvs=lambda size: rng.standard_normal(size).astype(np.float32))
-    a.sort_indices()
-    return a, b
+    return random_csr(m, k, density, rng), b
+
+
+def operand_tensor(workload: str, a, m: int, k: int) -> Tensor:
+    """`draw_operands`' A as a UST tensor: the dense array, or CSR on the drawn arrays."""
+    if workload == "gemm":
+        return as_tensor(a)
+    indptr, indices, data = a
+    return Tensor(NamedFormats.CSR, (m, k), (None, indptr), (None, indices), data)
 
 
 def _run_matmul(workload: str):
@@ -63,8 +81,8 @@ def _run_matmul(workload: str):
                              make_operands=make_operands, t0=t0)
         if split is not None:  # too large for the SPM or the host: run in blocks that fit
             return split
-        a, b = make_operands(workload, m, k, n, density, seed)
-        ta, tb = as_tensor(a), as_tensor(b)
+        a, b = draw_operands(workload, m, k, n, density, seed)
+        ta, tb = operand_tensor(workload, a, m, k), as_tensor(b)
         mapping = compile_program(lower_matmul(ta, tb), spec, dataflow=dataflow)
         res = simulate_mapping(mapping, engine=engine, trace=trace, workload=workload)
         return finish(res, matmul_reference(ta, tb), t0, mapping)

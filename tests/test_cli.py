@@ -98,3 +98,17 @@ def test_user_errors_share_one_base():
     for cls in (ArchError, DFGError, MappingError, FormatError):
         assert issubclass(cls, UserError)
     assert not issubclass(KeyError, UserError)
+
+
+@pytest.mark.parametrize("terminal", [True, False])
+def test_a_model_shows_its_layers_done_on_a_terminal(tmp_path, capsys, monkeypatch, terminal):
+    """Long runs show progress on a terminal (issue 14): a model's layers as a tqdm bar on
+    stderr when stderr is a terminal, nothing when it is a file."""
+    topo = tmp_path / "two.csv"
+    topo.write_text("Layer, M, N, K,\nfirst, 8, 8, 8,\nsecond, 8, 16, 8,\n")
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: terminal)
+    rc = main(["simulate", "--arch", str(ARCH_DIR / "systolic_32x32.yaml"), "--topology",
+               str(topo), "--json"])
+    assert rc == 0
+    err = capsys.readouterr().err
+    assert ("/2 [" in err and "layer" in err) is terminal

@@ -41,6 +41,12 @@ DEFERRED = {
     # modules import it, so they are imported after `device.cuda_module()` has decided
     ("dataflow.cuda.ops", "dataflow.cuda.kernels"),
     ("dataflow.cuda.registry", "dataflow.cuda.kernels"),
+    # start-up (issue 14): each engine and system model is imported where a run needs it, so a
+    # systolic run imports neither the stepper nor SimPy, a fast CGRA run no systolic module
+    ("dataflow.pe_array.simulate", "dataflow.pe_array.reference"),
+    ("dataflow.pe_array.simulate", "dataflow.pe_array.system"),
+    ("dataflow.pe_array.simulate", "dataflow.pe_array.systolic"),
+    ("dataflow.pe_array.simulate", "dataflow.pe_array.systolic_memory"),
 }
 
 

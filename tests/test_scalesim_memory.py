@@ -83,3 +83,36 @@ def test_bandwidth_below_a_word_per_link_is_refused():
                                                                   bytes_per_cycle=8.0))
     with pytest.raises(UserError, match="less than one word a cycle"):
         link_words_per_cycle(arch)
+
+
+SHORTCUT_CASES = [  # (m, n, k, dataflow, rows, cols, SRAM words, link words a cycle)
+    (40, 33, 27, "os", 8, 6, 64, 3), (40, 33, 27, "ws", 8, 6, 300, 2),
+    (17, 50, 45, "is", 5, 7, 128, 5), (64, 64, 64, "ws", 16, 16, 1 << 20, 4),
+    (30, 20, 70, "os", 4, 4, 2000, 1), (70, 9, 33, "ws", 6, 3, 50, 7),
+    (25, 25, 25, "is", 5, 5, 700, 3)]
+
+
+@pytest.mark.parametrize("case", SHORTCUT_CASES, ids=str)
+def test_shortcuts_give_the_per_line_figures(case, monkeypatch):
+    """The closed-form write counts are the ofmap demand's, the fold-by-fold read demand is the
+    per-word one, and storing the quiet lines at once gives what servicing every line gives
+    (stalling and non-stalling SRAMs, each dataflow, a convolution's repeated ifmap
+    addresses)."""
+    from dataflow.pe_array import systolic_demand
+    from dataflow.pe_array import systolic_memory as mem
+
+    m, n, k, df, rows, cols, words, bw = case
+    arch = dataclasses.replace(
+        _arch(words, bw), pe_array=dataclasses.replace(SYSTOLIC.pe_array, rows=rows, cols=cols))
+    (sm,) = _mapping(m, n, k, df, arch).kernels
+    (_, _, (of_lines, _)), lines = systolic_demand.demand(sm)
+    assert np.array_equal(systolic_demand.write_counts(sm), np.bincount(of_lines, minlength=lines))
+    addresses = np.random.default_rng(k).integers(-1, m * k // 3, (m, k)) if df == "ws" else None
+    words, _ = systolic_demand.demand(sm, addresses)
+    for operand in (0, 1):  # fold by fold, the same words in the same order
+        chunks = list(systolic_demand.read_demand(sm, operand, addresses))
+        for got, want in zip(map(np.concatenate, zip(*chunks)), words[operand]):
+            assert np.array_equal(got, want)
+    fast = mem.systolic_memory(sm, arch, addresses)
+    monkeypatch.setattr(mem, "_quiet_lines", lambda *a: 0)  # service every line
+    assert mem.systolic_memory(sm, arch, addresses) == fast

@@ -7,6 +7,7 @@ traceback from deep inside and never print-and-continue.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import types
 import typing
@@ -21,14 +22,18 @@ from dataflow.arch.limits import MAX_YAML_NODES, cut, shown
 from dataflow.arch.spec import ArchSpec
 from dataflow.arch.validate import validate_arch
 
+#: libyaml's parser where PyYAML was built with it (the wheels are): the same documents and
+#: values as the pure-Python `SafeLoader`, about 8x faster on an architecture file (start-up,
+#: issue 14)
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 
 def _build(cls: type, data: Any, source: str, path: str) -> Any:
     """Build dataclass `cls` from plain data, checking keys and types recursively."""
     if not isinstance(data, dict):
         raise ArchError(source, path,
                         f"expected a mapping for {cls.__name__}, got {type(data).__name__}")
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.name != "source"}
+    hints, fields = _schema(cls)
     unknown = sorted(set(data) - set(fields))
     if unknown:
         key = unknown[0]
@@ -44,6 +49,15 @@ def _build(cls: type, data: Any, source: str, path: str) -> Any:
             continue
         kwargs[name] = _convert(hints[name], data[name], source, _join(path, name))
     return cls(**kwargs)
+
+
+@functools.cache
+def _schema(cls: type) -> tuple[dict[str, Any], dict[str, dataclasses.Field]]:
+    """A spec dataclass's field types and fields (but `source`), resolved once a process:
+    `typing.get_type_hints` is most of the cost of building a spec, which a sweep does per
+    point (issue 14)."""
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.name != "source"}
+    return typing.get_type_hints(cls), fields
 
 
 def _join(path: str, key: str) -> str:
@@ -127,7 +141,7 @@ def read_yaml(path: Path, error: type, what: str):
                     f"0x{exc.object[exc.start]:02x} at offset {exc.start})") from None
     except OSError as exc:
         raise error(str(path), "", f"cannot read {what} ({exc.strerror})") from None
-    loader = yaml.SafeLoader(text)
+    loader = SAFE_LOADER(text)
     try:
         node = loader.get_single_node()
         if node is None:

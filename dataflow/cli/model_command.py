@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import sys
 
 from dataflow.cli.simulate_command import model_sizes
 from dataflow.errors import UserError
@@ -65,7 +66,8 @@ def simulate_model_command(args, params: dict) -> int:
         raise UserError("--topology takes no size flags: its rows give every size")
     r = simulate_model(_model_source(args), arch=args.arch, engine=args.engine,
                        dataflow=params.get("dataflow"), seed=args.seed,
-                       attention_pattern=args.attention_pattern, **model_sizes(args, params))
+                       attention_pattern=args.attention_pattern, progress=sys.stderr.isatty(),
+                       **model_sizes(args, params))
     if args.csv:
         with open(args.csv, "w", newline="", encoding="utf-8") as fh:
             csv.writer(fh).writerows(r.csv_rows())

@@ -24,8 +24,9 @@ def add_parser(sub) -> None:
     names = workload_names()
     s.add_argument("--workload", choices=sorted(names), default="spmm",
                    help="; ".join(f"{n}: {workload_help(n)}" for n in names))
+    takes = {n: {q.name for q in workload_params(n)} for n in names}
     for prm in all_params().values():
-        users = [n for n in names if any(q.name == prm.name for q in workload_params(n))]
+        users = [n for n in names if prm.name in takes[n]]
         kw = {"choices": [c for c in prm.choices if c is not None]} if prm.choices else {}
         # default None: the workload fills its own default, and only flags given are passed
         s.add_argument(prm.flag, dest=prm.name, type=prm.type, default=None,

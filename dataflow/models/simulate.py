@@ -27,6 +27,7 @@ import math
 from pathlib import Path
 
 import numpy as np
+from tqdm import tqdm
 
 from dataflow.arch import ArchSpec, resolve_arch
 from dataflow.models import conv as _conv  # noqa: F401 (registers the conv2d runner)
@@ -119,10 +120,13 @@ def _with_pattern(model: Model, pattern: str | None) -> Model:
 
 def simulate(model_or_file, arch: ArchSpec | str | Path | None = None, *, engine: str = "fast",
              dataflow: str | None = None, seed: int = 0, inputs=None,
-             attention_pattern: str | None = None, **sizes) -> ModelResult:
+             attention_pattern: str | None = None, progress: bool = False,
+             **sizes) -> ModelResult:
     """Simulate every layer in order on `arch`; returns a `ModelResult` (cycles at the array
     clock, bytes, pJ). `sizes` (e.g. seq=8) fill a model file's size names;
-    `attention_pattern` replaces every attention layer's pattern."""
+    `attention_pattern` replaces every attention layer's pattern; `progress` shows a bar of
+    the layers done on stderr (the CLI sets it on a terminal)."""
+
     if engine not in ENGINES:
         raise ModelError(f"engine must be one of {ENGINES}, got {engine!r}")
     bound = bind(model_or_file, inputs, seed, **sizes)
@@ -134,7 +138,8 @@ def simulate(model_or_file, arch: ArchSpec | str | Path | None = None, *, engine
     own = {} if inputs is not None else _own_inputs(model, env[MODEL_INPUT],
                                                     np.random.default_rng(seed + 1))
     runs: dict[str, LayerRun] = {}
-    for layer in model.layers:
+    for layer in tqdm(model.layers, desc=model.name, unit="layer", disable=not progress,
+                      leave=False, dynamic_ncols=True):
         ins = [f.value({**env, MODEL_INPUT: own[layer.name]} if layer.name in own else env)
                for f in bound.feeds[layer.name]]
         run = runners[layer.name](layer, ins, bound.weights.get(layer.name, {}), spec, options)

@@ -96,6 +96,22 @@ class ArrayResult:
 
 
 @dataclass(frozen=True)
+class SystemTimeline:
+    """The system level's schedule of a run (`system.run_system`, or SCALE-Sim's memory model
+    for systolic kernels, `systolic_memory.run_systolic_system`), in array cycles."""
+
+    cycles: int
+    stall_cycles_dram: int
+    stall_cycles_reconfiguration: int
+    kernel_spans: tuple[tuple[int, int], ...]  # (start, end) of each kernel on the array
+    tile_spans: tuple[tuple[str, int, int, int], ...]  # (kernel, tile, start, end)
+    # cycles the array waits for a producer kernel beyond its own loads: kernels run in program
+    # order and a consumer's inputs arrive by its loads (counted as DRAM stalls), so this model
+    # has none; the field keeps the rule here, where the waits are counted
+    stall_cycles_dependency: int = 0
+
+
+@dataclass(frozen=True)
 class KernelResult:
     kernel: str
     start_cycle: int

@@ -13,12 +13,13 @@ from dataflow.dfg.ops import Op
 from dataflow.errors import UserError
 from dataflow.mapper.mapping import Mapping, SystolicMapping
 from dataflow.pe_array.fast import run_kernel_fast
-from dataflow.pe_array.reference import run_kernel_reference
 from dataflow.pe_array.result import ArrayResult, KernelResult, Roofline, SimResult, TileResult
 from dataflow.pe_array.roofline import kernel_roofline, program_roofline
-from dataflow.pe_array.system import run_system
-from dataflow.pe_array.systolic import run_systolic_fast, run_systolic_reference
-from dataflow.pe_array.systolic_memory import memory_notes, run_systolic_system
+
+# Deferred imports (start-up, issue 14): the per-cycle stepper, the systolic engine and its
+# SCALE-Sim memory model, and the SimPy system model are imported where a run first needs them
+# (a systolic run needs neither the stepper nor SimPy, a fast run on the CGRA neither of the
+# systolic modules).
 
 
 class Engine(str, Enum):
@@ -45,11 +46,15 @@ def run_array(mapping: Mapping, engine: str = "fast", trace: bool = False) -> li
     results = []
     for km in mapping.kernels:
         if isinstance(km, SystolicMapping):
+            from dataflow.pe_array.systolic import run_systolic_fast, run_systolic_reference
+
             run = run_systolic_fast if engine == Engine.FAST else run_systolic_reference
             res = run(km, arch, data)
         elif engine == Engine.FAST:
             res = run_kernel_fast(km, arch, data, dtype)
         else:
+            from dataflow.pe_array.reference import run_kernel_reference
+
             res = run_kernel_reference(km, arch, data, dtype, trace=trace)
         data.update(dict(res.outputs))
         results.append(res)
@@ -173,11 +178,15 @@ def simulate_mapping(mapping: Mapping, engine: str = "fast", trace: bool = False
     systolic = any(isinstance(k, SystolicMapping) for k in mapping.kernels)
     notes: tuple[str, ...] = ()
     if systolic:  # SCALE-Sim's SRAMs and DRAM links (dataflow/pe_array/systolic_memory.py)
+        from dataflow.pe_array.systolic_memory import memory_notes, run_systolic_system
+
         timeline, mems = run_systolic_system(list(mapping.kernels), arrays, arch)
         rd = sum(m.dram_words_read for m in mems) * arch.word_bytes
         wr = sum(m.dram_words_written for m in mems) * arch.word_bytes
         notes = memory_notes(mems)
     else:
+        from dataflow.pe_array.system import run_system
+
         timeline = run_system([(a.kernel, a.tiles) for a in arrays], arch)
         rd = sum(t.dram_bytes_read for a in arrays for t in a.tiles)
         wr = sum(t.dram_bytes_written for a in arrays for t in a.tiles)

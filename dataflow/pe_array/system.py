@@ -8,29 +8,15 @@ the compute. DMA engines and DRAM channels are SimPy resources (see `run_system`
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import simpy
 
 from dataflow.arch.spec import ArchSpec
-from dataflow.pe_array.result import TileResult
+from dataflow.pe_array.result import SystemTimeline, TileResult
 
 #: DRAM pages are interleaved over the channels at this granularity (a common 4 KiB page): a
 #: transfer of at least one page per channel streams over all of them at the full bandwidth
 DRAM_PAGE_BYTES = 4096
-
-
-@dataclass(frozen=True)
-class SystemTimeline:
-    cycles: int
-    stall_cycles_dram: int
-    stall_cycles_reconfiguration: int
-    kernel_spans: tuple[tuple[int, int], ...]  # (start, end) of each kernel on the array
-    tile_spans: tuple[tuple[str, int, int, int], ...]  # (kernel, tile, start, end)
-    # cycles the array waits for a producer kernel beyond its own loads: kernels run in program
-    # order and a consumer's inputs arrive by its loads (counted as DRAM stalls), so this model
-    # has none; the field keeps the rule here, where the waits are counted
-    stall_cycles_dependency: int = 0
 
 
 def _transfers(t: TileResult, kind: str) -> list[tuple[str, int]]:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import math
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,11 +38,18 @@ from dataflow.mapper.mapping import SystolicMapping
 from dataflow.pe_array.result import ArrayResult, TileResult
 
 # Deferred imports: numba is imported in `_compiled_k_ordered`, for the products large enough
-# that compiled code repays its start-up (a few tenths of a second); smaller ones run in numpy.
+# that compiled code repays its start-up (`_use_numba`); smaller ones run in numpy.
 
-#: products of at most this many MACs run in numpy (tens of milliseconds at most), larger ones
-#: in numba; both give the same bits
-NUMPY_MAX_MACS = 1 << 24
+#: seconds numba's start-up costs a process that has not loaded it: importing numba and loading
+#: the cached machine code of `_matmul_k_ordered_loops` (2-core dev box; numpy alone is 0.1 s)
+NUMBA_STARTUP_S = 0.9
+#: seconds a MAC of numpy's k-ordered product takes (rank-1 updates; numba's loops: 0.2 ns)
+NUMPY_SECONDS_PER_MAC = 2e-9
+#: once numba is loaded, products of more MACs than this run in it (below, numpy's few calls
+#: cost less than a compiled call's dispatch)
+NUMPY_MAX_MACS = 1 << 12
+#: numpy seconds spent on products in this process, and whether numba is loaded
+_SPENT = {"numpy_s": 0.0, "numba": False}
 
 
 def systolic_dims(dataflow: str, m: int, n: int, k: int) -> tuple[int, int, int]:
@@ -119,16 +127,35 @@ def _compiled_k_ordered():
     return numba.njit(cache=True)(_matmul_k_ordered_loops)
 
 
+def _use_numba(macs: int) -> bool:
+    """Whether a product of `macs` MACs runs in numba. Once numba is loaded, above
+    NUMPY_MAX_MACS. Before, only when numpy's time for this product and the earlier ones would
+    exceed numba's start-up (renting numpy until the rent paid reaches the price of numba:
+    a one-off 512^3 product stays in numpy, 0.25 s; 1024^3, or a sweep of 512^3 ones from its
+    fourth, loads numba, 0.2 s a product after the 0.9 s once)."""
+    if _SPENT["numba"]:
+        return macs > NUMPY_MAX_MACS
+    return _SPENT["numpy_s"] + macs * NUMPY_SECONDS_PER_MAC > NUMBA_STARTUP_S
+
+
 def _matmul_k_ordered(a, b, out) -> None:
     """out += a @ b in fp32 (contiguous float32 arrays), each product rounded to fp32 and then
-    added in increasing k: numpy's rank-1 updates (a multiply, then an add, per k) up to
-    NUMPY_MAX_MACS, numba's loops above, with the same values."""
+    added in increasing k: numpy's rank-1 updates (a multiply, then an add, per k), or numba's
+    loops (`_use_numba`), with the same values."""
     m, k = a.shape
-    if m * k * b.shape[1] > NUMPY_MAX_MACS:
+    if _use_numba(m * k * b.shape[1]):
         _compiled_k_ordered()(a, b, out)
+        _SPENT["numba"] = True
         return
+    t0 = time.perf_counter()
+    _numpy_k_ordered(a, b, out)
+    _SPENT["numpy_s"] += time.perf_counter() - t0
+
+
+def _numpy_k_ordered(a, b, out) -> None:
+    """`_matmul_k_ordered` in numpy: a multiply, then an add, per k."""
     product = np.empty_like(out)
-    for kk in range(k):
+    for kk in range(a.shape[1]):
         np.multiply(a[:, kk, None], b[kk], out=product)
         out += product
 

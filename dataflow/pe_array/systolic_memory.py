@@ -4,10 +4,8 @@
 SCALE-Sim gives each operand its own double-buffered SRAM and its own DRAM link; this module
 follows, per kernel (one SCALE-Sim layer):
 
-* `compute/systolic_compute_{os,ws,is}.py`: the prefetch order of the ifmap and filter SRAMs
-  (per fold of the fetched operand, unrolled along anti-diagonals where the demand is skewed)
-  and the demand lines (one per cycle; folds column-folds outer, row-folds inner, each
-  padded to the whole array and skewed);
+* `compute/systolic_compute_{os,ws,is}.py`: the prefetch orders and the demand lines
+  (`dataflow.pe_array.systolic_demand`);
 * `memory/read_buffer.py`: the SRAM holds `capacity` words, half active (`active_buf_frac`
   0.5); the fetch order is cut into sets of ceil(capacity / 100) words, the active buffer is
   the first ceil(active / set) sets, the rest of the buffer the next ones. The first demand
@@ -30,6 +28,15 @@ Operand addresses are those of the GEMM (each element of A, B and C its own addr
 caller passes the ifmap's: a convolution's im2col matrix repeats ifmap pixels, which SCALE-Sim's
 addresses share (`scalesim_im2col_addresses`); an address hits wherever it sits in the window
 (docs/conventions.md#scale-sim-convolution-and-user-bandwidth).
+
+Speed (issue 14). The model is SCALE-Sim's, not its per-word simulation: the ofmap writes per
+demand line follow in closed form from the fold geometry (`systolic_demand.write_counts`); a
+read SRAM whose every set is active (the operand fits its active half) never prefetches again,
+which its sizes alone decide, so its fetch order and demand are built only for an SRAM that
+refetches (`_read_buffer`); and the service loop steps only the lines where something happens
+-- a prefetch, a drain starting, a write waiting -- storing the words of the quiet lines
+between them at once (`_quiet_lines`). Each shortcut gives the figures the per-line loop gives
+(tests/test_scalesim_memory.py runs both).
 """
 
 from __future__ import annotations
@@ -42,8 +49,13 @@ import numpy as np
 from dataflow.arch.spec import ArchSpec
 from dataflow.errors import UserError
 from dataflow.mapper.mapping import SystolicMapping
-from dataflow.pe_array.result import ArrayResult
-from dataflow.pe_array.system import SystemTimeline
+from dataflow.pe_array.result import ArrayResult, SystemTimeline
+from dataflow.pe_array.systolic_demand import (
+    fetch_sizes,
+    prefetch_orders,
+    read_demand,
+    write_counts,
+)
 
 ACTIVE_BUF_FRAC = 0.5  # single_layer_sim.py: active_buf_frac for every SRAM
 SETS_PER_BUFFER = 100  # read_buffer.prepare_hashed_buffer: ceil(total / 100) words a set
@@ -84,99 +96,6 @@ def sram_words(arch: ArchSpec) -> tuple[int, int, int]:
     return (arch.spm.capacity_words_per_line,) * 3
 
 
-# ---- operand matrices, prefetch order and demand lines (compute/systolic_compute_*.py) ----
-
-def _folded(mat: np.ndarray, width: int) -> np.ndarray:
-    """Columns cut into folds of `width` (the last padded with -1), stacked vertically."""
-    rows, cols = mat.shape
-    nf = math.ceil(cols / width)
-    pad = np.full((rows, nf * width), -1, dtype=np.int64)
-    pad[:, :cols] = mat
-    return pad.reshape(rows, nf, width).transpose(1, 0, 2).reshape(nf * rows, width)
-
-
-def _anti_diagonal(mat: np.ndarray) -> np.ndarray:
-    """Elements along anti-diagonals, each from its lowest column up (create_*_prefetch_mat)."""
-    r, c = np.indices(mat.shape)
-    return mat.ravel()[np.lexsort((c.ravel(), (r + c).ravel()))]
-
-
-def _operands(sm: SystolicMapping, ifmap_addresses=None):
-    m, n, k = sm.m, sm.n, sm.k
-    ifmap = np.arange(m * k, dtype=np.int64).reshape(m, k)
-    if ifmap_addresses is not None:
-        ifmap = np.asarray(ifmap_addresses, dtype=np.int64).reshape(m, k)
-    filt = np.arange(k * n, dtype=np.int64).reshape(k, n)
-    ofmap = np.arange(m * n, dtype=np.int64).reshape(m, n)
-    return ifmap, filt, ofmap
-
-
-def _prefetch_orders(sm: SystolicMapping, ifmap_addresses=None):
-    """Fetch order (addresses, -1 for padding) of the ifmap and filter SRAMs."""
-    ifmap, filt, _ = _operands(sm, ifmap_addresses)
-    R, C = sm.rows, sm.cols
-    if sm.dataflow == "os":
-        return _anti_diagonal(_folded(ifmap.T, R)), _anti_diagonal(_folded(filt, C))
-    if sm.dataflow == "ws":
-        return _anti_diagonal(_folded(ifmap, R)), _folded(filt, C).ravel()
-    return _folded(ifmap.T, C).ravel(), _anti_diagonal(_folded(filt.T, R))
-
-
-def _fold_grid(sr: int, sc: int, R: int, C: int):
-    """(row offset, column offset, fold index) of every fold: column folds outer."""
-    for fc, c0 in enumerate(range(0, sc, C)):
-        for fr, r0 in enumerate(range(0, sr, R)):
-            yield r0, c0, fc * math.ceil(sr / R) + fr
-
-
-def _demand(sm: SystolicMapping, ifmap_addresses=None):
-    """Per operand (ifmap, filter, ofmap): (line, address) of every demanded word in
-    SCALE-Sim's service order (line by line, columns in order), and the number of lines."""
-    ifmap, filt, ofmap = _operands(sm, ifmap_addresses)
-    R, C = sm.rows, sm.cols
-    df = sm.dataflow
-    if df == "os":
-        sr, sc, T = sm.m, sm.n, sm.k
-        per_fold = T + R + C - 2
-        streams = {"if": (ifmap.T, "rows", 0), "f": (filt, "cols", 0)}
-    else:
-        sr, sc, T = (sm.k, sm.n, sm.m) if df == "ws" else (sm.k, sm.m, sm.n)
-        per_fold = T + 2 * R + C - 2
-        x, z, o = (ifmap, filt, ofmap) if df == "ws" else (filt.T, ifmap.T, ofmap.T)
-    parts: dict[str, list] = {"if": [], "f": [], "of": []}
-    for r0, c0, f in _fold_grid(sr, sc, R, C):
-        base = f * per_fold
-        rr, cc = min(R, sr - r0), min(C, sc - c0)
-        t = np.arange(T)[:, None]
-        r, c = np.arange(rr)[None, :], np.arange(cc)[None, :]
-        if df == "os":
-            for key, (mat, along, _) in streams.items():
-                lo, width = (r0, rr) if along == "rows" else (c0, cc)
-                col = np.arange(width)[None, :]
-                parts[key].append(((base + t + col).ravel(), np.broadcast_to(col, (T, width))
-                                   .ravel(), mat[:, lo:lo + width].ravel()))
-            ri, ci = np.indices((rr, cc))
-            parts["of"].append(((base + T - 1 + R - 1 - ri + ci).ravel(), ci.ravel(),
-                                ofmap[r0:r0 + rr, c0:c0 + cc].ravel()))
-            continue
-        xk, zk = ("if", "f") if df == "ws" else ("f", "if")
-        parts[xk].append(((base + R + t + r).ravel(), np.broadcast_to(r, (T, rr)).ravel(),
-                          x[:, r0:r0 + rr].ravel()))
-        ri, ci = np.indices((rr, cc))
-        parts[zk].append(((base + R - 1 - ri).ravel(), ci.ravel(),
-                          z[r0:r0 + rr, c0:c0 + cc].ravel()))
-        parts["of"].append(((base + 2 * R - 1 + t + c).ravel(), np.broadcast_to(c, (T, cc))
-                            .ravel(), o[:, c0:c0 + cc].ravel()))
-    lines = math.ceil(sr / R) * math.ceil(sc / C) * per_fold
-    out = []
-    for key in ("if", "f", "of"):
-        line, col, addr = (np.concatenate(a) for a in zip(*parts[key]))
-        order = np.lexsort((col, line))
-        keep = addr[order] >= 0  # SCALE-Sim skips address -1 (a window over the edge)
-        out.append((line[order][keep], addr[order][keep]))
-    return out, lines
-
-
 def scalesim_im2col_addresses(h: int, w: int, r: int, s: int, c: int, stride: int
                               ) -> np.ndarray:
     """SCALE-Sim's ifmap operand matrix of a convolution (`compute/operand_matrix.py`): row
@@ -203,29 +122,34 @@ class _ReadBuffer:
     prefetch_at_line: np.ndarray  # demand line of each later prefetch, in order
 
 
-def _read_buffer(fetch: np.ndarray, demand_lines, demand_addr, words: int, bw: int):
+def _read_buffer(fetch_size: int, stored: int, words: int, bw: int, orders) -> _ReadBuffer:
+    """The SRAM of an operand with `stored` addresses (>= 0) in a fetch order of `fetch_size`
+    entries; `orders()` gives (fetch order, its demand as (lines, addresses) chunks in service
+    order), needed only when not every set is active (SCALE-Sim's `service_reads` then shifts
+    the window). A chunk is scanned for its next miss at once, never the rest of the run."""
     active = int(math.ceil(words * ACTIVE_BUF_FRAC))
     prefetch = words - active
     per_set = math.ceil(words / SETS_PER_BUFFER)
-    valid = fetch >= 0
-    addr = fetch[valid]
-    set_id = np.arange(addr.size) // per_set
-    num_sets = addr.size // per_set + 1
+    num_sets = stored // per_set + 1
     n_act = min(math.ceil(active / per_set), num_sets)
     n_pf = min(math.ceil(prefetch / per_set), num_sets - n_act)
-    first = min(math.ceil(active / bw), math.ceil(fetch.size / bw))
+    first = min(math.ceil(active / bw), math.ceil(fetch_size / bw))
     events = []
     if n_act < num_sets:  # else every set is active and every demand hits
-        hit = _window_hits(addr, set_id, num_sets, n_act)
-        start, pos = 0, 0
-        while pos < demand_addr.size:
-            miss = np.flatnonzero(~hit(start)[demand_addr[pos:]])
-            if miss.size == 0:
-                break
-            pos += int(miss[0])
-            while not hit(start)[demand_addr[pos]]:  # the while loop of service_reads
-                events.append(int(demand_lines[pos]))
-                start = (start + n_pf) % num_sets
+        fetch, chunks = orders()
+        addr = fetch[fetch >= 0]
+        hit = _window_hits(addr, np.arange(addr.size) // per_set, num_sets, n_act)
+        start = 0
+        for demand_lines, demand_addr in chunks:
+            pos = 0
+            while pos < demand_addr.size:
+                miss = np.flatnonzero(~hit(start)[demand_addr[pos:]])
+                if miss.size == 0:
+                    break
+                pos += int(miss[0])
+                while not hit(start)[demand_addr[pos]]:  # the while loop of service_reads
+                    events.append(int(demand_lines[pos]))
+                    start = (start + n_pf) % num_sets
     return _ReadBuffer(first, math.ceil(prefetch / bw), np.asarray(events, dtype=np.int64))
 
 
@@ -233,15 +157,13 @@ def _window_hits(addr: np.ndarray, set_id: np.ndarray, num_sets: int, n_act: int
     """`hit(start)`: per address, whether one of the sets holding it is active when the active
     window starts at set `start` (`read_buffer.active_buffer_hit`: an address hits wherever it
     sits in the window)."""
-    pairs = np.unique(addr * num_sets + set_id)
-    pair_addr, pair_set = pairs // num_sets, pairs % num_sets
     size = int(addr.max()) + 1
     cache: dict[int, np.ndarray] = {}
 
     def hit(start: int) -> np.ndarray:
         if start not in cache:
             row = np.zeros(size, dtype=bool)
-            row[pair_addr[(pair_set - start) % num_sets < n_act]] = True
+            row[addr[(set_id - start) % num_sets < n_act]] = True
             cache[start] = row
         return cache[start]
 
@@ -258,28 +180,31 @@ class _WriteBuffer:
         self.free = words
         self.drain_end = 0
         self.line_fill = 0  # words in the open trace line
-        self.trace_lines: list[int] = []  # words in each closed trace line
+        # the closed trace lines: how many, and the words of those closed before they were
+        # full (`_close_line`); every other line holds `bw` words
+        self.trace_count = 0
+        self.partial_lines: dict[int, int] = {}
         self.drained_lines = 0
         self.dram_stop = None
 
     def _store(self, k: int) -> None:
         self.free -= k
         words = self.line_fill + k
-        self.trace_lines.extend([self.bw] * (words // self.bw))
+        self.trace_count += words // self.bw
         self.line_fill = words % self.bw
 
     def _close_line(self) -> None:  # append_to_trace_mat(force=True)
         if self.line_fill:
-            self.trace_lines.append(self.line_fill)
+            self.partial_lines[self.trace_count] = self.line_fill
+            self.trace_count += 1
             self.line_fill = 0
 
     def _drain(self, start: int) -> int:  # empty_drain_buf
-        lines = min(math.ceil(self.drain_size / self.bw),
-                    len(self.trace_lines) - self.drained_lines)
+        lines = min(math.ceil(self.drain_size / self.bw), self.trace_count - self.drained_lines)
         if lines == 0:
             return start
-        chunk = self.trace_lines[self.drained_lines:self.drained_lines + lines]
-        self.free += (lines - 1) * self.bw + chunk[-1]
+        last = self.partial_lines.get(self.drained_lines + lines - 1, self.bw)
+        self.free += (lines - 1) * self.bw + last
         self.drained_lines += lines
         end = start + lines - 1
         self.dram_stop = end if self.dram_stop is None else max(self.dram_stop, end)
@@ -310,7 +235,7 @@ class _WriteBuffer:
 
     def drain_all(self, cycle: int) -> None:  # empty_all_buffers
         self._close_line()
-        while self.drained_lines < len(self.trace_lines):
+        while self.drained_lines < self.trace_count:
             self.drain_end = self._drain(cycle)
             cycle = self.drain_end + 1
 
@@ -327,6 +252,86 @@ def _read_stall(buf: _ReadBuffer, n: int, cycle: int, issued: int) -> int:
     return offset - READ_HIT_LATENCY
 
 
+def _read_buffers(sm: SystolicMapping, arch: ArchSpec, ifmap_addresses, bw: int):
+    """The ifmap and filter SRAMs (`_read_buffer`); the fetch orders and demand are built only
+    for one that refetches."""
+    def orders(i: int):
+        def get():
+            return (prefetch_orders(sm, ifmap_addresses)[i],
+                    read_demand(sm, i, ifmap_addresses))
+        return get
+
+    stored_if = (sm.m * sm.k if ifmap_addresses is None
+                 else int(np.count_nonzero(np.asarray(ifmap_addresses) >= 0)))
+    sizes = sram_words(arch)
+    return tuple(_read_buffer(size, stored, words, bw, orders(i)) for i, (size, stored, words)
+                 in enumerate(zip(fetch_sizes(sm), (stored_if, sm.k * sm.n), sizes)))
+
+
+@dataclass
+class _Service:
+    """The service loop's state (`double_buffered_scratchpad_mem.service_memory_requests`)."""
+
+    stall: int = 0
+    total: int = 0
+    last_out: int | None = None
+
+
+def _quiet_lines(busy: np.ndarray, written: np.ndarray, pos: int, stop: int, stall: int,
+                 ofmap: _WriteBuffer) -> int:
+    """How many of the busy lines from `pos` (before `stop`, the next one with a prefetch) store
+    their words without changing anything but the count: each finds room in bulk
+    (`_WriteBuffer.write`: while a drain runs, all but one free word; else down to the drain
+    threshold). `written[j]` is the ofmap words of busy lines 0..j."""
+    before = int(written[pos - 1]) if pos else 0
+    running = pos + int(np.searchsorted(busy[pos:stop], ofmap.drain_end - stall))
+    lim = before + ofmap.free - 1  # words that fit while the drain runs
+    quiet = pos + int(np.searchsorted(written[pos:running], lim, side="right"))
+    if quiet < running:
+        return quiet - pos
+    lim = before + ofmap.free - (ofmap.total - ofmap.drain_size)
+    return running + int(np.searchsorted(written[running:stop], lim, side="right")) - pos
+
+
+def _service(bufs, ofmap: _WriteBuffer, writes: np.ndarray) -> _Service:
+    """Every demand line with work in order: the waits of its prefetches and writes delay the
+    lines after it. Runs of quiet lines (`_quiet_lines`) are stored at once."""
+    lines = writes.size
+    # (bincount and masks, not np.unique: numpy 2.4's unique imports numpy.ma, 40 ms)
+    counts = [np.bincount(b.prefetch_at_line, minlength=lines) for b in bufs]
+    prefetching = np.flatnonzero(counts[0] + counts[1])
+    busy = np.flatnonzero((writes > 0) | (counts[0] + counts[1] > 0))
+    written = np.cumsum(writes[busy])
+    next_prefetch = np.searchsorted(busy, prefetching)  # positions in busy, in order
+    st, issued, pos, k = _Service(), [0, 0], 0, 0
+    while pos < busy.size:
+        while k < next_prefetch.size and next_prefetch[k] < pos:
+            k += 1
+        stop = int(next_prefetch[k]) if k < next_prefetch.size else busy.size
+        quiet = _quiet_lines(busy, written, pos, stop, st.stall, ofmap) if pos < stop else 0
+        if quiet:
+            last = pos + quiet - 1
+            ofmap._store(int(written[last] - (written[pos - 1] if pos else 0)))
+            cycle = int(busy[last]) + st.stall
+            st.total = max(st.total, cycle)
+            st.last_out = cycle if busy[last] == lines - 1 else None
+            pos = last + 1
+            continue
+        i = int(busy[pos])
+        cycle = i + st.stall
+        waits = []
+        for b, buf in enumerate(bufs):
+            n = int(counts[b][i])
+            waits.append(_read_stall(buf, n, cycle, issued[b]))
+            issued[b] += n
+        done = ofmap.write(int(writes[i]), cycle)
+        st.total = max(st.total, done)
+        st.last_out = done if i == lines - 1 else None
+        st.stall += int(max(*waits, done - cycle))
+        pos += 1
+    return st
+
+
 def systolic_memory(sm: SystolicMapping, arch: ArchSpec,
                     ifmap_addresses: np.ndarray | None = None) -> SystolicMemoryTimeline:
     """SCALE-Sim's USER-bandwidth run of one systolic kernel (see the module docstring).
@@ -335,36 +340,20 @@ def systolic_memory(sm: SystolicMapping, arch: ArchSpec,
     default every element of A is its own address."""
     bw = link_words_per_cycle(arch)
     sizes = sram_words(arch)
-    (d_if, d_f, d_of), lines = _demand(sm, ifmap_addresses)
-    fetch_if, fetch_f = _prefetch_orders(sm, ifmap_addresses)
-    bufs = (_read_buffer(fetch_if, *d_if, sizes[0], bw), _read_buffer(fetch_f, *d_f, sizes[1], bw))
+    bufs = _read_buffers(sm, arch, ifmap_addresses, bw)
     ofmap = _WriteBuffer(sizes[2], bw)
-    writes = np.bincount(d_of[0], minlength=lines)
-    counts = [dict(zip(*(a.tolist() for a in np.unique(b.prefetch_at_line,
-                                                       return_counts=True)))) for b in bufs]
-    busy = np.union1d(np.flatnonzero(writes), np.concatenate([b.prefetch_at_line for b in bufs]))
-    issued = [0, 0]
-    stall, total, last_out = 0, 0, None
-    for i in busy.tolist():
-        cycle = i + stall
-        waits = []
-        for b, buf in enumerate(bufs):
-            n = counts[b].get(i, 0)
-            waits.append(_read_stall(buf, n, cycle, issued[b]))
-            issued[b] += n
-        done = ofmap.write(int(writes[i]), cycle)
-        total = max(total, done)
-        last_out = done if i == lines - 1 else None
-        stall += int(max(*waits, done - cycle))
-    if last_out is None:  # the last line writes nothing: its service cycle is its own
-        last_out = lines - 1 + stall
-    total = max(total, last_out)
+    writes = write_counts(sm)
+    lines = writes.size
+    st = _service(bufs, ofmap, writes)
+    last_out = lines - 1 + st.stall if st.last_out is None else st.last_out
+    # (the last line writing nothing: its service cycle is its own)
+    total = max(st.total, last_out)
     ofmap.drain_all(last_out)
     first = max(b.first_fill_lines for b in bufs)
     stop = ofmap.dram_stop if ofmap.dram_stop is not None else total
     return SystolicMemoryTimeline(
         total_cycles=int(total), total_cycles_incl_prefetch=int(stop + first),
-        stall_cycles=int(stall), prefetch_cycles=int(first), link_words_per_cycle=bw,
+        stall_cycles=int(st.stall), prefetch_cycles=int(first), link_words_per_cycle=bw,
         dram_words_read=sum((b.first_fill_lines + b.prefetch_lines * b.prefetch_at_line.size)
                             * bw for b in bufs),
         dram_words_written=int(writes.sum()),

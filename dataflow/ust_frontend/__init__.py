@@ -1,47 +1,49 @@
-"""UST frontend: the Universal Sparse Tensor format language, tensors and their conversions."""
+"""UST frontend: the Universal Sparse Tensor format language, tensors and their conversions.
 
-from .errors import FormatError
-from .format import Dimension, TensorFormat
-from .levels import (
-    BinOp,
-    Const,
-    Dim,
-    DimSlice,
-    LevelFormat,
-    LevelProperty,
-    LevelSpec,
-    LevelType,
-    Sym,
-)
-from .named import NamedFormats
-from .ops import Elementwise, Matmul, Sddmm, add, matmul, multiply, sddmm
-from .plan import Plan, PlanMismatchError
-from .storage import LayoutError
-from .tensor import Tensor
+The names below are imported from their modules when first used (`_EXPORTS`): a command that
+needs the tensor and the matmul lowering does not wait for the other ops (start-up, issue 14).
+"""
 
-__all__ = [
-    "BinOp",
-    "Const",
-    "Dim",
-    "DimSlice",
-    "Dimension",
-    "Elementwise",
-    "FormatError",
-    "LayoutError",
-    "LevelFormat",
-    "LevelProperty",
-    "LevelSpec",
-    "LevelType",
-    "Matmul",
-    "NamedFormats",
-    "Plan",
-    "PlanMismatchError",
-    "Sddmm",
-    "Sym",
-    "Tensor",
-    "TensorFormat",
-    "add",
-    "matmul",
-    "multiply",
-    "sddmm",
-]
+import importlib
+
+#: name -> the module it comes from
+_EXPORTS = {
+    "FormatError": "dataflow.ust_frontend.errors",
+    "Dimension": "dataflow.ust_frontend.format",
+    "TensorFormat": "dataflow.ust_frontend.format",
+    "BinOp": "dataflow.ust_frontend.levels",
+    "Const": "dataflow.ust_frontend.levels",
+    "Dim": "dataflow.ust_frontend.levels",
+    "DimSlice": "dataflow.ust_frontend.levels",
+    "LevelFormat": "dataflow.ust_frontend.levels",
+    "LevelProperty": "dataflow.ust_frontend.levels",
+    "LevelSpec": "dataflow.ust_frontend.levels",
+    "LevelType": "dataflow.ust_frontend.levels",
+    "Sym": "dataflow.ust_frontend.levels",
+    "NamedFormats": "dataflow.ust_frontend.named",
+    "Elementwise": "dataflow.ust_frontend.ops",
+    "Matmul": "dataflow.ust_frontend.ops",
+    "Sddmm": "dataflow.ust_frontend.ops",
+    "add": "dataflow.ust_frontend.ops",
+    "matmul": "dataflow.ust_frontend.ops",
+    "multiply": "dataflow.ust_frontend.ops",
+    "sddmm": "dataflow.ust_frontend.ops",
+    "Plan": "dataflow.ust_frontend.plan",
+    "PlanMismatchError": "dataflow.ust_frontend.plan",
+    "LayoutError": "dataflow.ust_frontend.storage",
+    "Tensor": "dataflow.ust_frontend.tensor",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'dataflow.ust_frontend' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # the next use finds it without coming here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

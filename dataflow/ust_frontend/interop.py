@@ -7,10 +7,10 @@ torch is imported only when a torch object is seen (it is an optional extra).
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.sparse as sp
 
 from dataflow.errors import UserError
 
@@ -21,7 +21,23 @@ from .named import NamedFormats
 from .storage import Storage
 
 # Deferred imports: torch and cupy are optional (the `torch` extra; cupy where installed):
-# imported where a tensor of theirs is met.
+# imported where a tensor of theirs is met. scipy.sparse is imported where a scipy object is
+# built (`scipy_sparse`): importing it takes about 0.3 s, which a command whose operands are
+# numpy arrays (the default `dataflow simulate` job) need not wait for (start-up, issue 14).
+
+
+def scipy_sparse():
+    """The scipy.sparse module, imported on first use (see above)."""
+    import scipy.sparse
+
+    return scipy.sparse
+
+
+def is_scipy_sparse(x) -> bool:
+    """Whether `x` is a scipy.sparse matrix or array; a scipy object means scipy.sparse is
+    imported already, so this imports nothing."""
+    sp = sys.modules.get("scipy.sparse")
+    return sp is not None and sp.issparse(x)
 
 
 @dataclass(frozen=True)
@@ -202,6 +218,7 @@ def default_package(fmt: TensorFormat) -> tuple[str, tuple] | None:
 
     if fmt.is_dense:
         return "numpy", ()
+    sp = scipy_sparse()
     plain = _strip(fmt)
     if plain == NamedFormats.CSR:
         return "scipy.csr", (sp.csr_array,)
@@ -410,10 +427,10 @@ def to_device_like(result, like):
     if not is_cupy(like):
         return result
 
-    if sp.issparse(result):
+    if is_scipy_sparse(result):
         import cupyx.scipy.sparse as csp
 
-        return csp.csr_matrix(sp.csr_matrix(result))
+        return csp.csr_matrix(scipy_sparse().csr_matrix(result))
     import cupy
 
     return cupy.asarray(result)

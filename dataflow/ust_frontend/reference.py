@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
-import scipy.sparse as sp
 
 from dataflow.errors import UserError
+from dataflow.ust_frontend.interop import scipy_sparse
 from dataflow.ust_frontend.named import NamedFormats
 from dataflow.ust_frontend.tensor import Tensor
 
@@ -102,11 +102,39 @@ def csr_arrays(a: Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return csr.pos(1), csr.crd(1), csr.val
 
 
-def _stored_csr(t: Tensor, dtype) -> sp.csr_matrix:
+#: Below this many products (stored entries of A times columns of B) a sparse @ dense
+#: reference is summed in numpy (`_stored_times_dense`), which spares the command the 0.3 s
+#: import of scipy.sparse (the default `dataflow simulate` job: 210k; start-up, issue 14);
+#: above it scipy's CSR kernel is the faster. Both add each row's products in stored order,
+#: so they give the same bits (tests/test_startup.py).
+NUMPY_MAX_PRODUCTS = 1 << 21
+
+
+def _stored_csr(t: Tensor, dtype):
     """A sparse operand's stored entries as a scipy CSR matrix of `dtype` (stored zeros kept)."""
     pos, crd, val = csr_arrays(t)
-    return sp.csr_matrix((np.asarray(val, dtype), np.asarray(crd), np.asarray(pos)),
-                         shape=t.shape)
+    return scipy_sparse().csr_matrix((np.asarray(val, dtype), np.asarray(crd), np.asarray(pos)),
+                                     shape=t.shape)
+
+
+def _stored_times_dense(t: Tensor, dense: np.ndarray) -> np.ndarray:
+    """`t @ dense` over the stored entries of a sparse `t`, in `dense`'s dtype: each row adds
+    its entries' products in stored order, as scipy's CSR kernel does (hence the same bits),
+    one entry slot of every row per numpy step (as many steps as the longest row has entries).
+    """
+    if len(t.val) * dense.shape[1] > NUMPY_MAX_PRODUCTS:
+        return np.asarray(_stored_csr(t, dense.dtype) @ dense)
+    pos, crd, val = csr_arrays(t)
+    pos = np.asarray(pos, np.int64)
+    counts = np.diff(pos)
+    val = np.asarray(val, dense.dtype)
+    out = np.zeros((t.shape[0], dense.shape[1]), dense.dtype)
+    rows = np.arange(t.shape[0])
+    for slot in range(int(counts.max(initial=0))):
+        rows = rows[counts[rows] > slot]  # the rows with a slot-th entry
+        at = pos[rows] + slot
+        out[rows] += val[at, None] * dense[np.asarray(crd)[at]]
+    return out
 
 
 def matmul_reference(a: Tensor, b: Tensor) -> np.ndarray:
@@ -122,7 +150,7 @@ def matmul_reference(a: Tensor, b: Tensor) -> np.ndarray:
     if is_dense(a) and is_dense(b):
         r = a.to_dense().astype(acc) @ b.to_dense().astype(acc)
     elif is_dense(b):
-        r = _stored_csr(a, acc) @ b.to_dense().astype(acc)
+        r = _stored_times_dense(a, b.to_dense().astype(acc))
     elif is_dense(a):  # (B^T A^T)^T: scipy walks B's stored entries only
         r = (_stored_csr(b, acc).T @ a.to_dense().astype(acc).T).T
     else:

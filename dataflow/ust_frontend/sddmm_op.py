@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import ClassVar
 
 import numpy as np
-import scipy.sparse as sp
 
 from dataflow.dfg.lower_elementwise import EwOperand, coiterate, lower_elementwise
 from dataflow.dfg.lower_sddmm import lower_sddmm_csr
@@ -14,6 +13,8 @@ from dataflow.errors import UserError
 from dataflow.ust_frontend.extras import warn_if_grad
 from dataflow.ust_frontend.interop import (
     is_cupy,
+    is_scipy_sparse,
+    scipy_sparse,
     to_device_like,
 )
 from dataflow.ust_frontend.named import NamedFormats
@@ -178,7 +179,7 @@ class Elementwise(_StatefulOp):
                 coords, val = t.entries()
                 r = (np.ravel_multi_index(coords[:-1], shape[:-1]) if len(shape) > 1
                      else np.zeros(len(val), np.int64))
-                m = sp.csr_matrix((val, (r, coords[-1])), shape=(rows, cols))
+                m = scipy_sparse().csr_matrix((val, (r, coords[-1])), shape=(rows, cols))
                 m.sum_duplicates()
                 pos, crd, val = m.indptr, m.indices, m.data
             ops.append(EwOperand(np.asarray(val), np.asarray(pos, np.int64),
@@ -201,6 +202,7 @@ class Elementwise(_StatefulOp):
             return np.asarray(out).astype(np.result_type(a.dtype, b.dtype))
         if self.sparse_result:
 
+            sp = scipy_sparse()
             mats = []
             for t in (a, b):
                 pos, crd, val = csr_arrays(t)
@@ -216,17 +218,17 @@ class Elementwise(_StatefulOp):
             return out.reshape(self.a.shape)
 
         co = self._coiteration
-        m = sp.csr_matrix((out, co.crd, co.pos), shape=self.a.shape)
+        m = scipy_sparse().csr_matrix((out, co.crd, co.pos), shape=self.a.shape)
         m.eliminate_zeros()  # as scipy's own add/multiply do
         return m
 
     def _finish(self, raw):
-        if sp.issparse(raw):
-            raw = sp.csr_matrix(raw)
+        if is_scipy_sparse(raw):
+            raw = scipy_sparse().csr_matrix(raw)
             raw.sort_indices()
             if self.epilog is not None:
                 raw.data = np.asarray(elementwise(self.epilog)(raw.data)).astype(raw.dtype)
-            if sp.issparse(self._a_package):
+            if is_scipy_sparse(self._a_package):
                 return raw
 
             if is_cupy(self._a_package):

@@ -6,7 +6,6 @@ import os
 from collections.abc import Sequence
 
 import numpy as np
-import scipy.sparse as sp
 
 from dataflow.errors import UserError
 from dataflow.ust_frontend.draw import draw
@@ -68,7 +67,7 @@ class Tensor:
             if fmt is not None and not fmt.is_dense:
                 return cls.from_package(x).convert(tensor_format=fmt)
             view = interop.numpy_view(x, fmt)
-        elif _is_scipy_sparse(x):
+        elif interop.is_scipy_sparse(x):
             view = interop.scipy_view(x)
         elif interop.is_torch(x) and not interop.is_device_array(x):
             view = interop.torch_view(x)
@@ -408,13 +407,6 @@ def _scatter(shape: tuple[int, ...], coords, values: np.ndarray) -> np.ndarray:
     out = np.zeros(shape, values.dtype)
     np.add.at(out, tuple(coords), values)
     return out
-
-
-def _is_scipy_sparse(x) -> bool:
-    if type(x).__module__.split(".")[0] != "scipy":
-        return False
-
-    return sp.issparse(x)
 
 
 __all__ = ["LayoutError", "PackageError", "Tensor"]
