@@ -22,11 +22,12 @@ line's ports (the stall arithmetic below).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from dataflow.arch.spec import ArchSpec, SPMSpec
+from dataflow.arch.spec import AddressMapping, ArchSpec, SPMSpec
 from dataflow.dfg.domain import enumerate_domain
 from dataflow.dfg.graph import Node, vector_nodes
 from dataflow.dfg.ops import Op
@@ -51,6 +52,11 @@ from dataflow.pe_array.semantics import (
 )
 from dataflow.spm.lines import StoreQueues, line_of_row, port_cycles
 
+#: Environment switch of the tile timing memo (`tile_memo_enabled`).
+MEMO_ENV = "DATAFLOW_TILE_MEMO"
+#: Tiles run and tiles whose timing came from the memo, over the process (tests read it to
+#: prove a shortcut was taken).
+MEMO_STATS = {"tiles": 0, "hits": 0}
 #: Row index of an inactive lane in the row arrays (sorts before every real row).
 NO_ROW = -1
 
@@ -109,6 +115,12 @@ class _TileAccesses:
     reads: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
     write_keys: list[np.ndarray] = field(default_factory=list)
     writes: list[_Writes] = field(default_factory=list)
+    # row counts deferred until the tile's timing is known not to be memoised:
+    # (node, addresses, live lanes, cycles) per access stream
+    rows: list[tuple] = field(default_factory=list)
+    # per memory node: (buffer, SPM word of lane 0 per iteration, lowest and highest SPM word
+    # any lane may touch); the tile's address pattern (`_TimingMemo`)
+    pattern: list[tuple[str, np.ndarray, int, int]] = field(default_factory=list)
 
 
 def same_word_rank(words: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -122,8 +134,12 @@ def same_word_rank(words: np.ndarray, mask: np.ndarray) -> np.ndarray:
 
 
 def run_kernel_fast(km: KernelMapping, arch: ArchSpec, inputs: dict[str, np.ndarray],
-                    dtype) -> ArrayResult:
-    """Run one mapped kernel a tile at a time; cycles, SPM accesses per line, output values."""
+                    dtype, memo: bool | None = None) -> ArrayResult:
+    """Run one mapped kernel a tile at a time; cycles, SPM accesses per line, output values.
+
+    `memo` (default: on unless the environment sets DATAFLOW_TILE_MEMO=0) reuses the timing of
+    an earlier tile whose address pattern is the same up to a shift the SPM cannot tell apart
+    (`_TimingMemo`); values are always computed."""
     kernel = km.kernel
     bufs = buffer_arrays(kernel, inputs, dtype)
     ctx = _Kernel(km=km, arch=arch, dtype=dtype,
@@ -132,9 +148,18 @@ def run_kernel_fast(km: KernelMapping, arch: ArchSpec, inputs: dict[str, np.ndar
                   # indirect-DMA words per gather-fetched input
                   fetched=gather_fetch_words(kernel, inputs, arch))
     ct = Counters(arch)
+    timing = _TimingMemo(arch.spm) if tile_memo_enabled(memo) else None
     for ti, tile in enumerate(km.tiles):
-        ct.tiles.append(_run_tile(ctx, ct, ti, tile))
+        ct.tiles.append(_run_tile(ctx, ct, ti, tile, timing))
     return ct.result(kernel, bufs)
+
+
+def tile_memo_enabled(memo: bool | None = None) -> bool:
+    """Whether tile timing is memoised: `memo` when given, else the environment variable
+    DATAFLOW_TILE_MEMO (on unless it is 0, false, no or off)."""
+    if memo is not None:
+        return memo
+    return os.environ.get(MEMO_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def _issue_times(km: KernelMapping) -> np.ndarray:
@@ -145,7 +170,8 @@ def _issue_times(km: KernelMapping) -> np.ndarray:
     return times
 
 
-def _run_tile(ctx: _Kernel, ct: Counters, ti: int, tile: Tile) -> TileResult:
+def _run_tile(ctx: _Kernel, ct: Counters, ti: int, tile: Tile,
+              timing: _TimingMemo | None = None) -> TileResult:
     """One tile: issue every node over all iterations, count SPM ports, commit the updates."""
     km, kernel = ctx.km, ctx.km.kernel
     dom = enumerate_domain(kernel, ctx.lanes, (tile.lo, tile.hi))
@@ -153,14 +179,127 @@ def _run_tile(ctx: _Kernel, ct: Counters, ti: int, tile: Tile) -> TileResult:
     if n == 0:
         return tile_result(kernel, ti, 0, 0, 0, km, ctx.arch, tile, ctx.fetched)
     w = _waves(ctx, dom, n)
-    _count_busy_and_links(ctx, ct, w)
     acc = _TileAccesses()
     vals: dict[int, np.ndarray] = {}
     for node in kernel.nodes:
         _issue_node(ctx, ct, w, dom, vals, acc, node, ti, tile)
-    stall = _port_stalls(acc, ct, ctx.arch.spm, w.n_cycles)
+    known = timing.recall(w, acc.pattern) if timing is not None else None
+    MEMO_STATS["tiles"] += 1
+    MEMO_STATS["hits"] += known is not None
+    if known is None:
+        before = _TileCounts.of(ct)
+        _count_busy_and_links(ctx, ct, w)
+        for node, addr, m, cyc in acc.rows:
+            _count_rows(ctx, acc, node, addr, m, cyc, ti, tile)
+        stall = _port_stalls(acc, ct, ctx.arch.spm, w.n_cycles)
+        if timing is not None:
+            timing.remember(w, acc.pattern, _TileCounts.of(ct).minus(before), stall)
+    else:
+        counts, stall = known
+        counts.add_to(ct)
     _apply_writes(acc.writes, ctx.bufs)
     return tile_result(kernel, ti, n, w.n_cycles + stall, stall, km, ctx.arch, tile, ctx.fetched)
+
+
+@dataclass(frozen=True)
+class _TileCounts:
+    """What a tile adds to the kernel's timing counters (busy cycles per PE, word-hops, SPM
+    reads, writes and conflict cycles per line)."""
+
+    busy: np.ndarray
+    hops: int
+    reads: np.ndarray
+    writes: np.ndarray
+    conflicts: np.ndarray
+
+    @staticmethod
+    def of(ct: Counters) -> _TileCounts:
+        return _TileCounts(ct.busy.copy(), ct.link_word_hops, ct.reads_line.copy(),
+                           ct.writes_line.copy(), ct.conflicts_line.copy())
+
+    def minus(self, before: _TileCounts) -> _TileCounts:
+        return _TileCounts(self.busy - before.busy, self.hops - before.hops,
+                           self.reads - before.reads, self.writes - before.writes,
+                           self.conflicts - before.conflicts)
+
+    def add_to(self, ct: Counters) -> None:
+        ct.busy += self.busy
+        ct.link_word_hops += self.hops
+        ct.reads_line += self.reads
+        ct.writes_line += self.writes
+        ct.conflicts_line += self.conflicts
+
+
+class _TimingMemo:
+    """Timing of tiles already run, reused for a tile whose SPM traffic is provably the same.
+
+    A tile's timing (stalls and every counter) is a function of its iteration count, the live
+    lanes of each iteration and, per memory node, the SPM rows each access touches in each
+    cycle: cycles follow from the iteration count alone (`_waves`), and every access's rows
+    from its lane-0 SPM word (lanes add a fixed stride; an accumulator's flushes fall where
+    lane 0's address changes). A new tile reuses a remembered tile's timing when it has the
+    same iteration count and live lanes, and every memory node's lane-0 SPM words are the
+    remembered ones shifted by one constant delta per buffer such that
+    - delta is a whole number of rows and moves no row to another line (delta 0, or a multiple
+      of words_per_row * lines under the interleaved mapping), so per-line counts are equal;
+    - the buffers' SPM word ranges are pairwise disjoint, rows included, in both tiles (or all
+      deltas are equal): reads of one row in one cycle count once, so rows of two buffers must
+      not start or stop coinciding.
+    Then every access touches the same rows up to the shift, in the same cycles, and the
+    per-(cycle, line) port counts, stalls and counters are identical. The check costs O(n)
+    per memory node (lane 0 only) against the O(n * lanes) sort and count it saves.
+    `tests/test_fidelity.py` runs kernels with the memo on and off and against the reference
+    stepper. At most `KEEP` patterns are held (host memory stays a few tiles' lane-0 words)."""
+
+    KEEP = 2
+
+    def __init__(self, spm: SPMSpec):
+        self.spm = spm
+        self.entries: list[tuple] = []
+        self.hits = 0
+
+    def _shift_ok(self, delta: int) -> bool:
+        if delta == 0:
+            return True
+        spm = self.spm
+        return (spm.address_mapping == AddressMapping.INTERLEAVED
+                and delta % (spm.words_per_row * spm.lines) == 0)
+
+    def _disjoint(self, pattern) -> bool:
+        """The buffers' SPM row ranges do not overlap."""
+        spans: dict[str, list[int]] = {}
+        wpr = self.spm.words_per_row
+        for name, _, lo, hi in pattern:
+            s = spans.setdefault(name, [lo, hi])
+            s[0], s[1] = min(s[0], lo), max(s[1], hi)
+        rows = sorted((lo // wpr, hi // wpr) for lo, hi in spans.values())
+        return all(a[1] < b[0] for a, b in zip(rows, rows[1:]))
+
+    def recall(self, w: _Waves, pattern) -> tuple[_TileCounts, int] | None:
+        for entry in self.entries:
+            n, active, old, counts, stall = entry
+            if n != w.n or len(old) != len(pattern) or not np.array_equal(active, w.active):
+                continue
+            deltas: dict[str, int] = {}
+            ok = True
+            for (name, s0, _, _), (oname, o0, _, _) in zip(pattern, old):
+                delta = int(s0[0] - o0[0])
+                if (name != oname or deltas.setdefault(name, delta) != delta
+                        or not self._shift_ok(delta) or not np.array_equal(s0 - delta, o0)):
+                    ok = False
+                    break
+            if not ok:
+                continue
+            if len(set(deltas.values())) > 1 and not (self._disjoint(pattern)
+                                                      and self._disjoint(old)):
+                continue
+            self.hits += 1
+            return counts, stall
+        return None
+
+    def remember(self, w: _Waves, pattern, counts: _TileCounts, stall: int) -> None:
+        self.entries.insert(0, (w.n, w.active, pattern, counts, stall))
+        del self.entries[self.KEEP:]
 
 
 def _waves(ctx: _Kernel, dom: dict[str, np.ndarray], n: int) -> _Waves:
@@ -198,12 +337,17 @@ def _issue_node(ctx: _Kernel, ct: Counters, w: _Waves, dom, vals: dict[int, np.n
         return
     addr, m = _addresses(ctx, w, dom, vals, node)
     cyc = w.wave * ctx.km.ii + ctx.times[w.copy, node.id]
+    sbase, wlo = spm_base(ctx.km, node.buffer, ti, tile)
+    s0 = sbase - wlo + addr[:, 0]
+    reach = addr[0, -1] - addr[0, 0]  # what the other lanes add to lane 0 (a fixed stride)
+    acc.pattern.append((node.buffer, s0, int(s0.min()) + min(0, int(reach)),
+                        int(s0.max()) + max(0, int(reach))))
     if node.op.accumulates:
         flushes = _flushes(ctx, w, vals, node, addr, m, cyc)
         acc.writes.append(flushes)
-        _count_rows(ctx, acc, node, flushes.addr, flushes.mask, flushes.cycle, ti, tile)
+        acc.rows.append((node, flushes.addr, flushes.mask, flushes.cycle))
         return
-    _count_rows(ctx, acc, node, addr, m, cyc, ti, tile)
+    acc.rows.append((node, addr, m, cyc))
     buf = ctx.bufs[node.buffer]
     if node.op in (Op.LOAD, Op.GATHER):
         vals[node.id] = np.where(m, buf[np.where(m, addr, 0)], 0).astype(buf.dtype)
