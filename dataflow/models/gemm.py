@@ -46,6 +46,10 @@ def simulate_gemm(a: np.ndarray, b: np.ndarray, arch: ArchSpec, options: RunOpti
     a = np.ascontiguousarray(a, np.float32)
     b = np.ascontiguousarray(b, np.float32)
     systolic = arch.pe_array.kind == PEKind.SYSTOLIC
+    if not systolic:  # too large for the SPM (BERT's FFN weight): in blocks that fit
+        split = _split_gemm(a, b, arch, options, name)
+        if split is not None:
+            return split
     program = lower_matmul(as_tensor(a), as_tensor(b))
     if a_addresses is not None and program.gemm is not None:
         program = dataclasses.replace(program, gemm=dataclasses.replace(
@@ -54,6 +58,26 @@ def simulate_gemm(a: np.ndarray, b: np.ndarray, arch: ArchSpec, options: RunOpti
     res = simulate_mapping(mapping, engine=options.engine, workload=name)
     out = res.output.reshape(a.shape[0], b.shape[1])
     return out, dataclasses.replace(res, mapping_summary=mapping.summary())
+
+
+def _split_gemm(a: np.ndarray, b: np.ndarray, arch: ArchSpec, options: RunOptions,
+                name: str) -> tuple[np.ndarray, SimResult] | None:
+    """The product and result of a GEMM that does not fit the SPM whole, run as the `gemm`
+    workload runs one (`dataflow.matmul_split`: K panels and N blocks, blocks of one shape
+    memoised); None when it fits, or when its operands would have to be streamed."""
+    from dataflow.matmul_split import matmul_work, plan_split
+    from dataflow.plan.split import run_split
+
+    (m, k), n = a.shape, b.shape[1]
+    split = plan_split("gemm", arch, m, k, n)
+    if split is None or split.streamed:
+        return None
+    work = matmul_work(split, "gemm", 1.0, 0, lambda *_: (a, b))
+    res = run_split(split, work, arch, engine=options.engine)
+    if res.output is None:
+        return None
+    out = np.asarray(res.output, np.float32).reshape(m, n)
+    return out, dataclasses.replace(res, workload=name)
 
 
 def check_weight(layer: Layer, weights: dict[str, np.ndarray]) -> None:

@@ -425,8 +425,12 @@ def _count_rows(ctx: _Kernel, acc: _TileAccesses, node: Node, addr: np.ndarray, 
     SCATTER_ACC one write access per rank of same-word lanes (see the module doc)."""
     spm = ctx.arch.spm
     sbase, wlo = spm_base(ctx.km, node.buffer, ti, tile)
-    srow = (sbase + (addr - wlo)) // spm.words_per_row
     width = addr.shape[1]
+    stride = int(addr[0, 1] - addr[0, 0]) if width > 1 else 0
+    if node.op is not Op.SCATTER_ACC and abs(stride) * (width - 1) < spm.words_per_row:
+        _count_rows_narrow(acc, node, sbase - wlo + addr[:, 0], stride, m, cyc, spm)
+        return
+    srow = (sbase + (addr - wlo)) // spm.words_per_row
     if node.op is Op.SCATTER_ACC:
         srow = srow * width + same_word_rank(addr, m)
     srow = np.where(m, srow, NO_ROW)
@@ -441,6 +445,26 @@ def _count_rows(ctx: _Kernel, acc: _TileAccesses, node: Node, addr: np.ndarray, 
         acc.reads.append((cyc[ev], srow[ev, lane]))
     if node.op.writes_spm:
         acc.write_keys.append(cyc[ev] * spm.lines + line_of_row(srow[ev, lane], spm))
+
+
+def _count_rows_narrow(acc: _TileAccesses, node: Node, word0: np.ndarray, stride: int,
+                       m: np.ndarray, cyc: np.ndarray, spm: SPMSpec) -> None:
+    """`_count_rows` for an access whose lanes span less than a row (a scalar, or a vector of
+    stride s with |s| * (lanes - 1) < words_per_row): it touches the row of its first live
+    lane and, when it differs, the row of its last. Live lanes are always a prefix (lanes past
+    a loop's end, or past a span), so the last live lane is lane (live - 1). O(n), no sort."""
+    live = m.sum(axis=1) if m.shape[1] > 1 else m[:, 0].astype(np.int64)
+    wpr = spm.words_per_row
+    first = word0 // wpr
+    last = (word0 + (live - 1) * stride) // wpr
+    some = live > 0
+    two = some & (last != first)
+    cyc_rows = np.concatenate((cyc[some], cyc[two]))
+    rows = np.concatenate((first[some], last[two]))
+    if node.op.reads_spm:
+        acc.reads.append((cyc_rows, rows))
+    if node.op.writes_spm:
+        acc.write_keys.append(cyc_rows * spm.lines + line_of_row(rows, spm))
 
 
 def _port_stalls(acc: _TileAccesses, ct: Counters, spm: SPMSpec, n_cycles: int) -> int:
