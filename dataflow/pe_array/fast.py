@@ -79,8 +79,9 @@ class _Kernel:
 @dataclass(frozen=True, eq=False)
 class _Waves:
     """Where a tile's n iterations run: iteration k on copy k // waves in wave k % waves;
-    `active[k]` lanes of iteration k are live (`mask`, (n, lanes)); the tile's schedule lasts
-    `n_cycles` cycles before stalls."""
+    `active[k]` lanes of iteration k are live (`mask`, (n, lanes); `live` in all, `full` when
+    every lane of every iteration is); the tile's schedule lasts `n_cycles` cycles before
+    stalls."""
 
     n: int
     k: np.ndarray
@@ -90,6 +91,8 @@ class _Waves:
     n_cycles: int
     active: np.ndarray
     mask: np.ndarray
+    live: int = 0
+    full: bool = False
 
 
 @dataclass(frozen=True, eq=False)
@@ -189,8 +192,8 @@ def _run_tile(ctx: _Kernel, ct: Counters, ti: int, tile: Tile,
     if known is None:
         before = _TileCounts.of(ct)
         _count_busy_and_links(ctx, ct, w)
-        for node, addr, m, cyc in acc.rows:
-            _count_rows(ctx, acc, node, addr, m, cyc, ti, tile)
+        for node, at, cyc in acc.rows:
+            _count_rows(ctx, acc, node, at, cyc, ti, tile)
         stall = _port_stalls(acc, ct, ctx.arch.spm, w.n_cycles)
         if timing is not None:
             timing.remember(w, acc.pattern, _TileCounts.of(ct).minus(before), stall)
@@ -313,7 +316,8 @@ def _waves(ctx: _Kernel, dom: dict[str, np.ndarray], n: int) -> _Waves:
         active = np.ones(n, dtype=np.int64)
     return _Waves(n=n, k=k, copy=k // waves, wave=k % waves, waves=waves,
                   n_cycles=(waves - 1) * km.ii + km.schedule_length, active=active,
-                  mask=np.arange(ctx.lanes)[None, :] < active[:, None])
+                  mask=np.arange(ctx.lanes)[None, :] < active[:, None],
+                  live=int(active.sum()), full=bool(active.min() >= ctx.lanes))
 
 
 def _count_busy_and_links(ctx: _Kernel, ct: Counters, w: _Waves) -> None:
@@ -330,36 +334,76 @@ def _issue_node(ctx: _Kernel, ct: Counters, w: _Waves, dom, vals: dict[int, np.n
                 acc: _TileAccesses, node: Node, ti: int, tile: Tile) -> None:
     """All iterations of one node: its value, or its SPM accesses and updates."""
     is_vec = node.id in ctx.vec
-    ct.op_counts[node.op.value] += int(w.active.sum()) if is_vec else w.n
+    ct.op_counts[node.op.value] += w.live if is_vec else w.n
     if not node.op.is_memory:
         vals[node.id] = apply_op(node.op, operands(node, [vals[i] for i in node.inputs]),
                                  ctx.dtype, node.value)
         return
-    addr, m = _addresses(ctx, w, dom, vals, node)
+    at = _addresses(ctx, w, dom, vals, node)
     cyc = w.wave * ctx.km.ii + ctx.times[w.copy, node.id]
     sbase, wlo = spm_base(ctx.km, node.buffer, ti, tile)
-    s0 = sbase - wlo + addr[:, 0]
-    reach = addr[0, -1] - addr[0, 0]  # what the other lanes add to lane 0 (a fixed stride)
-    acc.pattern.append((node.buffer, s0, int(s0.min()) + min(0, int(reach)),
-                        int(s0.max()) + max(0, int(reach))))
+    s0 = sbase - wlo + at.a0
+    reach = (at.width - 1) * at.stride  # what the last lane adds to lane 0
+    acc.pattern.append((node.buffer, s0, int(s0.min()) + min(0, reach),
+                        int(s0.max()) + max(0, reach)))
     if node.op.accumulates:
-        flushes = _flushes(ctx, w, vals, node, addr, m, cyc)
+        flushes, sel = _flushes(ctx, w, vals, node, at, cyc)
         acc.writes.append(flushes)
-        acc.rows.append((node, flushes.addr, flushes.mask, flushes.cycle))
+        acc.rows.append((node, _Lanes(at.a0[sel], at.stride, at.width, flushes.mask,
+                                      full=at.full), flushes.cycle))
         return
-    acc.rows.append((node, addr, m, cyc))
+    acc.rows.append((node, at, cyc))
     buf = ctx.bufs[node.buffer]
     if node.op in (Op.LOAD, Op.GATHER):
-        vals[node.id] = np.where(m, buf[np.where(m, addr, 0)], 0).astype(buf.dtype)
+        vals[node.id] = _gather(buf, at)
     else:
+        addr = at.words()
         acc.writes.append(_Writes(cyc, w.k, node.id, addr,
-                                  _lane_values(vals, node, addr, ctx.dtype), m, node.op,
+                                  _lane_values(vals, node, addr, ctx.dtype), at.mask, node.op,
                                   node.buffer))
 
 
-def _addresses(ctx: _Kernel, w: _Waves, dom, vals, node: Node) -> tuple[np.ndarray, np.ndarray]:
-    """(word addresses, live lanes) per iteration, both (n, lanes) for a vector access and
-    (n, 1) for a scalar one; an indirect access adds its loaded index times the stride."""
+@dataclass(frozen=True, eq=False)
+class _Lanes:
+    """The word addresses of an access stream without materialising them: lane l of access e
+    is at a0[e] + l * stride, for `width` lanes; `mask` (e, width) says which are live (always
+    a prefix of the lanes: past a loop's end, or past a span, lanes are dead); `full` when
+    every lane is live."""
+
+    a0: np.ndarray
+    stride: int
+    width: int
+    mask: np.ndarray
+    full: bool = False
+
+    def words(self) -> np.ndarray:
+        return lane_addresses(self.a0, self.stride, self.width)
+
+
+def _gather(buf: np.ndarray, at: _Lanes) -> np.ndarray:
+    """A load's values (e, width), dead lanes zero. Lanes at a positive stride are read as
+    rows of a strided view of the buffer (one row copy per access, not one index per lane)."""
+    if at.width == 1:
+        return buf[at.a0][:, None]
+    if at.stride <= 0 or len(at.a0) == 0 or int(at.a0.min()) < 0:
+        addr = at.words()
+        return np.where(at.mask, buf[np.where(at.mask, addr, 0)], 0).astype(buf.dtype)
+    span = (at.width - 1) * at.stride
+    flat = np.ascontiguousarray(buf)
+    if int(at.a0.max()) + span >= len(flat):  # dead lanes of the last accesses run past the end
+        flat = np.concatenate((flat, np.zeros(span + 1, dtype=flat.dtype)))
+    rows = np.lib.stride_tricks.as_strided(
+        flat, shape=(len(flat) - span, at.width),
+        strides=(flat.itemsize, at.stride * flat.itemsize), writeable=False)
+    out = rows[at.a0]
+    if not at.full:
+        out[~at.mask] = 0
+    return out
+
+
+def _addresses(ctx: _Kernel, w: _Waves, dom, vals, node: Node) -> _Lanes:
+    """Word addresses and live lanes per iteration, `width` lanes for a vector access and one
+    for a scalar one; an indirect access adds its loaded index times the stride."""
     kernel = ctx.km.kernel
     a = np.full(w.n, node.addr.const, dtype=np.int64)
     for v, c in node.addr.terms:
@@ -368,12 +412,13 @@ def _addresses(ctx: _Kernel, w: _Waves, dom, vals, node: Node) -> tuple[np.ndarr
     if node.addr.index_stride:
         a = a + node.addr.index_stride * vals[node.inputs[0]][:, 0].astype(np.int64)
     if node.id not in ctx.vec:
-        return a[:, None], np.ones((w.n, 1), dtype=bool)
+        return _Lanes(a, 0, 1, np.ones((w.n, 1), dtype=bool), full=True)
     if node.addr.span:  # consecutive words: lanes along memory, `span` of them live
         live = np.arange(ctx.lanes) < node.addr.span
-        return lane_addresses(a, 1, ctx.lanes), np.broadcast_to(live, (w.n, ctx.lanes))
+        return _Lanes(a, 1, ctx.lanes, np.broadcast_to(live, (w.n, ctx.lanes)),
+                      full=bool(live.all()))
     cv = node.addr.coef(kernel.vector_var)
-    return lane_addresses(a + dom[kernel.vector_var] * cv, cv, ctx.lanes), w.mask
+    return _Lanes(a + dom[kernel.vector_var] * cv, cv, ctx.lanes, w.mask, full=w.full)
 
 
 def _lane_values(vals, node: Node, addr: np.ndarray, dtype) -> np.ndarray:
@@ -382,54 +427,71 @@ def _lane_values(vals, node: Node, addr: np.ndarray, dtype) -> np.ndarray:
     return np.broadcast_to(src if src.ndim == 2 else src.reshape(-1, 1), addr.shape)
 
 
-def _flushes(ctx: _Kernel, w: _Waves, vals, node: Node, addr: np.ndarray, m: np.ndarray,
-             cyc: np.ndarray) -> _Writes:
+def _flushes(ctx: _Kernel, w: _Waves, vals, node: Node, at: _Lanes,
+             cyc: np.ndarray) -> tuple[_Writes, np.ndarray]:
     """An accumulating node combines in its PE's register and writes the SPM once per run of
-    same-address iterations on a copy, at the run's last iteration."""
+    same-address iterations on a copy, at the run's last iteration. Returns the flushes and
+    the iterations they happen in."""
     flush = np.ones(w.n, dtype=bool)
-    lane0 = addr[:, 0]
+    lane0 = at.a0
     flush[:-1] = (lane0[1:] != lane0[:-1]) | (w.copy[1:] != w.copy[:-1])
     sel = np.flatnonzero(flush)
-    src = _lane_values(vals, node, addr, ctx.dtype)
+    src = _lane_values(vals, node, at.mask, ctx.dtype)
     reg = segment_fold(ACC_UFUNC[node.op], ACC_IDENTITY[node.op], src, sel, ctx.dtype)
-    return _Writes(cyc[sel], w.k[sel], node.id, addr[sel], reg, m[sel], node.op, node.buffer)
+    addr = lane_addresses(at.a0[sel], at.stride, at.width)
+    return _Writes(cyc[sel], w.k[sel], node.id, addr, reg, at.mask[sel], node.op,
+                   node.buffer), sel
 
 
 def segment_fold(ufunc, identity, src: np.ndarray, ends: np.ndarray, dtype) -> np.ndarray:
     """reg[r] = identity . src[s_r] . src[s_r + 1] . ... . src[ends[r]], folded strictly left to
     right (one rounding per step, as a PE's register does), for the runs of consecutive rows
     that end at `ends` (sorted; the last is the last row). The same values as
-    `ufunc.at(reg, run, src)`, faster: runs of equal length are gathered into one
-    (runs, length, lanes) block and folded with `ufunc.accumulate` along the run, which combines
-    in order (never pairwise)."""
+    `ufunc.at(reg, run, src)`, faster: runs of one length are folded together as a
+    (runs, length, lanes) block (a reshape when every run has that length, else a gather)."""
     src = np.asarray(src)
     starts = np.concatenate(([0], ends[:-1] + 1))
     lens = ends - starts + 1
+    ident = np.asarray(identity, dtype=dtype)
+    if len(lens) and int(lens.min()) == int(lens.max()):  # every run one length: a reshape
+        block = src.astype(dtype, copy=False).reshape((len(lens), int(lens[0])) + src.shape[1:])
+        return _fold_block(ufunc, ident, block)
     reg = np.empty((len(ends),) + src.shape[1:], dtype=dtype)
     for length in np.unique(lens):
         which = np.flatnonzero(lens == length)
-        if length == 1:
-            block = src[starts[which]].astype(dtype)
-            reg[which] = ufunc(np.asarray(identity, dtype=dtype), block)
-            continue
         idx = starts[which][:, None] + np.arange(length)
-        block = src[idx].astype(dtype)  # (runs, length, lanes)
-        block[:, 0] = ufunc(np.asarray(identity, dtype=dtype), block[:, 0])
-        reg[which] = ufunc.accumulate(block, axis=1)[:, -1]
+        reg[which] = _fold_block(ufunc, ident, src[idx].astype(dtype, copy=False))
     return reg
 
 
-def _count_rows(ctx: _Kernel, acc: _TileAccesses, node: Node, addr: np.ndarray, m: np.ndarray,
-                cyc: np.ndarray, ti: int, tile: Tile) -> None:
+def _fold_block(ufunc, ident: np.ndarray, block: np.ndarray) -> np.ndarray:
+    """Fold (runs, length, ...) along its second axis, left to right, from `ident`: one ufunc
+    call per position when each call has enough work, else `ufunc.accumulate` (which also
+    combines in order, never pairwise)."""
+    runs, length = block.shape[:2]
+    reg = ufunc(ident, block[:, 0])
+    if length == 1:
+        return reg
+    if reg.size >= 256 or length <= 16:
+        for j in range(1, length):
+            ufunc(reg, block[:, j], out=reg)
+        return reg
+    block = block.copy()
+    block[:, 0] = reg
+    return ufunc.accumulate(block, axis=1)[:, -1]
+
+
+def _count_rows(ctx: _Kernel, acc: _TileAccesses, node: Node, at: _Lanes, cyc: np.ndarray,
+                ti: int, tile: Tile) -> None:
     """Record the SPM row accesses of each access: its distinct rows among live lanes, and for
     SCATTER_ACC one write access per rank of same-word lanes (see the module doc)."""
     spm = ctx.arch.spm
     sbase, wlo = spm_base(ctx.km, node.buffer, ti, tile)
-    width = addr.shape[1]
-    stride = int(addr[0, 1] - addr[0, 0]) if width > 1 else 0
-    if node.op is not Op.SCATTER_ACC and abs(stride) * (width - 1) < spm.words_per_row:
-        _count_rows_narrow(acc, node, sbase - wlo + addr[:, 0], stride, m, cyc, spm)
+    width, m = at.width, at.mask
+    if node.op is not Op.SCATTER_ACC and abs(at.stride) * (width - 1) < spm.words_per_row:
+        _count_rows_narrow(acc, node, sbase - wlo + at.a0, at, cyc, spm)
         return
+    addr = at.words()
     srow = (sbase + (addr - wlo)) // spm.words_per_row
     if node.op is Op.SCATTER_ACC:
         srow = srow * width + same_word_rank(addr, m)
@@ -447,13 +509,17 @@ def _count_rows(ctx: _Kernel, acc: _TileAccesses, node: Node, addr: np.ndarray, 
         acc.write_keys.append(cyc[ev] * spm.lines + line_of_row(srow[ev, lane], spm))
 
 
-def _count_rows_narrow(acc: _TileAccesses, node: Node, word0: np.ndarray, stride: int,
-                       m: np.ndarray, cyc: np.ndarray, spm: SPMSpec) -> None:
+def _count_rows_narrow(acc: _TileAccesses, node: Node, word0: np.ndarray, at: _Lanes,
+                       cyc: np.ndarray, spm: SPMSpec) -> None:
     """`_count_rows` for an access whose lanes span less than a row (a scalar, or a vector of
     stride s with |s| * (lanes - 1) < words_per_row): it touches the row of its first live
     lane and, when it differs, the row of its last. Live lanes are always a prefix (lanes past
     a loop's end, or past a span), so the last live lane is lane (live - 1). O(n), no sort."""
-    live = m.sum(axis=1) if m.shape[1] > 1 else m[:, 0].astype(np.int64)
+    stride, m = at.stride, at.mask
+    if at.full:
+        live = np.full(len(word0), at.width, dtype=np.int64)
+    else:
+        live = m.sum(axis=1) if m.shape[1] > 1 else m[:, 0].astype(np.int64)
     wpr = spm.words_per_row
     first = word0 // wpr
     last = (word0 + (live - 1) * stride) // wpr
