@@ -314,7 +314,10 @@ def _waves(ctx: _Kernel, dom: dict[str, np.ndarray], n: int) -> _Waves:
         active = np.minimum(ctx.lanes, kernel.vector_extent - dom[kernel.vector_var])
     else:
         active = np.ones(n, dtype=np.int64)
-    return _Waves(n=n, k=k, copy=k // waves, wave=k % waves, waves=waves,
+    chunks = -(-n // waves)  # copies that get iterations
+    # k // waves and k % waves, without dividing n numbers
+    return _Waves(n=n, k=k, copy=np.repeat(np.arange(chunks), waves)[:n],
+                  wave=np.tile(np.arange(waves, dtype=np.int64), chunks)[:n], waves=waves,
                   n_cycles=(waves - 1) * km.ii + km.schedule_length, active=active,
                   mask=np.arange(ctx.lanes)[None, :] < active[:, None],
                   live=int(active.sum()), full=bool(active.min() >= ctx.lanes))
@@ -325,9 +328,12 @@ def _count_busy_and_links(ctx: _Kernel, ct: Counters, w: _Waves) -> None:
     per_copy = np.bincount(w.copy, minlength=ctx.km.copies)
     for p in ctx.km.placements:
         ct.busy[p.pe] += per_copy[p.copy]
+    starts = np.arange(0, w.n, w.waves)
+    live = np.zeros(ctx.km.copies, dtype=np.int64)
+    live[:len(starts)] = np.add.reduceat(w.active, starts)
     for r in ctx.km.routes:
-        words = w.active if r.src in ctx.vec else np.ones(w.n, dtype=np.int64)
-        ct.link_word_hops += len(r.links) * int(words[w.copy == r.copy].sum())
+        words = live[r.copy] if r.src in ctx.vec else per_copy[r.copy]
+        ct.link_word_hops += len(r.links) * int(words)
 
 
 def _issue_node(ctx: _Kernel, ct: Counters, w: _Waves, dom, vals: dict[int, np.ndarray],
@@ -340,7 +346,7 @@ def _issue_node(ctx: _Kernel, ct: Counters, w: _Waves, dom, vals: dict[int, np.n
                                  ctx.dtype, node.value)
         return
     at = _addresses(ctx, w, dom, vals, node)
-    cyc = w.wave * ctx.km.ii + ctx.times[w.copy, node.id]
+    cyc = w.wave * ctx.km.ii + np.repeat(ctx.times[:, node.id], w.waves)[:w.n]
     sbase, wlo = spm_base(ctx.km, node.buffer, ti, tile)
     s0 = sbase - wlo + at.a0
     reach = (at.width - 1) * at.stride  # what the last lane adds to lane 0
