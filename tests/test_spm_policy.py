@@ -36,6 +36,10 @@ def test_xor_policy_cuts_conflicts_of_strided_streams_with_the_same_values():
     inter = dataflow.simulate("attention", arch=variant(), **kw)
     xor = dataflow.simulate("attention", arch=variant(**{"spm.address_mapping": "xor"}), **kw)
     assert inter.values_match_reference and xor.values_match_reference
-    np.testing.assert_array_equal(inter.output, xor.output)
-    assert xor.spm_conflict_cycles < inter.spm_conflict_cycles / 2
+    # the compiler may block the scores' lane sums differently per policy (another sum
+    # order, docs/conventions.md#sparse-line-model): equal up to fp32 tolerances
+    np.testing.assert_allclose(inter.output, xor.output, rtol=1e-5, atol=1e-5)
+    # (half as many before the scores' lane sums were blocked, which cut the interleaved
+    # policy's conflicts from 7528 to 5168 cycles at these sizes; xor's stay 2652)
+    assert xor.spm_conflict_cycles < inter.spm_conflict_cycles * 0.6
     assert xor.cycles < inter.cycles
