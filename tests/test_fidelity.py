@@ -116,3 +116,22 @@ def test_conflict_free_tiles_equal_the_closed_form(seed):
             assert tr.compute_cycles == expected
             total += tr.iterations
         assert total == num_iterations(km.kernel, lanes)
+
+
+def test_engines_identical_on_line_aware_schedules():
+    """A kernel whose copies the line-aware reservation table delayed, and an SDDMM whose lane
+    sums are blocked (docs/conventions.md#sparse-line-model): identical counters, values and
+    SimResult."""
+    from dataflow.plan.compile import choose_schedule
+    from tests.test_sparse_lines import DEFAULT, _sddmm, line_scheduled_elementwise
+
+    _, want, _, lined = line_scheduled_elementwise()
+    res = assert_engines_identical(lined)
+    assert np.array_equal(np.asarray(res.output).reshape(want.shape), want)
+    _roofline(res, DEFAULT)
+    prog, want = _sddmm(seed=1)
+    mapping, sched = choose_schedule(prog, DEFAULT)
+    assert sched is not None and sched.kernels[0].reduce_lanes
+    res = assert_engines_identical(mapping)
+    assert np.allclose(np.asarray(res.output), want, rtol=1e-4, atol=1e-4)
+    _roofline(res, DEFAULT)

@@ -55,3 +55,71 @@ def test_sddmm_is_vectorised_and_blocked_with_values_and_engines_equal():
     plain = simulate_mapping(map_program(prog, DEFAULT))
     # 8 MACs a vector instead of one a cycle (the whole run is DRAM-bound at this size)
     assert res.compute_cycles * 2 < plain.compute_cycles
+
+
+def _elementwise(m=64, n=128, seed=0):
+    """C = A * B elementwise, row-major: each copy's chunk starts a whole number of lines
+    along, so plain copies read A and B on one line pair in lock step."""
+    from dataflow.dfg.graph import Program
+    from dataflow.dfg.index.lower import index_kernel
+    from dataflow.dfg.index.tensors import dense
+
+    kern = index_kernel("C[i,j] = A[i,j] * B[i,j]",
+                        {"A": dense((m, n)), "B": dense((m, n)), "C": dense((m, n))}, name="ew")
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((m, n), dtype=np.float32)
+    b = rng.standard_normal((m, n), dtype=np.float32)
+    prog = Program(name="ew", kernels=(kern,), inputs=(("A", a.ravel()), ("B", b.ravel())),
+                   outputs=(("C", (m, n)),), dtype="float32", macs=m * n)
+    return prog, a * b
+
+
+def line_scheduled_elementwise():
+    """(program, want, plain mapping, line-aware mapping) of `_elementwise` with 4 copies."""
+    from dataflow.mapper.map import map_kernel
+    from dataflow.mapper.mapping import Mapping
+    from dataflow.plan.retime import line_copies
+
+    prog, want = _elementwise()
+    km = map_kernel(prog.kernels[0], DEFAULT, copies=4)
+    lined = line_copies(km, DEFAULT)
+    return (prog, want, Mapping(program=prog, arch=DEFAULT, kernels=(km,)),
+            Mapping(program=prog, arch=DEFAULT, kernels=(lined,)))
+
+
+def test_line_aware_delays_remove_the_conflicts_of_a_dense_kernel():
+    from dataflow.plan.line_schedule import LINE_NOTE, line_aware_delays, table_stalls
+
+    prog, want, plain, lined = line_scheduled_elementwise()
+    km, lk = plain.kernels[0], lined.kernels[0]
+    assert LINE_NOTE in lk.notes and any(line_aware_delays(km, DEFAULT))
+    before, after = simulate_mapping(plain), assert_engines_identical(lined)
+    # the table counts the first tile exactly as the engine does
+    first = [simulate_mapping(m).kernels[0].tiles[0].stall_cycles_spm_conflict
+             for m in (plain, lined)]
+    assert [table_stalls(km, DEFAULT), table_stalls(lk, DEFAULT)] == first
+    assert before.stall_cycles_spm_conflict > 0 and after.stall_cycles_spm_conflict == 0
+    for res in (before, after):
+        assert np.array_equal(np.asarray(res.output).reshape(want.shape), want)
+        assert res.cycles >= res.roofline_cycles
+
+
+def test_line_aware_delays_spread_spare_ports_for_gathers():
+    """CSR SpMM: the gathers' lines are data; the table leaves them fewer port-full
+    (cycle, line)s, and the first tile stalls less than with every copy undelayed."""
+    from dataflow.dfg.lower import lower_spmm_csr
+    from dataflow.mapper.map import map_kernel
+    from dataflow.plan.compile import KernelSchedule, apply_kernel_schedule
+    from dataflow.plan.line_schedule import LineTable
+    from dataflow.plan.retime import align_gathers, line_copies, sample_cycles
+
+    rng = np.random.default_rng(0)
+    a = sp.random(512, 512, density=0.02, format="csr", dtype=np.float32, random_state=rng)
+    b = rng.standard_normal((512, 64), dtype=np.float32)
+    prog = lower_spmm_csr((512, 512), a.indptr, a.indices, a.data, b)
+    body = apply_kernel_schedule(prog.kernels[0], KernelSchedule(fuse=True, vector_blocks=8))
+    km = align_gathers(map_kernel(body, DEFAULT, copies=3), DEFAULT)
+    lined = line_copies(km, DEFAULT)
+    full = [LineTable(k, DEFAULT).score([0] * k.copies, k.copies)[1] for k in (km, lined)]
+    assert full[1] < full[0]
+    assert sample_cycles(lined, DEFAULT, prog) < sample_cycles(km, DEFAULT, prog)

@@ -197,7 +197,7 @@ def _evaluate(program: Program, index: int, sched: KernelSchedule, arch: ArchSpe
     n = kernel_iterations(body, arch.pe_array.simd_lanes if body.vector_var else 1)
     first = index == 0 and skew is None  # its inputs are the program's: measure
     if not sched.plain:
-        per, km = post_passes(km, arch, program, skew if first or skew is not None else False)
+        per, km = post_passes(km, arch, program, skew if first or skew is not None else "lines")
     elif first:
         per = sample_cycles(km, arch, program)
     if first:
