@@ -123,3 +123,30 @@ def test_line_aware_delays_spread_spare_ports_for_gathers():
     full = [LineTable(k, DEFAULT).score([0] * k.copies, k.copies)[1] for k in (km, lined)]
     assert full[1] < full[0]
     assert sample_cycles(lined, DEFAULT, prog) < sample_cycles(km, DEFAULT, prog)
+
+
+def test_an_array_without_vsum_runs_the_scores_as_scalar_accumulations():
+    """The attention's score kernel (a `vsum` per vector) on an array with no lane-sum unit:
+    the vector loop made scalar, each lane a multiply-accumulate, values as numpy."""
+    from tests.archs import variant
+
+    no_vsum = variant(**{"pe_array.functional_units": [
+        {"name": "lsu", "ops": ["load", "store", "gather", "scatter", "acc", "accmax",
+                                "scatter_acc"], "latency_cycles": 1, "issue_interval_cycles": 1},
+        {"name": "alu", "ops": ["add", "sub", "max", "route", "const"], "latency_cycles": 1,
+         "issue_interval_cycles": 1},
+        {"name": "mul", "ops": ["mul", "mac", "macc"], "latency_cycles": 2,
+         "issue_interval_cycles": 1},
+        {"name": "sfu", "ops": ["exp", "div"], "latency_cycles": 4, "issue_interval_cycles": 1}]})
+    kern = sddmm_csr_vector_kernel(3, 16, 4, np.array([0, 2, 3, 5]), 8)
+    scalar = transform.devectorise_reduction(kern)
+    assert scalar.vector_var is None and all(n.op is not Op.VSUM for n in scalar.nodes)
+    cands = kernel_candidates(kern, no_vsum)
+    assert cands[0].devectorise and all(c.devectorise for c in cands)
+    import dataflow
+
+    res = dataflow.simulate("attention", arch=DEFAULT, pattern="window", seq=32, dim=16)
+    got = dataflow.simulate("attention", arch=no_vsum, pattern="window", seq=32, dim=16)
+    assert res.values_match_reference and got.values_match_reference
+    assert got.cycles >= got.roofline_cycles
+    np.testing.assert_allclose(got.output, res.output, rtol=1e-4, atol=1e-5)

@@ -23,7 +23,7 @@ import dataclasses
 
 import numpy as np
 
-from dataflow.dfg.graph import Addr, DFGError, Kernel, Loop, Node, Program
+from dataflow.dfg.graph import Addr, DFGError, Kernel, Loop, Node, Program, vector_nodes
 from dataflow.dfg.ops import Op
 
 
@@ -521,5 +521,30 @@ def block_lane_sums(kernel: Kernel, var: str, factor: int) -> Kernel:
             body.append(n)
     carried = tuple(e for e in k1.carried if e[0] not in dropped)
     out = _renumber(k1, body, carried)
+    out.verify()
+    return out
+
+
+def devectorise_reduction(kernel: Kernel) -> Kernel:
+    """The inverse of `vectorise_reduction`, for an array without a lane-sum unit: the vector
+    loop becomes a scalar loop and each `vsum` goes, its accumulation taking the lanes one
+    iteration each (docs/conventions.md#sparse-line-model). Needs every vector value to end in
+    a `vsum` (no vector store, no vector accumulation)."""
+    where = f"kernel {kernel.name!r}: devectorise_reduction"
+    vv = kernel.vector_var
+    if vv is None:
+        raise DFGError(f"{where}: the kernel has no vector loop")
+    vec = vector_nodes(kernel)
+    sums = {n.id: n.inputs[0] for n in kernel.nodes if n.op is Op.VSUM}
+    for n in kernel.nodes:
+        if n.op is Op.VSUM:
+            continue
+        if n.id in vec and (n.op.writes_spm or n.addr is not None and n.addr.span):
+            raise DFGError(f"{where}: node %{n.id} {n.op.value} writes or reads a vector row")
+        if n.id not in vec and any(i in vec for i in n.inputs):
+            raise DFGError(f"{where}: node %{n.id} takes a vector without a lane sum")
+    nodes = [dataclasses.replace(n, inputs=tuple(sums.get(i, i) for i in n.inputs))
+             for n in kernel.nodes if n.op is not Op.VSUM]
+    out = _renumber(dataclasses.replace(kernel, vector_var=None), nodes, kernel.carried)
     out.verify()
     return out

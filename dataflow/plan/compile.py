@@ -68,6 +68,9 @@ class KernelSchedule:
     # > 1: the loop outside the vector loop blocked by this factor, its lane sums merged
     # (`transform.block_lane_sums`, docs/conventions.md#sparse-line-model)
     sum_blocks: int = 1
+    # the vector loop made scalar, each lane sum gone (an array without a `vsum` unit:
+    # `transform.devectorise_reduction`)
+    devectorise: bool = False
 
     @property
     def plain(self) -> bool:
@@ -83,6 +86,8 @@ class KernelSchedule:
             parts.append(f"reduction vectorised over {self.reduce_lanes} lanes")
         if self.sum_blocks > 1:
             parts.append(f"lane sums blocked by {self.sum_blocks}")
+        if self.devectorise:
+            parts.insert(0, "lane sums as scalar accumulation (no vsum unit)")
         return ", ".join(parts)
 
 
@@ -100,6 +105,8 @@ class ProgramSchedule:
 
 
 def apply_kernel_schedule(kernel: Kernel, sched: KernelSchedule) -> Kernel:
+    if sched.devectorise:
+        kernel = transform.devectorise_reduction(kernel)
     if sched.reduce_lanes:
         kernel = _vectorise_innermost(kernel, sched.reduce_lanes)
     if sched.sum_blocks > 1:
@@ -161,10 +168,14 @@ def kernel_candidates(kernel: Kernel, arch: ArchSpec) -> list[KernelSchedule]:
     docstring): fusing needs a mul feeding an acc and a unit that runs macc; a vector split
     needs the vector loop's vectors to divide evenly and the body to fit the PEs; a lane-sum
     reduction may be vectorised and blocked (`_lane_sum_candidates`)."""
-    out = [KernelSchedule(), *_lane_sum_candidates(kernel, arch)]
+    base = KernelSchedule()
+    if any(n.op is Op.VSUM for n in kernel.nodes) and not supports(arch, "vsum"):
+        base = KernelSchedule(devectorise=True)
+        kernel = transform.devectorise_reduction(kernel)
+    out = [base, *_lane_sum_candidates(kernel, arch)]
     if not (_fusable(kernel) and supports(arch, "macc")):
         return out
-    out.append(KernelSchedule(fuse=True))
+    out.append(dataclasses.replace(base, fuse=True))
     lanes = arch.pe_array.simd_lanes
     vv = kernel.vector_var
     if vv is None or any(lp.parent == vv for lp in kernel.loops):
@@ -191,7 +202,7 @@ def _evaluate(program: Program, index: int, sched: KernelSchedule, arch: ArchSpe
     try:
         km = map_kernel(body, arch, **options)
     except MappingError:
-        if sched.plain:
+        if sched.plain or sched == KernelSchedule(devectorise=True):
             raise
         return None
     n = kernel_iterations(body, arch.pe_array.simd_lanes if body.vector_var else 1)
@@ -212,7 +223,7 @@ def _choose_kernel(program: Program, index: int, arch: ArchSpec,
     kernel = program.kernels[index]
     cands = kernel_candidates(kernel, arch)
     if len(cands) == 1:
-        return map_kernel(kernel, arch, **options), cands[0]
+        return map_kernel(apply_kernel_schedule(kernel, cands[0]), arch, **options), cands[0]
     def search():
         bodies = {c: apply_kernel_schedule(kernel, c) for c in cands}
         _, sched, km, evaluated = best_candidate(
