@@ -46,6 +46,7 @@ from dataflow.plan.retime import (
     choose_memoised,
     cycles_bound,
     kernel_iterations,
+    line_copies,
     post_passes,
     sample_cycles,
 )
@@ -209,8 +210,11 @@ def _evaluate(program: Program, index: int, sched: KernelSchedule, arch: ArchSpe
     first = index == 0 and skew is None  # its inputs are the program's: measure
     if not sched.plain:
         per, km = post_passes(km, arch, program, skew if first or skew is not None else "lines")
-    elif first:
-        per = sample_cycles(km, arch, program)
+    elif first:  # the plain kernel as mapped, or delayed by the line-aware table if faster
+        per, km = min(((sample_cycles(v, arch, program), v)
+                       for v in dict.fromkeys((km, line_copies(km, arch)))), key=lambda x: x[0])
+    elif skew != False:  # noqa: E712 (False: a recorded choice of no delay)
+        km = line_copies(km, arch)
     if first:
         return per * n, km
     return n * km.ii / km.copies, km
@@ -222,8 +226,9 @@ def _choose_kernel(program: Program, index: int, arch: ArchSpec,
     (branch and bound over the candidates, `retime.best_candidate`)."""
     kernel = program.kernels[index]
     cands = kernel_candidates(kernel, arch)
-    if len(cands) == 1:
-        return map_kernel(apply_kernel_schedule(kernel, cands[0]), arch, **options), cands[0]
+    if len(cands) == 1:  # no search: the line-aware table's delays, unmeasured
+        km = map_kernel(apply_kernel_schedule(kernel, cands[0]), arch, **options)
+        return line_copies(km, arch), cands[0]
     def search():
         bodies = {c: apply_kernel_schedule(kernel, c) for c in cands}
         _, sched, km, evaluated = best_candidate(

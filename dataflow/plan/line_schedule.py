@@ -10,7 +10,9 @@ it lands on in each cycle of the modulo schedule is known when the schedule is m
 the row reads and writes of the static accesses exactly as the engine does (reads of one row in
 one cycle are one access; `spm/lines.py:port_cycles`), for a sample of the first tile's waves.
 
-`line_aware_delays` then chooses, copy by copy, a delay of 0 .. lines - 1 whole IIs (a delay
+`line_aware_delays` then chooses, copy by copy, a delay of 0 .. lines - 1 whole IIs, or a
+multiple of words_per_row up to lines times that (a scalar stream moves one row in
+words_per_row waves), (a delay
 keeps every modulo reservation -- issue slots, units, links -- where the mapper put it, so the
 schedule stays legal) that minimises, lexicographically:
 
@@ -138,11 +140,14 @@ def line_aware_delays(km: KernelMapping, arch: ArchSpec) -> list[int] | None:
     table = LineTable(km, arch)
     if not table.sample:
         return None
-    span = arch.spm.lines  # a delay of `lines` rows repeats one of 0 .. lines - 1
+    # a delay of d waves moves a stream of one row a wave d lines, a scalar stream (a word a
+    # wave) d / words_per_row lines: both kinds of shift, each over all the lines
+    lines, wpr = arch.spm.lines, arch.spm.words_per_row
+    options = sorted(set(range(lines)) | {wpr * j for j in range(lines)})
     delays = [0] * km.copies
     for c in range(1, km.copies):
         best = None
-        for d in range(span):
+        for d in options:
             delays[c] = d
             key = (*table.score(delays, c + 1), d)
             if best is None or key < best:
