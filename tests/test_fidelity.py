@@ -199,3 +199,21 @@ def test_tile_memo_rejects_a_shift_that_moves_lines():
     assert blocked.recall(w, pattern(period)) is None
     w2 = type("W", (), {"n": 4, "active": np.array([1, 8, 8, 8])})()
     assert memo.recall(w2, pattern(0)) is None  # other live lanes
+
+def test_engines_identical_on_line_aware_schedules():
+    """A kernel whose copies the line-aware reservation table delayed, and an SDDMM whose lane
+    sums are blocked (docs/conventions.md#sparse-line-model): identical counters, values and
+    SimResult."""
+    from dataflow.plan.compile import choose_schedule
+    from tests.test_sparse_lines import DEFAULT, _sddmm, line_scheduled_elementwise
+
+    _, want, _, lined = line_scheduled_elementwise()
+    res = assert_engines_identical(lined)
+    assert np.array_equal(np.asarray(res.output).reshape(want.shape), want)
+    _roofline(res, DEFAULT)
+    prog, want = _sddmm(seed=1)
+    mapping, sched = choose_schedule(prog, DEFAULT)
+    assert sched is not None and sched.kernels[0].reduce_lanes
+    res = assert_engines_identical(mapping)
+    assert np.allclose(np.asarray(res.output), want, rtol=1e-4, atol=1e-4)
+    _roofline(res, DEFAULT)

@@ -29,6 +29,7 @@ from dataflow.mapper.legality import check_kernel_mapping
 from dataflow.mapper.mapping import KernelMapping, MappingError
 from dataflow.mapper.schedule import rec_mii, res_mii
 from dataflow.pe_array.fast import run_kernel_fast
+from dataflow.plan.line_schedule import LINE_NOTE, line_aware_delays
 
 
 def retime(km: KernelMapping, arch: ArchSpec, delay: dict[tuple[int, int], int],
@@ -93,19 +94,41 @@ def skew_copies(km: KernelMapping, arch: ArchSpec) -> KernelMapping:
     return retime(km, arch, delay, SKEW_NOTE)
 
 
+def line_copies(km: KernelMapping, arch: ArchSpec) -> KernelMapping:
+    """Copy c issues everything d_c IIs later, the delays chosen by the line-aware reservation
+    table of the static SPM accesses (`line_schedule.line_aware_delays`,
+    docs/conventions.md#sparse-line-model); `km` when every delay is 0."""
+    delays = line_aware_delays(km, arch)
+    if not delays or not any(delays):
+        return km
+    ii = km.ii
+    return retime(km, arch, {(c, n.id): d * ii for c, d in enumerate(delays)
+                             for n in km.kernel.nodes}, LINE_NOTE)
+
+
 def post_passes(km: KernelMapping, arch: ArchSpec, program: Program,
-                skew: bool | None = None) -> tuple[float | None, KernelMapping]:
+                skew: bool | str | None = None) -> tuple[float | None, KernelMapping]:
     """The line-aware passes on a non-plain schedule: gathers aligned, flushes staggered, and
-    the copies skewed when that measures faster on the first tile (`skew` None), or as a
-    recorded choice says (True / False: nothing measured, the cost None)."""
+    the copies skewed or delayed by the line-aware table (`line_copies`) when that measures
+    faster on the first tile (`skew` None), or as a recorded choice says (False, True or
+    "lines": nothing measured, the cost None)."""
     km = stagger_flushes(align_gathers(km, arch), arch)
     if skew is not None:
+        if skew == "lines":
+            return None, line_copies(km, arch)
         return None, skew_copies(km, arch) if skew else km
     variants = [km, skew_copies(km, arch)]
+    lined = line_copies(km, arch)
+    if lined is not km:
+        variants.append(lined)
     return min(((sample_cycles(v, arch, program), v) for v in variants), key=lambda x: x[0])
 
 
-def skewed(km: KernelMapping) -> bool:
+def skewed(km: KernelMapping) -> bool | str:
+    """Which copy-delay variant `km` is (for a recorded choice): "lines", True (skewed) or
+    False."""
+    if LINE_NOTE in km.notes:
+        return "lines"
     return SKEW_NOTE in km.notes
 
 
