@@ -234,11 +234,19 @@ def compile_gemm(program: Program, arch: ArchSpec, **options) -> tuple[Mapping, 
     candidates = gemm_candidates(program, arch)
 
     def search():
-        # equal bounds keep the order of `_estimate`
+        # equal bounds keep the order of `_estimate`. Blocks sharing PEs have the better
+        # bounds but the harder schedules (registers, lines), so they are a search of their
+        # own: the bounds of one family never stop the other's being measured
         order = sorted(candidates, key=lambda s: _estimate(s, arch))
-        _, sched, km, evaluated = best_candidate(
-            order, lambda s: cycles_bound(program_of(s).kernels[0], arch, s.copies or None),
-            lambda s: _evaluate(program_of(s), s, arch, options))
+        found, evaluated = [], 0
+        for family in ([s for s in order if not s.copies], [s for s in order if s.copies]):
+            got = best_candidate(
+                family, lambda s: cycles_bound(program_of(s).kernels[0], arch, s.copies or None),
+                lambda s: _evaluate(program_of(s), s, arch, options)) if family else None
+            if got is not None:
+                found.append(got[:3])
+                evaluated += got[3]
+        _, sched, km = min(found, key=lambda f: f[0])
         return sched, km, evaluated
 
     sched, km, evaluated = choose_memoised(

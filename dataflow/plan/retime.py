@@ -98,6 +98,8 @@ def skew_copies(km: KernelMapping, arch: ArchSpec) -> KernelMapping:
     return retime(km, arch, delay, SKEW_NOTE)
 
 
+#: copy orders `stagger_reads` tries beyond forward and backward
+STAGGER_ORDERS = 64
 STAGGER_READS_NOTE = "row reads of one issue slot staggered by one II each (line-aware)"
 
 
@@ -137,8 +139,6 @@ def stagger_reads(km: KernelMapping, arch: ArchSpec) -> KernelMapping:
         lines = line_of_row((sbase + addr - wlo) // spm.words_per_row, spm)
         reads.setdefault(p.copy, []).append((p.node, p.time % km.ii, [int(x) for x in lines]))
     ports = spm.read_ports_per_line
-    taken: dict[tuple[int, int], int] = {}  # (slot, line) -> reads placed
-    delay = {}
 
     def place(group, base, counts):
         """Each read of one copy at `base` IIs plus the fewest extra IIs (fewer than the
@@ -153,10 +153,33 @@ def stagger_reads(km: KernelMapping, arch: ArchSpec) -> KernelMapping:
             got.append((nid, base + e))
         return over, got
 
-    for c, group in sorted(reads.items()):
-        best = min((place(group, base, dict(taken))[0], base) for base in range(spm.lines))
-        _, got = place(group, best[1], taken)
-        delay.update({(c, nid): d * km.ii for nid, d in got})
+    def arrange(order, prefer):
+        """Copies in `order`, each at the base that overflows fewest ports (of equals, the
+        first in `prefer`): (overflow, delays)."""
+        taken: dict[tuple[int, int], int] = {}  # (slot, line) -> reads placed
+        total, delay = 0, {}
+        for c in order:
+            best = min((place(reads[c], base, dict(taken))[0], rank, base)
+                       for rank, base in enumerate(prefer))
+            over, got = place(reads[c], best[2], taken)
+            total += over
+            delay.update({(c, nid): d * km.ii for nid, d in got})
+        return total, delay
+
+    # a greedy packing can strand the last copies between full lines: the copies in order,
+    # the fewest IIs first, then (seeded, so a schedule is reproducible) shuffled orders and
+    # preferences, the arrangement that overflows least
+    rng = np.random.default_rng(0)
+    copies = sorted(reads)
+    best = arrange(copies, range(spm.lines))
+    for _ in range(STAGGER_ORDERS):
+        if best[0] == 0:
+            break
+        got = arrange([copies[i] for i in rng.permutation(len(copies))],
+                      [int(b) for b in rng.permutation(spm.lines)])
+        if got[0] < best[0]:
+            best = got
+    delay = best[1]
     return retime(km, arch, delay, STAGGER_READS_NOTE)
 
 
