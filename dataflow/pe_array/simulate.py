@@ -211,7 +211,7 @@ def simulate_mapping(mapping: Mapping, engine: str = "fast", trace: bool = False
     for a in arrays:
         outputs.update(dict(a.outputs))
     (out_name, shape), *_ = prog.outputs
-    output = outputs[out_name].reshape(shape)
+    output = prog.logical_output(out_name, outputs[out_name]).reshape(shape)
     kernels = tuple(
         KernelResult(kernel=a.kernel, start_cycle=s, end_cycle=e,
                      compute_cycles=sum(t.compute_cycles for t in a.tiles),
