@@ -124,13 +124,29 @@ class Buffer:
     buffer no input provides starts filled with `init` (-inf for the target of a
     max-accumulate). `fetch` is how a resident input crosses the DRAM interface: "whole" (all
     `size` words) or "gather" (an indirect DMA of only the SPM rows its gathers touch, PIT's
-    SRead from memory; see `dataflow.pe_array.common.gather_fetch_words`)."""
+    SRead from memory; see `dataflow.pe_array.common.gather_fetch_words`). `pitch` is
+    (cols, row pitch) of an output stored with padded rows (`transform.pitch_output_rows`):
+    the pad words stay on chip, the DMA moves cols of every pitch words."""
 
     name: str
     size: int
     role: BufferRole = BufferRole.INPUT
     init: float = 0.0
     fetch: BufferFetch = BufferFetch.WHOLE
+    pitch: tuple[int, int] | None = None
+
+    def dma_words(self, lo: int, hi: int) -> int:
+        """Words the DMA moves for the buffer's words lo .. hi - 1: all of them, or a pitched
+        buffer's logical ones (those at a column below cols of their row)."""
+        if hi <= lo:
+            return 0
+        if self.pitch is None:
+            return hi - lo
+        cols, pitch = self.pitch
+
+        def before(x: int) -> int:  # logical words below address x
+            return (x // pitch) * cols + min(x % pitch, cols)
+        return before(hi) - before(lo)
 
 
 @dataclass(frozen=True, eq=False)

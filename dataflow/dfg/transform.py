@@ -310,8 +310,8 @@ def pitch_output_rows(program: Program, buffer: str, rows: int, cols: int, pad: 
     size = rows * (cols + pad)
     kernels = tuple(dataclasses.replace(
         k, nodes=tuple(rewrite(k, n) if n.buffer == buffer else n for n in k.nodes),
-        buffers=tuple(dataclasses.replace(b, size=size) if b.name == buffer else b
-                      for b in k.buffers)) for k in program.kernels)
+        buffers=tuple(dataclasses.replace(b, size=size, pitch=(cols, cols + pad))
+                      if b.name == buffer else b for b in k.buffers)) for k in program.kernels)
     return dataclasses.replace(program, kernels=kernels,
                                output_pitch=(*program.output_pitch, (buffer, cols, cols + pad)))
 

@@ -91,10 +91,10 @@ def dma_words(km: KernelMapping, b, index: int) -> int:
     tile; a resident input before the first tile and a resident output after the last."""
     if km.allocation_map[b.name].streamed:
         lo, hi = km.tiles[index].window_map[b.name]
-        return max(0, hi - lo)
+        return b.dma_words(lo, hi)
     first, last = index == 0, index == len(km.tiles) - 1
     once = (first and b.role == BufferRole.INPUT) or (last and b.role == BufferRole.OUTPUT)
-    return b.size if once else 0
+    return b.dma_words(0, b.size) if once else 0
 
 
 def tile_result(kernel, index, iterations, compute_cycles, stall, km: KernelMapping, arch,
