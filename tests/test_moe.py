@@ -113,6 +113,21 @@ def test_grouped_is_one_kernel_for_all_experts_and_the_fastest(runs):
             assert res.cycles < runs[skew, other][1].cycles
 
 
+def test_grouped_rows_are_padded_per_expert_and_map_back():
+    from dataflow.moe.grouped import padded_rows
+
+    x, wg, bias, _ = make_moe_operands(4, 32, 8, 8, 2.0, seed=3)
+    routing = route(gate_logits(x, wg, bias), 2)
+    panels, token, where = padded_rows(routing, 4)
+    assert np.array_equal(np.diff(panels), -(-routing.tokens_per_expert // 4))
+    assert len(token) == panels[-1] * 4
+    assert np.array_equal(token[where], routing.token_of_row)  # every row keeps its token
+    assert len(set(where.tolist())) == len(where)
+    for e in range(4):  # each expert's rows inside its own panels
+        lo, hi = routing.offsets[e], routing.offsets[e + 1]
+        assert np.all((where[lo:hi] >= panels[e] * 4) & (where[lo:hi] < panels[e + 1] * 4))
+
+
 def test_grouped_engines_agree_and_an_empty_expert_is_skipped(default_arch):
     from dataflow.moe.gating import route
     from dataflow.moe.grouped import grouped_program
