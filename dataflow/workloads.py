@@ -170,8 +170,9 @@ WORKLOAD_TABLE: tuple[WorkloadInfo, ...] = (
         Param("hidden", int, 64, "output width of each expert / the FFN's hidden width"),
         Param("skew", float, 0.0, "gate bias -skew * e: > 0 sends more tokens to low experts "
               "(moe)"),
-        Param("placement", str, "parallel", "experts side by side in array regions, or one "
-              "after another (moe)", choices=("parallel", "sequential")))),
+        Param("placement", str, "grouped", "experts as one grouped kernel, side by side in "
+              "array regions, or one after another (moe)",
+              choices=("grouped", "parallel", "sequential")))),
     WorkloadInfo("butterfly", "dataflow.butterfly.workloads",
                  "butterfly matrix (log2 n stages of 2x2 factors) times a batch of vectors", (
         _N, _BATCH, _ORCH,

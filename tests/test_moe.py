@@ -33,16 +33,16 @@ def test_route_top_k_and_dispatch_order():
 
 @pytest.fixture(scope="module")
 def runs(default_arch):
-    """Balanced-ish (skew 0) and skewed routing, both placements; 4 experts, top-2."""
+    """Balanced-ish (skew 0) and skewed routing, every placement; 4 experts, top-2."""
     out = {}
     for skew in (0.0, 4.0):
         ops = make_moe_operands(4, 64, 16, 16, skew, seed=1)
-        for placement in ("parallel", "sequential"):
+        for placement in ("grouped", "parallel", "sequential"):
             out[skew, placement] = (ops, *simulate_moe(*ops, 2, default_arch, placement=placement))
     return out
 
 
-@pytest.mark.parametrize("placement", ("parallel", "sequential"))
+@pytest.mark.parametrize("placement", ("grouped", "parallel", "sequential"))
 @pytest.mark.parametrize("skew", (0.0, 4.0))
 def test_values_equal_numpy(runs, skew, placement):
     ops, res, _ = runs[skew, placement]
@@ -101,6 +101,47 @@ def test_sequential_total_is_the_sum_of_kernels(runs):
     assert [k.kernel for k in ks][:2] == ["gate", "dispatch"] and ks[-1].kernel == "combine"
 
 
+def test_grouped_is_one_kernel_for_all_experts_and_the_fastest(runs):
+    for skew in (0.0, 4.0):
+        _, res, _ = runs[skew, "grouped"]
+        assert [k.kernel for k in res.kernels] == ["gate", "experts", "combine"]
+        assert all(a.end_cycle == b.start_cycle for a, b in itertools.pairwise(res.kernels))
+        assert res.cycles >= res.roofline_cycles
+        # the same floors as the other placements (the layer's), fewer cycles than either
+        for other in ("parallel", "sequential"):
+            assert res.roofline_cycles == runs[skew, other][1].roofline_cycles
+            assert res.cycles < runs[skew, other][1].cycles
+
+
+def test_grouped_rows_are_padded_per_expert_and_map_back():
+    from dataflow.moe.grouped import padded_rows
+
+    x, wg, bias, _ = make_moe_operands(4, 32, 8, 8, 2.0, seed=3)
+    routing = route(gate_logits(x, wg, bias), 2)
+    panels, token, where = padded_rows(routing, 4)
+    assert np.array_equal(np.diff(panels), -(-routing.tokens_per_expert // 4))
+    assert len(token) == panels[-1] * 4
+    assert np.array_equal(token[where], routing.token_of_row)  # every row keeps its token
+    assert len(set(where.tolist())) == len(where)
+    for e in range(4):  # each expert's rows inside its own panels
+        lo, hi = routing.offsets[e], routing.offsets[e + 1]
+        assert np.all((where[lo:hi] >= panels[e] * 4) & (where[lo:hi] < panels[e + 1] * 4))
+
+
+def test_grouped_engines_agree_and_an_empty_expert_is_skipped(default_arch):
+    from dataflow.moe.gating import route
+    from dataflow.moe.grouped import grouped_program
+    from dataflow.plan.compile import compile_program
+    from tests.engine_checks import assert_engines_identical
+
+    x, wg, bias, w = make_moe_operands(4, 8, 8, 8, 8.0, seed=2)
+    routing = route(gate_logits(x, wg, bias), 1)
+    assert 0 in routing.tokens_per_expert  # the skew leaves an expert without tokens
+    res = assert_engines_identical(compile_program(grouped_program(x, wg, w, routing),
+                                                   default_arch))
+    assert_close(res.output, moe_reference(x, wg, bias, w, 1), dtype=np.float32)
+
+
 @pytest.mark.parametrize("params, message", [
     ({"experts": 4, "top_k": 5}, r"--top-k \(5\) cannot exceed --experts \(4\)"),
     ({"experts": 3, "placement": "parallel"}, "split the 8x8 PE array"),
@@ -146,6 +187,6 @@ def test_cli_moe(capsys):
                "--dim", "8", "--hidden", "8", "--json"])
     out = json.loads(capsys.readouterr().out)
     assert rc == 0 and out["values_match_reference"]
-    assert [k["kernel"] for k in out["kernels"]][:2] == ["gate", "dispatch"]
+    assert [k["kernel"] for k in out["kernels"]] == ["gate", "experts", "combine"]
     assert main(["simulate", "--workload", "moe", "--experts", "2", "--top-k", "3"]) == 2
     assert "--top-k (3) cannot exceed --experts (2)" in capsys.readouterr().err

@@ -1,7 +1,11 @@
 """`simulate_moe`: a mixture-of-experts layer on the array, and the `moe` workload.
 
-Two placements of the experts:
-- `parallel` (default): the array is cut into one region per expert (PE rows/columns and SPM
+Three placements of the experts:
+- `grouped` (default; `dataflow.moe.grouped`): one program on the whole array, gate -> one
+  kernel for all experts (the tokens gathered by row, each expert's rows a sparse loop over the
+  dispatch order, its weights streamed tile by tile) -> combine: no dispatch kernel, one
+  reconfiguration and one DMA prologue for all experts instead of one per expert.
+- `parallel`: the array is cut into one region per expert (PE rows/columns and SPM
   lines split evenly; each region gets 1/E of the DRAM bandwidth, a fair share of the one
   interface -- contention beyond that share is not modelled). Gate and dispatch run on the
   whole array, then every expert runs at once in its region, and combine starts when the
@@ -10,9 +14,9 @@ Two placements of the experts:
 - `sequential`: one program on the whole array, the experts one after another; the imbalance
   shows as one long kernel, the total is their sum.
 
-Either way `SimResult.kernels` holds one `KernelResult` per kernel (gate, dispatch, expert{e},
-combine) with start and end cycles on the layer's timeline; `dataflow.moe.timeline.draw_timeline`
-draws them.
+`SimResult.kernels` holds one `KernelResult` per kernel (gate, dispatch, expert{e}, combine;
+grouped: gate, experts, combine) with start and end cycles on the layer's timeline;
+`dataflow.moe.timeline.draw_timeline` draws them.
 """
 
 from __future__ import annotations
@@ -31,13 +35,14 @@ from dataflow.moe.gating import (
     moe_reference,
     route,
 )
+from dataflow.moe.grouped import grouped_program
 from dataflow.moe.lower import combine_program, expert_program, front_program, sequential_program
 from dataflow.pe_array.roofline import program_roofline
 from dataflow.pe_array.simulate import assemble_result, simulate_mapping
 from dataflow.plan.compile import compile_program
 from dataflow.workloads import Param, Workload, finish, register
 
-PLACEMENTS = ("parallel", "sequential")
+PLACEMENTS = ("grouped", "parallel", "sequential")
 
 
 def region_grid(arch, parts: int) -> tuple[int, int]:
@@ -131,7 +136,7 @@ def _compose_parallel(arch, parts_total: int, front, experts, combine, output, s
 
 
 def simulate_moe(x, wg, bias, w, top_k: int, arch=None, *, engine: str = "fast",
-                 placement: str = "parallel"):
+                 placement: str = "grouped"):
     """Simulate the layer Y = combine(gate, experts(dispatch(X))); returns (SimResult, Routing).
 
     `x` tokens x dim, `wg` dim x experts, `bias` (experts,), `w` experts x dim x hidden. Values
@@ -150,8 +155,12 @@ def simulate_moe(x, wg, bias, w, top_k: int, arch=None, *, engine: str = "fast",
     spec = resolve_arch(arch)
     routing = route(gate_logits(x, wg, bias), top_k)
     reference = moe_reference(x, wg, bias, w, top_k)
-    if placement == "sequential":
-        res, mapping = _run(sequential_program(x, wg, w, routing), spec, engine, "moe")
+    if placement in ("sequential", "grouped"):
+        make = sequential_program if placement == "sequential" else grouped_program
+        res, mapping = _run(make(x, wg, w, routing), spec, engine, "moe")
+        if placement == "grouped":  # the layer's floors, as for the other placements
+            res = dataclasses.replace(res, roofline=program_roofline(
+                sequential_program(x, wg, w, routing), spec, []))
         res = finish(res, reference, t0, mapping)
     else:
         region = region_arch(spec, experts)
@@ -183,7 +192,7 @@ def simulate_moe(x, wg, bias, w, top_k: int, arch=None, *, engine: str = "fast",
 
 
 def _run_moe(spec, *, engine="fast", seed=0, trace=False, experts=8, top_k=2, tokens=64, dim=64,
-             hidden=64, skew=0.0, placement="parallel"):
+             hidden=64, skew=0.0, placement="grouped"):
     check_moe_params(experts, top_k, tokens, dim, hidden)
     x, wg, bias, w = make_moe_operands(experts, tokens, dim, hidden, skew, seed)
     res, _ = simulate_moe(x, wg, bias, w, top_k, spec, engine=engine, placement=placement)
@@ -199,6 +208,6 @@ def register_workloads() -> None:
         Param("hidden", int, 64, "output width of each expert / the FFN's hidden width"),
         Param("skew", float, 0.0,
               "gate bias -skew * e: > 0 sends more tokens to low experts (moe)"),
-        Param("placement", str, "parallel", "experts side by side in array regions, or one "
-              "after another (moe)", choices=PLACEMENTS),
+        Param("placement", str, "grouped", "experts as one grouped kernel, side by side in "
+              "array regions, or one after another (moe)", choices=PLACEMENTS),
     ), "mixture of experts: top-k gating, dispatch, per-expert GEMMs, combine"))

@@ -12,7 +12,8 @@ would call the mapper.
   loaded once for every block. These need no layout change, so they apply to any format the
   frontend lowers.
 - Each non-plain candidate then gets the line-aware post-passes (`dataflow.plan.retime`).
-- The first kernel of a program is scored by the fast engine on its first tile; later kernels
+- A kernel whose inputs are all the program's (the first kernel, and any later one that reads
+  no earlier kernel's output) is scored by the fast engine on its first tile; the others
   (whose inputs an earlier kernel makes) by the mapper's steady state, iterations x II / copies.
   The plain kernel is always a candidate, so the choice never loses to it on what is measured.
 
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 
 from dataflow.arch.spec import ArchSpec, PEKind
 from dataflow.dfg import transform
-from dataflow.dfg.graph import DFGError, Kernel, Program
+from dataflow.dfg.graph import BufferRole, DFGError, Kernel, Program
 from dataflow.dfg.lower import gemm_kernel
 from dataflow.dfg.ops import Op
 from dataflow.mapper import map_program
@@ -37,6 +38,7 @@ from dataflow.mapper.mapping import KernelMapping, Mapping, MappingError
 from dataflow.plan.gemm_schedule import (
     GemmSchedule,
     apply_gemm_schedule,
+    best_copies,
     compile_gemm,
     supports,
 )
@@ -72,6 +74,7 @@ class KernelSchedule:
     # the vector loop made scalar, each lane sum gone (an array without a `vsum` unit:
     # `transform.devectorise_reduction`)
     devectorise: bool = False
+    copies: int = 0  # body copies asked of the mapper (`gemm_schedule.best_copies`); 0: its own
 
     @property
     def plain(self) -> bool:
@@ -89,6 +92,8 @@ class KernelSchedule:
             parts.append(f"lane sums blocked by {self.sum_blocks}")
         if self.devectorise:
             parts.insert(0, "lane sums as scalar accumulation (no vsum unit)")
+        if self.copies:
+            parts.append(f"{self.copies} copies sharing the PEs")
         return ", ".join(parts)
 
 
@@ -184,12 +189,19 @@ def kernel_candidates(kernel: Kernel, arch: ArchSpec) -> list[KernelSchedule]:
     extent = kernel.vector_extent
     vectors = extent // lanes if extent % lanes == 0 else 0
     fused = transform.fuse_multiply_accumulate(kernel)
-    for s in VECTOR_BLOCKS:
-        if not vectors or vectors % s:
+    pes = arch.pe_array.num_pes
+    for s in (1, *VECTOR_BLOCKS):
+        if s > 1 and (not vectors or vectors % s):
             continue
-        body = transform.unroll_and_jam(fused, vv, s, inner=False)
-        if len(body.nodes) <= arch.pe_array.num_pes:
+        body = transform.unroll_and_jam(fused, vv, s, inner=False) if s > 1 else fused
+        if s > 1 and len(body.nodes) <= pes:
             out.append(KernelSchedule(fuse=True, vector_blocks=s))
+        # more copies than the PEs hold at II 1, sharing them at a longer II (as a GEMM block)
+        maccs = sum(1 for n in body.nodes if n.op is Op.MACC)
+        reads = sum(1 for n in body.nodes if n.op.reads_spm and not n.op.accumulates)
+        copies, ii = best_copies(len(body.nodes), maccs, reads, arch)
+        if ii > 1 and copies > pes // len(body.nodes) and copies * len(body.nodes) > pes:
+            out.append(KernelSchedule(fuse=True, vector_blocks=s, copies=copies))
     return out
 
 
@@ -200,6 +212,8 @@ def _evaluate(program: Program, index: int, sched: KernelSchedule, arch: ArchSpe
     None when it does not map. `skew` as `retime.post_passes` (a recorded choice: nothing is
     measured)."""
     body = apply_kernel_schedule(program.kernels[index], sched)
+    if sched.copies:
+        options = {**options, "copies": sched.copies}
     try:
         km = map_kernel(body, arch, **options)
     except MappingError:
@@ -207,7 +221,9 @@ def _evaluate(program: Program, index: int, sched: KernelSchedule, arch: ArchSpe
             raise
         return None
     n = kernel_iterations(body, arch.pe_array.simd_lanes if body.vector_var else 1)
-    first = index == 0 and skew is None  # its inputs are the program's: measure
+    # its inputs are the program's: measure
+    first = skew is None and (index == 0 or all(
+        b.name in program.input_map for b in body.buffers if b.role == BufferRole.INPUT))
     if not sched.plain:
         per, km = post_passes(km, arch, program, skew if first or skew is not None else "lines")
     elif first:  # the plain kernel as mapped, or delayed by the line-aware table if faster
@@ -231,9 +247,16 @@ def _choose_kernel(program: Program, index: int, arch: ArchSpec,
         return line_copies(km, arch), cands[0]
     def search():
         bodies = {c: apply_kernel_schedule(kernel, c) for c in cands}
-        _, sched, km, evaluated = best_candidate(
-            cands, lambda c: cycles_bound(bodies[c], arch),
-            lambda c: _evaluate(program, index, c, arch, options))
+        # the shared-PE schedules a search of their own, as `compile_gemm`'s
+        found, evaluated = [], 0
+        for family in ([c for c in cands if not c.copies], [c for c in cands if c.copies]):
+            got = best_candidate(
+                family, lambda c: cycles_bound(bodies[c], arch, c.copies or None),
+                lambda c: _evaluate(program, index, c, arch, options)) if family else None
+            if got is not None:
+                found.append(got[:3])
+                evaluated += got[3]
+        _, sched, km = min(found, key=lambda f: f[0])
         return sched, km, evaluated
 
     sched, km, evaluated = choose_memoised(

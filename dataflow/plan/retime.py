@@ -158,7 +158,7 @@ def stagger_reads(km: KernelMapping, arch: ArchSpec) -> KernelMapping:
         copy's reads: the operands of one body wait at most that long) onto a free line."""
         over, got = 0, []
         for nid, slot, lines in group:
-            e = min(range(len(group)), key=lambda e: (
+            e = min(range(min(len(group), spm.lines)), key=lambda e: (
                 counts.get((slot, lines[base + e]), 0) >= ports, e))
             key = (slot, lines[base + e])
             over += counts.get(key, 0) >= ports

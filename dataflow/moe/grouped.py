@@ -1,0 +1,106 @@
+"""The `grouped` placement of a mixture-of-experts layer: every expert in one kernel.
+
+`parallel` and `sequential` run one small kernel per expert, each paying a reconfiguration, a
+DMA latency and its weights' transfer before it computes, and a dispatch kernel that copies
+the tokens into expert order through DRAM. Here the experts are one grouped GEMM over the
+dispatched rows:
+
+    for e in experts, q in the panels of e (sparse), j in hidden (vector), kk in dim:
+        w = W[e, kk, j]
+        Yd[4q + u, j] += X[token_of_row[4q + u], kk] * w        u = 0 .. 3
+
+Each expert's rows are padded to whole panels of `BLOCK_ROWS` (pad rows compute token 0 and
+no choice reads them), so one weight row load feeds four rows' products, as a register block
+(docs/conventions.md#register-blocking). X is gathered by token (the dispatch is folded into
+the expert kernel: no Xd round trip through DRAM); W is affine in e, so the tiles over e
+stream one expert's weights while the previous one computes. The compiler's generic search
+(`plan.compile`: macc, the vector loop unrolled-and-jammed, copies sharing PEs) applies to all
+experts at once. The program is gate -> experts ->
+combine; the layer's values and floors are those of the other placements
+(docs/conventions.md#register-blocking, section "MoE").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from dataflow.dfg.graph import Addr, Buffer, Kernel, Loop, Node, Program
+from dataflow.dfg.lower import run_passes
+from dataflow.dfg.ops import Op
+from dataflow.moe.gating import Routing
+from dataflow.moe.lower import combine_kernel, gate_kernel
+
+#: dispatched rows per body (each expert's rows padded to a multiple): one weight row load
+#: then feeds this many rows' products
+BLOCK_ROWS = 4
+
+
+def grouped_expert_kernel(panels: np.ndarray, tokens: int, dim: int, hidden: int,
+                          block: int = BLOCK_ROWS) -> Kernel:
+    """Yd[r, :] = X[token_of_row[r], :] @ W[e] for the rows r of each expert e, `block` rows
+    per body: panel q holds rows q * block .. q * block + block - 1, and expert e the panels
+    panels[e] <= q < panels[e + 1] (a sparse loop, as a CSR row's nonzeros)."""
+    experts, rows = len(panels) - 1, int(panels[-1]) * block
+    nodes = [Node(0, Op.LOAD, buffer="W",
+                  addr=Addr((("e", dim * hidden), ("kk", hidden), ("j", 1))), name="w")]
+    carried = []
+    for u in range(block):
+        tok, x, mul, acc = (len(nodes) + i for i in range(4))
+        nodes += [
+            Node(tok, Op.LOAD, buffer="token_of_row", addr=Addr((("q", block),), const=u),
+                 name=f"tok{u}"),
+            Node(x, Op.GATHER, (tok,), buffer="X", addr=Addr((("kk", 1),), index_stride=dim),
+                 name=f"x{u}"),
+            Node(mul, Op.MUL, (x, 0), name=f"x{u}*w"),
+            Node(acc, Op.ACC, (mul,), buffer="Yd",
+                 addr=Addr((("q", block * hidden), ("j", 1)), const=u * hidden), name=f"y{u}+="),
+        ]
+        carried.append((acc, acc, 1))
+    return Kernel(name="experts",
+                  loops=(Loop("e", experts), Loop("q", pos="expert_panels", parent="e"),
+                         Loop("j", hidden), Loop("kk", dim)),
+                  nodes=tuple(nodes),
+                  buffers=(Buffer("token_of_row", rows), Buffer("X", tokens * dim),
+                           Buffer("W", experts * dim * hidden),
+                           Buffer("Yd", rows * hidden, "output")),
+                  vector_var="j", carried=tuple(carried),
+                  domain_arrays=(("expert_panels", np.asarray(panels, dtype=np.int64)),))
+
+
+def padded_rows(routing: Routing, block: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(panels per expert as offsets, token of each padded row, padded row of each dispatched
+    row): each expert's rows padded to a multiple of `block` with copies of token 0, whose
+    results no choice reads."""
+    n = routing.tokens_per_expert
+    panels = np.concatenate(([0], np.cumsum(-(-n // block)))).astype(np.int64)
+    token = np.zeros(int(panels[-1]) * block, dtype=np.int64)
+    where = np.zeros(len(routing.token_of_row), dtype=np.int64)
+    for e in range(len(n)):
+        lo, hi = routing.offsets[e], routing.offsets[e + 1]
+        dest = panels[e] * block + np.arange(hi - lo)
+        token[dest] = routing.token_of_row[lo:hi]
+        where[lo:hi] = dest
+    return panels, token, where
+
+
+def grouped_program(x, wg, w, routing: Routing, block: int = BLOCK_ROWS) -> Program:
+    """gate -> experts (one grouped kernel) -> combine, on the whole array."""
+    (t, d), (e, _, h) = x.shape, w.shape
+    k = routing.expert.shape[1]
+    panels, token, where = padded_rows(routing, block)
+    combine = combine_kernel(t, k, h)
+    combine = dataclasses.replace(combine, buffers=tuple(
+        dataclasses.replace(b, size=len(token) * h) if b.name == "Yd" else b
+        for b in combine.buffers))
+
+    def f32(v):
+        return np.ascontiguousarray(v, dtype=np.float32).ravel()
+
+    return run_passes(Program(
+        name=f"moe_grouped_{t}x{d}x{h}_e{e}_k{k}",
+        kernels=(gate_kernel(t, d, e), grouped_expert_kernel(panels, t, d, h, block), combine),
+        inputs=(("X", f32(x)), ("Wg", f32(wg)), ("token_of_row", token), ("W", f32(w)),
+                ("row_of", where[routing.row_of.ravel()]), ("gate", f32(routing.gate))),
+        outputs=(("Y", (t, h)),), macs=t * d * e + len(routing.token_of_row) * d * h + t * k * h))
