@@ -72,6 +72,10 @@ class KernelSchedule:
     # the vector loop made scalar, each lane sum gone (an array without a `vsum` unit:
     # `transform.devectorise_reduction`)
     devectorise: bool = False
+    # > 0 (the lanes): the vector blocks are neighbouring vectors, one SPM row apart, not
+    # blocks extent / vector_blocks apart, whose rows can share a line
+    # (docs/conventions.md#sparse-line-model)
+    vector_inner: int = 0
 
     @property
     def plain(self) -> bool:
@@ -114,10 +118,21 @@ def apply_kernel_schedule(kernel: Kernel, sched: KernelSchedule) -> Kernel:
         kernel = transform.block_lane_sums(kernel, kernel.loops[-2].var, sched.sum_blocks)
     if sched.fuse:
         kernel = transform.fuse_multiply_accumulate(kernel)
-    if sched.vector_blocks > 1:
+    if sched.vector_blocks > 1 and sched.vector_inner:
+        kernel = _neighbouring_vector_blocks(kernel, sched.vector_blocks, sched.vector_inner)
+    elif sched.vector_blocks > 1:
         kernel = transform.unroll_and_jam(kernel, kernel.vector_var, sched.vector_blocks,
                                           inner=False)
     return kernel
+
+
+def _neighbouring_vector_blocks(kernel: Kernel, blocks: int, lanes: int) -> Kernel:
+    """The vector loop split into vectors of `lanes` (`split`) and the loop over vectors
+    unrolled-and-jammed by `blocks` (inner): one iteration covers `blocks` consecutive vectors,
+    consecutive SPM rows on consecutive lines."""
+    split = transform.split(kernel, kernel.vector_var, lanes)
+    pos = next(i for i, lp in enumerate(split.loops) if lp.var == split.vector_var)
+    return transform.unroll_and_jam(split, split.loops[pos - 1].var, blocks, inner=True)
 
 
 def _fusable(kernel: Kernel) -> bool:
@@ -189,7 +204,9 @@ def kernel_candidates(kernel: Kernel, arch: ArchSpec) -> list[KernelSchedule]:
             continue
         body = transform.unroll_and_jam(fused, vv, s, inner=False)
         if len(body.nodes) <= arch.pe_array.num_pes:
-            out.append(KernelSchedule(fuse=True, vector_blocks=s))
+            # blocks more than a row apart land on lines that repeat: neighbouring blocks
+            out.append(KernelSchedule(fuse=True, vector_blocks=s,
+                                      vector_inner=lanes if vectors != s else 0))
     return out
 
 
