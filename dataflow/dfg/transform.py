@@ -284,6 +284,38 @@ def pad_rows(program: Program, buffer: str, rows: int, cols: int, pad: int) -> P
     return _relayout(program, buffer, rewrite, padded.ravel(), size=rows * (cols + pad))
 
 
+def pitch_output_rows(program: Program, buffer: str, rows: int, cols: int, pad: int) -> Program:
+    """Store output `buffer` (rows x cols, row-major) with a row pitch of cols + pad words, as
+    `pad_rows` does for an input: a register block's accumulators, rows of C a multiple of
+    the line count apart, then flush to different lines. `Program.logical_output` drops the
+    pad words again (docs/conventions.md#register-blocking)."""
+    where = f"program {program.name!r}: pitch_output_rows({buffer!r}, pad {pad})"
+    if pad < 0:
+        raise DFGError(f"{where}: the pad must not be negative")
+    if pad == 0:
+        return program
+    if any(b == buffer for b, _, _ in program.output_pitch):
+        raise DFGError(f"{where}: the output is pitched already")
+
+    def rewrite(k, n):
+        if n.addr.index_stride:
+            raise DFGError(f"{where}: node %{n.id} is an indirect access")
+        row, rconst, col, cconst = _split_address(n.addr, cols, where)
+        terms = {v: c * (cols + pad) for v, c in row.items()}
+        for v, c in col.items():
+            terms[v] = terms.get(v, 0) + c
+        return dataclasses.replace(n, addr=dataclasses.replace(
+            n.addr, terms=_terms(terms), const=rconst * (cols + pad) + cconst))
+
+    size = rows * (cols + pad)
+    kernels = tuple(dataclasses.replace(
+        k, nodes=tuple(rewrite(k, n) if n.buffer == buffer else n for n in k.nodes),
+        buffers=tuple(dataclasses.replace(b, size=size) if b.name == buffer else b
+                      for b in k.buffers)) for k in program.kernels)
+    return dataclasses.replace(program, kernels=kernels,
+                               output_pitch=(*program.output_pitch, (buffer, cols, cols + pad)))
+
+
 # --- loop-nest passes: split and reorder (the generic lowering's schedules) ----------------------
 
 def _fresh_loop_name(kernel: Kernel, base: str) -> str:
