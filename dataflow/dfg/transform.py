@@ -489,22 +489,34 @@ def _merge_lane_sums(members: list[Node], nodes: dict, users: dict, next_id: int
     dropped = {m.id for m in members} | {s.id for s in sums}
     if common is not None:
         dropped |= {v.id for v in vals}
-    if chain:
-        dropped |= {t.id for t in terms[1:]}
     new: list[Node] = []
-    total = terms[0]
-    for t in terms[1:]:
-        total = (Node(next_id, Op.MAC, (*t.inputs, total.id), name=f"block {var}") if chain
-                 else Node(next_id, Op.ADD, (total.id, t.id), name=f"block {var}"))
+
+    def add(op, inputs, name):
+        nonlocal next_id
+        new.append(Node(next_id, op, tuple(inputs), name=name))
         next_id += 1
-        new.append(total)
-    out = Node(next_id, Op.VSUM, (total.id,), name=sums[0].name)
-    next_id += 1
-    new.append(out)
-    if common is not None:
-        out = Node(next_id, Op.MUL, (out.id, common), name=vals[0].name)
-        next_id += 1
-        new.append(out)
+        return new[-1]
+
+    if chain and common is not None:
+        # the common scalar scales each term's first operand as it arrives (its value is not
+        # held in a register until the end of the chain), then the products chain
+        dropped |= {t.id for t in terms}
+        total = None
+        for t in terms:
+            scaled = add(Op.MUL, (t.inputs[0], common), vals[0].name)
+            total = (add(Op.MUL, (scaled.id, t.inputs[1]), f"block {var}") if total is None
+                     else add(Op.MAC, (scaled.id, t.inputs[1], total.id), f"block {var}"))
+        out = add(Op.VSUM, (total.id,), sums[0].name)
+    else:
+        if chain:
+            dropped |= {t.id for t in terms[1:]}
+        total = terms[0]
+        for t in terms[1:]:
+            total = (add(Op.MAC, (*t.inputs, total.id), f"block {var}") if chain
+                     else add(Op.ADD, (total.id, t.id), f"block {var}"))
+        out = add(Op.VSUM, (total.id,), sums[0].name)
+        if common is not None:
+            out = add(Op.MUL, (out.id, common), vals[0].name)
     new.append(dataclasses.replace(members[0], inputs=(out.id,)))
     return new, dropped, next_id
 

@@ -122,8 +122,17 @@ def plan_dynamic_split(arch: ArchSpec, granularity: str, m: int, k: int, n: int,
     cut_m = streamed or (bh == 1 and not dense) or not simulable(arch, m, k, n, density)
     return choose_split(arch, m, k, n, fits, m_rows=m_rows if cut_m else None,
                         traffic=(4 * m * (k + ROW_PAD), 4 * k * n, 4 * m * n),
-                        k_align=1 if dense else bw, n_align=arch.pe_array.simd_lanes,
+                        k_align=1 if dense else bw, n_align=_n_align(arch, n),
                         m_align=bh, streamed=streamed, what=f"dynamic-spmm/{granularity}")
+
+
+def _n_align(arch: ArchSpec, n: int) -> int:
+    """N blocks of whole SIMD vectors; of whole groups of 8 vectors where n allows, so the
+    compiler can block the vector loop by 2, 4 or 8 (docs/conventions.md#sparse-line-model):
+    1024 columns in three blocks are 384 + 384 + 256, not 344 + 344 + 336 (43 vectors, which
+    block by nothing)."""
+    lanes = arch.pe_array.simd_lanes
+    return 8 * lanes if n >= 8 * lanes else lanes
 
 
 def _check_tile(split: Split, density: float, arch: ArchSpec) -> None:

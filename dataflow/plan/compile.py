@@ -75,6 +75,10 @@ class KernelSchedule:
     # `transform.devectorise_reduction`)
     devectorise: bool = False
     copies: int = 0  # body copies asked of the mapper (`gemm_schedule.best_copies`); 0: its own
+    # > 0 (the lanes): the vector blocks are neighbouring vectors, one SPM row apart, not
+    # blocks extent / vector_blocks apart, whose rows can share a line
+    # (docs/conventions.md#sparse-line-model)
+    vector_inner: int = 0
 
     @property
     def plain(self) -> bool:
@@ -119,10 +123,21 @@ def apply_kernel_schedule(kernel: Kernel, sched: KernelSchedule) -> Kernel:
         kernel = transform.block_lane_sums(kernel, kernel.loops[-2].var, sched.sum_blocks)
     if sched.fuse:
         kernel = transform.fuse_multiply_accumulate(kernel)
-    if sched.vector_blocks > 1:
+    if sched.vector_blocks > 1 and sched.vector_inner:
+        kernel = _neighbouring_vector_blocks(kernel, sched.vector_blocks, sched.vector_inner)
+    elif sched.vector_blocks > 1:
         kernel = transform.unroll_and_jam(kernel, kernel.vector_var, sched.vector_blocks,
                                           inner=False)
     return kernel
+
+
+def _neighbouring_vector_blocks(kernel: Kernel, blocks: int, lanes: int) -> Kernel:
+    """The vector loop split into vectors of `lanes` (`split`) and the loop over vectors
+    unrolled-and-jammed by `blocks` (inner): one iteration covers `blocks` consecutive vectors,
+    consecutive SPM rows on consecutive lines."""
+    split = transform.split(kernel, kernel.vector_var, lanes)
+    pos = next(i for i, lp in enumerate(split.loops) if lp.var == split.vector_var)
+    return transform.unroll_and_jam(split, split.loops[pos - 1].var, blocks, inner=True)
 
 
 def _fusable(kernel: Kernel) -> bool:
@@ -194,14 +209,17 @@ def kernel_candidates(kernel: Kernel, arch: ArchSpec) -> list[KernelSchedule]:
         if s > 1 and (not vectors or vectors % s):
             continue
         body = transform.unroll_and_jam(fused, vv, s, inner=False) if s > 1 else fused
+        # blocks more than a row apart land on lines that repeat: neighbouring blocks
+        inner = lanes if s > 1 and vectors != s else 0
         if s > 1 and len(body.nodes) <= pes:
-            out.append(KernelSchedule(fuse=True, vector_blocks=s))
+            out.append(KernelSchedule(fuse=True, vector_blocks=s, vector_inner=inner))
         # more copies than the PEs hold at II 1, sharing them at a longer II (as a GEMM block)
         maccs = sum(1 for n in body.nodes if n.op is Op.MACC)
         reads = sum(1 for n in body.nodes if n.op.reads_spm and not n.op.accumulates)
         copies, ii = best_copies(len(body.nodes), maccs, reads, arch)
         if ii > 1 and copies > pes // len(body.nodes) and copies * len(body.nodes) > pes:
-            out.append(KernelSchedule(fuse=True, vector_blocks=s, copies=copies))
+            out.append(KernelSchedule(fuse=True, vector_blocks=s, copies=copies,
+                                      vector_inner=inner))
     return out
 
 

@@ -38,7 +38,7 @@ from dataflow.spm.lines import line_of_row
 
 #: waves of the first tile the table is built over (the pattern of a modulo schedule repeats;
 #: a sample keeps planning fast on long tiles)
-SAMPLE_WAVES = 1024
+SAMPLE_WAVES = 512
 
 LINE_NOTE = "copies delayed by the line-aware reservation table"
 
@@ -100,26 +100,31 @@ class LineTable:
     def counts(self, delays: list[int], upto: int) -> tuple[np.ndarray, np.ndarray]:
         """(reads, writes) per (cycle, line) of copies 0 .. upto - 1 delayed by `delays`
         IIs; reads of one row in one cycle counted once."""
-        ii, lines = self.km.ii, self.arch.spm.lines
+        ii, spm = self.km.ii, self.arch.spm
+        lines = spm.lines
         horizon = (self.sample + max(delays[:upto], default=0) + 1) * ii \
             + self.km.schedule_length
-        rkeys, wkeys = [], []
+        rc, rr, wk = [], [], []
         for c in range(upto):
             for w, t, line, row, write in self.per_copy[c]:
                 cyc = (w + delays[c]) * ii + t
-                (wkeys if write else rkeys).append((cyc, line, row))
-        reads = np.zeros((horizon, lines), dtype=np.int64)
-        writes = np.zeros((horizon, lines), dtype=np.int64)
-        if rkeys:
-            cyc = np.concatenate([k[0] for k in rkeys])
-            line = np.concatenate([k[1] for k in rkeys])
-            row = np.concatenate([k[2] for k in rkeys])
-            # merge reads of one row in one cycle (another copy reading the same row)
-            _, first = np.unique(np.stack([cyc, row]), axis=1, return_index=True)
-            np.add.at(reads, (cyc[first], line[first]), 1)
-        for cyc, line, _ in wkeys:
-            np.add.at(writes, (cyc, line), 1)
-        return reads, writes
+                if write:
+                    wk.append(cyc * lines + line)
+                else:
+                    rc.append(cyc)
+                    rr.append(row)
+        size = horizon * lines
+        reads = np.zeros(size, dtype=np.int64)
+        if rc:
+            cyc, row = np.concatenate(rc), np.concatenate(rr)
+            span = int(row.max()) + 1
+            keys = np.sort(cyc * span + row)  # reads of one row in one cycle: one access
+            keys = keys[np.concatenate(([True], keys[1:] != keys[:-1]))]
+            reads = np.bincount((keys // span) * lines + line_of_row(keys % span, spm),
+                                minlength=size)
+        writes = (np.bincount(np.concatenate(wk), minlength=size) if wk
+                  else np.zeros(size, dtype=np.int64))
+        return reads.reshape(horizon, lines), writes.reshape(horizon, lines)
 
     def score(self, delays: list[int], upto: int) -> tuple[int, int]:
         """(stall cycles of the static accesses, (cycle, line)s with no free read port)."""
