@@ -118,7 +118,7 @@ def test_conflict_free_tiles_equal_the_closed_form(seed):
         assert total == num_iterations(km.kernel, lanes)
 
 
-# --- the fast engine's shortcuts (docs/engine_speed.md): each one on and off, and the reference
+# --- the fast engine's shortcuts (docs/architecture.md#tile-timing-memo): on, off, reference
 
 MANY_TILES = {"tiny-spm": {"spm.lines": 4, "spm.capacity_words_per_line": 256},
               "tiny-spm-xor": {"spm.lines": 4, "spm.capacity_words_per_line": 256,

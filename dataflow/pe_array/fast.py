@@ -18,6 +18,10 @@ r-th row access, so a row costs as many write accesses as its most-hit word has 
 like every read of one row in one cycle, are one broadcast access). Different copies (PEs)
 updating the same row in one cycle are separate accesses, as always, and serialise on the
 line's ports (the stall arithmetic below).
+
+Shortcuts that keep the results identical (accumulator runs folded by length, addresses as
+lane 0 plus a stride, the tile timing memo):
+docs/architecture.md#engine-speed-exact-shortcuts-of-the-fast-engine.
 """
 
 from __future__ import annotations
