@@ -204,8 +204,9 @@ def test_tile_memo_rejects_a_shift_that_moves_lines():
 @pytest.mark.parametrize("preset", ["default", "2x2-1port", "lanes4-torus"])
 @pytest.mark.parametrize("prog", ["gemm-macc", "spmm", "random"])
 def test_compiled_fold_is_exact(preset, prog, monkeypatch):
-    """The compiled accumulator folds (`fast._fold_loops`, and `_macc_fold_loops` with the
-    product fused) against the reference stepper, and the same bits as numpy's folds."""
+    """The compiled loops (`fast._fold_loops`, `_macc_fold_loops` with the product fused, and
+    `_read_count_loops`, reads per (cycle, line) with one access per row and cycle) against
+    the reference stepper, and the same result and bits as numpy's."""
     from dataflow.pe_array import fast
     from dataflow.plan.compile import compile_program
 
