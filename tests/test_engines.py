@@ -102,9 +102,15 @@ def test_sparse_engine_sees_the_data():
                                    "many-runs"])
 def test_segment_fold_equals_in_order_accumulation(shape):
     """`fast.segment_fold` (accumulator runs folded per run length) gives the bits of folding
-    each run left to right with `ufunc.at`, signed zeros and maxima included, on each of its
-    paths (gathered groups, one reshaped block, per-position loop, accumulate)."""
-    from dataflow.pe_array.fast import segment_fold
+    each run left to right with `ufunc.at`, signed zeros, NaNs and maxima included, on each of
+    its paths (numpy: gathered groups, one reshaped block, per-position loop, accumulate; the
+    compiled loops)."""
+    from dataflow.pe_array import fast
+
+    def compiled(ufunc, ident, src, ends, dtype):
+        out = np.empty((len(ends), src.shape[1]), dtype=dtype)
+        fast._compiled_fold()(src, ends, np.dtype(dtype).type(ident), ufunc is np.maximum, out)
+        return out
 
     rng = np.random.default_rng(len(shape))
     for _ in range(20):
@@ -123,10 +129,13 @@ def test_segment_fold_equals_in_order_accumulation(shape):
         src = (rng.standard_normal((n, lanes))
                * 10.0 ** rng.integers(-3, 6, (n, lanes))).astype(np.float32)
         src[rng.random((n, lanes)) < 0.05] = -0.0
+        src[rng.random((n, lanes)) < 0.01] = np.nan
+        src[rng.random((n, lanes)) < 0.01] = -np.inf
         ends = np.flatnonzero(flush)
         run = np.concatenate(([0], np.cumsum(flush[:-1])))
         for ufunc, ident in ((np.add, 0.0), (np.maximum, -np.inf)):
             want = np.full((len(ends), lanes), ident, np.float32)
             ufunc.at(want, run, src)
-            got = segment_fold(ufunc, ident, src, ends, np.float32)
-            assert np.array_equal(want.view(np.int32), got.view(np.int32))
+            for fold in (fast._segment_fold_numpy, compiled, fast.segment_fold):
+                got = fold(ufunc, ident, src, ends, np.float32)
+                assert np.array_equal(want.view(np.int32), got.view(np.int32)), fold

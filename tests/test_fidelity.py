@@ -118,7 +118,7 @@ def test_conflict_free_tiles_equal_the_closed_form(seed):
         assert total == num_iterations(km.kernel, lanes)
 
 
-# --- the fast engine's shortcuts (docs/engine_speed.md): each one on and off, and the reference
+# --- the fast engine's shortcuts (docs/architecture.md#tile-timing-memo): on, off, reference
 
 MANY_TILES = {"tiny-spm": {"spm.lines": 4, "spm.capacity_words_per_line": 256},
               "tiny-spm-xor": {"spm.lines": 4, "spm.capacity_words_per_line": 256,
@@ -217,3 +217,30 @@ def test_engines_identical_on_line_aware_schedules():
     res = assert_engines_identical(mapping)
     assert np.allclose(np.asarray(res.output), want, rtol=1e-4, atol=1e-4)
     _roofline(res, DEFAULT)
+
+
+@pytest.mark.parametrize("preset", ["default", "2x2-1port", "lanes4-torus"])
+@pytest.mark.parametrize("prog", ["gemm-macc", "spmm", "random"])
+def test_compiled_fold_is_exact(preset, prog, monkeypatch):
+    """The compiled loops (`fast._fold_loops`, `_macc_fold_loops` with the product fused, and
+    `_read_count_loops`, reads per (cycle, line) with one access per row and cycle) against
+    the reference stepper, and the same result and bits as numpy's."""
+    from dataflow.pe_array import fast
+    from dataflow.plan.compile import compile_program
+
+    rng = np.random.default_rng(11)
+    if prog == "gemm-macc":  # the planned outer-product GEMM: MACC nodes
+        a = as_tensor(rng.standard_normal((24, 40), dtype=np.float32))
+        mapping = compile_program(lower_matmul(
+            a, as_tensor(rng.standard_normal((40, 20), dtype=np.float32))), arch(preset))
+        assert any(n.op.value == "macc" for km in mapping.kernels for n in km.kernel.nodes)
+    elif prog == "spmm":
+        mapping = map_program(_memo_programs()["spmm"], arch(preset))
+    else:
+        mapping = map_program(random_program(5), arch(preset))
+    monkeypatch.setenv(fast.FOLD_JIT_ENV, "always")
+    on = assert_engines_identical(mapping)
+    monkeypatch.setenv(fast.FOLD_JIT_ENV, "0")
+    off = simulate_mapping(mapping, "fast")
+    assert on.to_dict() == off.to_dict()
+    assert np.array_equal(on.output, off.output)

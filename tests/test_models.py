@@ -161,3 +161,20 @@ def test_gemm_shape_memo_is_exact(monkeypatch):
     monkeypatch.setenv(g.GEMM_MEMO_ENV, "1")
     g.simulate_gemm(a1, b[:, :16], arch, RunOptions(), "split runs")
     assert g._SHAPE_MEMO == {}
+
+
+def test_inorder_matmul_compiled_equals_numpy(monkeypatch):
+    """`plan.split.inorder_matmul` (the values of memoised GEMM blocks and layers) gives the
+    same bits in numba's loops as in numpy's rank-1 updates."""
+    import numpy as np
+
+    from dataflow.plan import split
+
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((70, 90), dtype=np.float32)
+    b = rng.standard_normal((90, 60), dtype=np.float32)
+    monkeypatch.setattr(split, "_use_numba", lambda macs: True)
+    compiled = split.inorder_matmul(a, b)
+    monkeypatch.setattr(split, "_use_numba", lambda macs: False)
+    numpy_ = split.inorder_matmul(a, b)
+    assert np.array_equal(compiled.view(np.int32), numpy_.view(np.int32))

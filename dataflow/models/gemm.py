@@ -75,6 +75,7 @@ def simulate_gemm(a: np.ndarray, b: np.ndarray, arch: ArchSpec, options: RunOpti
 
 #: Dense GEMMs of a shape already simulated on an arch in this process (a model's Q, K, V and
 #: output projections share one): (id(arch), A's shape, n, engine) -> (arch, result).
+#: docs/architecture.md#model-layers-split-gemms-and-a-shape-memo
 _SHAPE_MEMO: dict[tuple, tuple[ArchSpec, SimResult]] = {}
 _SHAPE_MEMO_KEEP = 16
 #: Switch of the shape memo: on unless this environment variable is 0, false, no or off.

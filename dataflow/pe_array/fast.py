@@ -18,11 +18,18 @@ r-th row access, so a row costs as many write accesses as its most-hit word has 
 like every read of one row in one cycle, are one broadcast access). Different copies (PEs)
 updating the same row in one cycle are separate accesses, as always, and serialise on the
 line's ports (the stall arithmetic below).
+
+Shortcuts that keep the results identical (accumulator runs folded by length, addresses as
+lane 0 plus a stride, the tile timing memo):
+docs/architecture.md#engine-speed-exact-shortcuts-of-the-fast-engine.
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import sys
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -442,8 +449,11 @@ def _flushes(ctx: _Kernel, w: _Waves, vals, node: Node, at: _Lanes,
     lane0 = at.a0
     flush[:-1] = (lane0[1:] != lane0[:-1]) | (w.copy[1:] != w.copy[:-1])
     sel = np.flatnonzero(flush)
-    src = _lane_values(vals, node, at.mask, ctx.dtype)
-    reg = segment_fold(ACC_UFUNC[node.op], ACC_IDENTITY[node.op], src, sel, ctx.dtype)
+    if node.op is Op.MACC and _compiled_fold_pays(at.mask.size, ctx.dtype):
+        reg = _macc_fold(ctx, vals, node, at.mask.shape, sel)
+    else:
+        src = _lane_values(vals, node, at.mask, ctx.dtype)
+        reg = segment_fold(ACC_UFUNC[node.op], ACC_IDENTITY[node.op], src, sel, ctx.dtype)
     addr = lane_addresses(at.a0[sel], at.stride, at.width)
     return _Writes(cyc[sel], w.k[sel], node.id, addr, reg, at.mask[sel], node.op,
                    node.buffer), sel
@@ -456,6 +466,20 @@ def segment_fold(ufunc, identity, src: np.ndarray, ends: np.ndarray, dtype) -> n
     `ufunc.at(reg, run, src)`, faster: runs of one length are folded together as a
     (runs, length, lanes) block (a reshape when every run has that length, else a gather)."""
     src = np.asarray(src)
+    if _compiled_fold_pays(src.size, dtype):
+        out = np.empty((len(ends),) + src.shape[1:], dtype=dtype)
+        src2 = src.astype(dtype, copy=False).reshape(len(src), -1)
+        _compiled_fold()(src2, np.asarray(ends, np.int64), np.dtype(dtype).type(identity),
+                         ufunc is np.maximum, out.reshape(len(ends), -1))
+        return out
+    t0 = time.perf_counter()
+    try:
+        return _segment_fold_numpy(ufunc, identity, src, ends, dtype)
+    finally:
+        _FOLD_SPENT["numpy_s"] += time.perf_counter() - t0
+
+
+def _segment_fold_numpy(ufunc, identity, src: np.ndarray, ends: np.ndarray, dtype):
     starts = np.concatenate(([0], ends[:-1] + 1))
     lens = ends - starts + 1
     ident = np.asarray(identity, dtype=dtype)
@@ -468,6 +492,100 @@ def segment_fold(ufunc, identity, src: np.ndarray, ends: np.ndarray, dtype) -> n
         idx = starts[which][:, None] + np.arange(length)
         reg[which] = _fold_block(ufunc, ident, src[idx].astype(dtype, copy=False))
     return reg
+
+
+#: seconds numba's start-up costs a process that has not loaded it (`systolic.NUMBA_STARTUP_S`)
+NUMBA_STARTUP_S = 0.9
+#: seconds numpy's fold takes per element (2-core dev box: 2-6 ns; numba's loop: under 1 ns)
+NUMPY_FOLD_S_PER_ELEMENT = 3e-9
+#: once numba is loaded, folds of more elements than this run compiled
+NUMPY_MAX_FOLD = 1 << 14
+#: numpy seconds spent folding in this process; the environment variable DATAFLOW_FOLD_JIT=0
+#: keeps every fold in numpy, =always compiles every float fold (tests compare the two)
+_FOLD_SPENT = {"numpy_s": 0.0}
+FOLD_JIT_ENV = "DATAFLOW_FOLD_JIT"
+
+
+def _compiled_fold_pays(size: int, dtype) -> bool:
+    """Rent or buy, as `systolic._use_numba`: a float fold runs compiled once numba is loaded
+    (above NUMPY_MAX_FOLD elements), or when numpy's time for it and the folds before would
+    pass numba's start-up; never with DATAFLOW_FOLD_JIT=0, always with =always."""
+    choice = os.environ.get(FOLD_JIT_ENV, "").strip().lower()
+    if np.dtype(dtype).kind != "f" or choice in ("0", "false", "no", "off"):
+        return False
+    if choice == "always":
+        return True
+    if "numba" in sys.modules:
+        return size > NUMPY_MAX_FOLD
+    return _FOLD_SPENT["numpy_s"] + size * NUMPY_FOLD_S_PER_ELEMENT > NUMBA_STARTUP_S
+
+
+def _fold_loops(src, ends, ident, is_max, out):  # pragma: no cover - compiled by numba
+    """`segment_fold` as loops: each run from `ident`, left to right, one rounding per step;
+    the maximum as np.maximum computes it (NaN wins, the first operand on ties). The lanes
+    are independent chains, stepped together."""
+    width = src.shape[1]
+    reg = np.empty(width, dtype=out.dtype)
+    start = 0
+    for r in range(ends.shape[0]):
+        for lane in range(width):
+            reg[lane] = ident
+        for i in range(start, ends[r] + 1):
+            if is_max:
+                for lane in range(width):
+                    x = src[i, lane]
+                    a = reg[lane]
+                    if not (a >= x or a != a):
+                        reg[lane] = x
+            else:
+                for lane in range(width):
+                    reg[lane] = reg[lane] + src[i, lane]
+        for lane in range(width):
+            out[r, lane] = reg[lane]
+        start = ends[r] + 1
+
+
+def _macc_fold(ctx: _Kernel, vals, node: Node, shape, ends: np.ndarray) -> np.ndarray:
+    """A MACC's flushed registers with the product fused into the compiled fold: each step
+    adds the rounded product (`semantics.stored_value`: one rounded multiply, then the
+    rounded add), no fused multiply-add."""
+    a, b = (np.asarray(x).astype(ctx.dtype, copy=False)
+            for x in operands(node, [vals[i] for i in node.inputs]))
+    a, b = (np.broadcast_to(x if x.ndim == 2 else x.reshape(-1, 1), shape) for x in (a, b))
+    out = np.empty((len(ends), shape[1]), dtype=ctx.dtype)
+    _compiled_macc_fold()(a, b, np.asarray(ends, np.int64),
+                          np.dtype(ctx.dtype).type(ACC_IDENTITY[node.op]), out)
+    return out
+
+
+def _macc_fold_loops(a, b, ends, ident, out):  # pragma: no cover - compiled by numba
+    width = a.shape[1]
+    reg = np.empty(width, dtype=out.dtype)
+    start = 0
+    for r in range(ends.shape[0]):
+        for lane in range(width):
+            reg[lane] = ident
+        for i in range(start, ends[r] + 1):
+            for lane in range(width):
+                p = a[i, lane] * b[i, lane]
+                reg[lane] = reg[lane] + p
+        for lane in range(width):
+            out[r, lane] = reg[lane]
+        start = ends[r] + 1
+
+
+@functools.cache
+def _compiled_macc_fold():
+    import numba
+
+    return numba.njit(cache=True)(_macc_fold_loops)
+
+
+@functools.cache
+def _compiled_fold():
+    import numba
+
+    return numba.njit(cache=True)(_fold_loops)
 
 
 def _fold_block(ufunc, ident: np.ndarray, block: np.ndarray) -> np.ndarray:
@@ -543,7 +661,10 @@ def _port_stalls(acc: _TileAccesses, ct: Counters, spm: SPMSpec, n_cycles: int) 
     """Stall cycles of the tile from its row accesses per (cycle, line); counts reads, writes
     and conflict cycles per line into `ct`."""
     size = n_cycles * spm.lines
-    rd = np.bincount(_read_keys(acc.reads, spm), minlength=size).reshape(n_cycles, spm.lines)
+    rd = _compiled_read_counts(acc.reads, spm, n_cycles)
+    if rd is None:
+        rd = np.bincount(_read_keys(acc.reads, spm), minlength=size).reshape(n_cycles,
+                                                                             spm.lines)
     keys = np.concatenate(acc.write_keys) if acc.write_keys else np.zeros(0, np.int64)
     wr = np.bincount(keys, minlength=size).reshape(n_cycles, spm.lines)
     if spm.write_queue_depth:
@@ -576,6 +697,56 @@ def _read_keys(reads, spm) -> np.ndarray:
     keys = np.sort(cyc * span + row)  # sort + run-ends: far faster than np.unique's hashing
     uniq = keys[np.concatenate(([True], keys[1:] != keys[:-1]))]
     return (uniq // span) * spm.lines + line_of_row(uniq % span, spm)
+
+
+def _compiled_read_counts(reads, spm: SPMSpec, n_cycles: int) -> np.ndarray | None:
+    """`_read_keys` counted per (cycle, line) in compiled loops, when the fold policy says
+    compiled code pays (`_compiled_fold_pays`: numba loaded, or numpy's time would pass its
+    start-up): reads bucketed by cycle (a counting sort), a row read again in its cycle
+    skipped (`last[row]` holds the cycle that read it last), each first read counted on its
+    row's line. None where numpy counts them."""
+    if not reads:
+        return None
+    total = sum(len(c) for c, _ in reads)
+    if not _compiled_fold_pays(4 * total, np.float32):
+        return None
+    cyc = np.concatenate([c for c, _ in reads])
+    row = np.concatenate([r for _, r in reads])
+    rows = int(row.max()) + 1
+    if int(row.min()) < 0 or rows > 1 << 26:
+        return None
+    line = np.asarray(line_of_row(np.arange(rows, dtype=np.int64), spm), dtype=np.int64)
+    rd = np.zeros((n_cycles, spm.lines), dtype=np.int64)
+    _compiled_reads()(cyc, row, line, rd)
+    return rd
+
+
+def _read_count_loops(cyc, row, line, rd):  # pragma: no cover - compiled by numba
+    n_cycles = rd.shape[0]
+    start = np.zeros(n_cycles + 1, dtype=np.int64)
+    for i in range(cyc.shape[0]):
+        start[cyc[i] + 1] += 1
+    for c in range(n_cycles):
+        start[c + 1] += start[c]
+    order = np.empty(cyc.shape[0], dtype=np.int64)
+    fill = start[:n_cycles].copy()
+    for i in range(cyc.shape[0]):
+        order[fill[cyc[i]]] = i
+        fill[cyc[i]] += 1
+    last = np.full(line.shape[0], -1, dtype=np.int64)
+    for j in range(cyc.shape[0]):
+        i = order[j]
+        r = row[i]
+        if last[r] != cyc[i]:
+            last[r] = cyc[i]
+            rd[cyc[i], line[r]] += 1
+
+
+@functools.cache
+def _compiled_reads():
+    import numba
+
+    return numba.njit(cache=True)(_read_count_loops)
 
 
 def _apply_writes(writes: list[_Writes], bufs: dict[str, np.ndarray]) -> None:

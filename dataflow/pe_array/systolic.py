@@ -152,6 +152,10 @@ def _matmul_k_ordered(a, b, out) -> None:
     _SPENT["numpy_s"] += time.perf_counter() - t0
 
 
+#: the k-ordered fp32 product for other modules (`plan.split.inorder_matmul`)
+matmul_k_ordered = _matmul_k_ordered
+
+
 def _numpy_k_ordered(a, b, out) -> None:
     """`_matmul_k_ordered` in numpy: a multiply, then an add, per k."""
     product = np.empty_like(out)

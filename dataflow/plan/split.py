@@ -53,6 +53,7 @@ from dataflow.mapper.tiling import MIN_TILES
 from dataflow.pe_array.result import KernelResult, Roofline, SimResult
 from dataflow.pe_array.roofline import floors
 from dataflow.pe_array.simulate import sequence_results, simulate_mapping
+from dataflow.pe_array.systolic import _use_numba, matmul_k_ordered
 from dataflow.plan.compile import compile_program
 from dataflow.testing import max_abs_error, values_match
 
@@ -195,6 +196,10 @@ def inorder_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     each output starts at 0 and adds one rounded product per k, in increasing k."""
     a = np.asarray(a, dtype=np.float32)
     b = np.asarray(b, dtype=np.float32)
+    if _use_numba(a.shape[0] * a.shape[1] * b.shape[1]):  # compiled loops, the same order
+        c = np.zeros((a.shape[0], b.shape[1]), dtype=np.float32)
+        matmul_k_ordered(np.ascontiguousarray(a), np.ascontiguousarray(b), c)
+        return c
     c = np.empty((a.shape[0], b.shape[1]), dtype=np.float32)
     for r0 in range(0, a.shape[0], INORDER_ROWS):  # rows a chunk at a time: it stays in cache
         at = np.ascontiguousarray(a[r0:r0 + INORDER_ROWS].T)
