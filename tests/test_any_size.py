@@ -287,3 +287,43 @@ def test_attention_row_too_wide_for_the_spm_is_one_clear_error():
     with pytest.raises(UserError, match=r"row \d+ attends 512 keys, whose K and V rows "
                                         r"\(512 x 32 words\) need more than half"):
         api.simulate("attention", TINY, seq=512, dim=32, pattern="dense")
+
+
+# --- relu-ffn: token blocks (docs/conventions.md#relu-ffn-and-moe-of-any-size) -------------
+
+@pytest.mark.parametrize("granularity", ["32x1", "dense"])
+def test_relu_ffn_split_into_token_blocks_values_equal_numpy(granularity):
+    from dataflow.dynamic.ffn import ffn_reference, make_ffn_operands
+    from dataflow.dynamic.ffn_split import plan_tokens
+
+    tokens, dim, hidden = 256, 32, 64
+    rows = plan_tokens(SMALL, granularity, tokens, dim, hidden)
+    assert rows is not None and rows % 32 == 0 and rows < tokens
+    assert plan_tokens(api.resolve_arch("default"), granularity, tokens, dim, hidden) is None
+    r = api.simulate("relu-ffn", SMALL, tokens=tokens, dim=dim, hidden=hidden,
+                     granularity=granularity)
+    assert r.values_match_reference
+    assert_close(r.output, ffn_reference(*make_ffn_operands(tokens, dim, hidden, 0.9)))
+    blocks = -(-tokens // rows)
+    assert f"cut into {blocks} block(s) of {rows}" in " ".join(r.notes)
+    _floors_hold(r)
+
+
+def test_relu_ffn_memo_equals_simulating_every_block(monkeypatch):
+    from dataflow.dynamic import ffn_split
+
+    args = dict(tokens=256, dim=32, hidden=64, granularity="32x1")
+    r = api.simulate("relu-ffn", SMALL, **args)
+    assert "timing memoised: 1 distinct" in " ".join(r.notes)  # the dead neurons set the index
+    fresh = iter(range(10**6))
+    monkeypatch.setattr(ffn_split, "_key", lambda *a: next(fresh))
+    full = api.simulate("relu-ffn", SMALL, **args)
+    for field in ("cycles", "compute_cycles", "dram_bytes_read", "dram_bytes_written", "macs"):
+        assert getattr(r, field) == getattr(full, field), field
+    assert_close(r.output, full.output)
+
+
+def test_relu_ffn_weights_too_large_for_the_spm_is_one_clear_error():
+    with pytest.raises(UserError, match=r"relu-ffn \(--dim 128 --hidden 256\) does not fit "
+                                        r"the SPM .* even split into token blocks"):
+        api.simulate("relu-ffn", TINY, tokens=64, dim=128, hidden=256)
