@@ -25,6 +25,8 @@ __all__ = ["DEFAULT_ARCH", "ROOT", "ArchSpec", "finish", "load_arch",
 ROOT = Path(__file__).resolve().parent.parent  # the repository in a source checkout (benchmarks)
 #: The default preset's file, inside the package. `resolve_arch` takes preset names and paths.
 DEFAULT_ARCH = preset_path("default")
+#: workloads that run timing only (`simulate(timing_only=True)`, `--timing-only`)
+TIMING_ONLY = ("gemm",)
 
 
 def __getattr__(name: str):
@@ -34,13 +36,17 @@ def __getattr__(name: str):
 
 
 def simulate(workload: str, arch: ArchSpec | str | Path | None = None, *, seed: int = 0,
-             engine: str = "fast", trace: bool = False, **params):
+             engine: str = "fast", trace: bool = False, timing_only: bool = False, **params):
     """Generate a registered workload, lower, map and simulate it; check values against numpy.
 
     `params` are the workload's own (`dataflow.workloads.get(name).params`), for example
     `m, k, n, density, dataflow` for gemm/spmm. Returns a `SimResult` whose
     `values_match_reference` and `max_abs_error` compare the engine's output with the numpy
     reference (float64 accumulate).
+
+    `timing_only=True` (a dense GEMM on a systolic array, whose timing does not depend on the
+    values, as SCALE-Sim runs it) skips the values: cycles, stalls, traffic and energy are the
+    same; `values_computed` is False and `values_match_reference` None.
     """
     if engine not in ENGINES:
         raise UserError(f"--engine must be 'fast' or 'reference', got {shown(engine)}")
@@ -49,6 +55,11 @@ def simulate(workload: str, arch: ArchSpec | str | Path | None = None, *, seed: 
     w = get(workload)
     spec = resolve_arch(arch)
     given = w.resolve(params)
+    if timing_only:
+        if workload not in TIMING_ONLY:
+            raise UserError(f"--timing-only applies to {', '.join(TIMING_ONLY)} on a systolic "
+                            f"array; {workload!r} computes its values")
+        given["timing_only"] = True
     try:
         return w.run(spec, engine=engine, seed=int(seed), trace=trace, **given)
     except MemoryError:

@@ -96,3 +96,37 @@ def test_sparse_engine_sees_the_data():
     assert results[0].macs == results[1].macs
     assert results[0].stall_cycles_spm_conflict >= 16
     assert results[1].stall_cycles_spm_conflict < results[0].stall_cycles_spm_conflict
+
+
+@pytest.mark.parametrize("shape", ["mixed", "one-length", "long-runs", "few-long-runs",
+                                   "many-runs"])
+def test_segment_fold_equals_in_order_accumulation(shape):
+    """`fast.segment_fold` (accumulator runs folded per run length) gives the bits of folding
+    each run left to right with `ufunc.at`, signed zeros and maxima included, on each of its
+    paths (gathered groups, one reshaped block, per-position loop, accumulate)."""
+    from dataflow.pe_array.fast import segment_fold
+
+    rng = np.random.default_rng(len(shape))
+    for _ in range(20):
+        lanes = int(rng.integers(1, 9))
+        if shape == "mixed":
+            n = int(rng.integers(1, 300))
+            flush = rng.random(n) < rng.random()
+        else:
+            length = {"one-length": int(rng.integers(1, 40)), "long-runs": 40,
+                      "few-long-runs": 300, "many-runs": 20}[shape]
+            runs = {"long-runs": 30, "many-runs": 64}.get(shape, int(rng.integers(1, 3)))
+            lanes = 8 if shape == "many-runs" else lanes
+            n = runs * length
+            flush = (np.arange(n) % length) == length - 1
+        flush[-1] = True
+        src = (rng.standard_normal((n, lanes))
+               * 10.0 ** rng.integers(-3, 6, (n, lanes))).astype(np.float32)
+        src[rng.random((n, lanes)) < 0.05] = -0.0
+        ends = np.flatnonzero(flush)
+        run = np.concatenate(([0], np.cumsum(flush[:-1])))
+        for ufunc, ident in ((np.add, 0.0), (np.maximum, -np.inf)):
+            want = np.full((len(ends), lanes), ident, np.float32)
+            ufunc.at(want, run, src)
+            got = segment_fold(ufunc, ident, src, ends, np.float32)
+            assert np.array_equal(want.view(np.int32), got.view(np.int32))

@@ -116,3 +116,104 @@ def test_conflict_free_tiles_equal_the_closed_form(seed):
             assert tr.compute_cycles == expected
             total += tr.iterations
         assert total == num_iterations(km.kernel, lanes)
+
+
+# --- the fast engine's shortcuts (docs/engine_speed.md): each one on and off, and the reference
+
+MANY_TILES = {"tiny-spm": {"spm.lines": 4, "spm.capacity_words_per_line": 256},
+              "tiny-spm-xor": {"spm.lines": 4, "spm.capacity_words_per_line": 256,
+                               "spm.address_mapping": "xor"},
+              "tiny-spm-1port-queue": {"spm.lines": 2, "spm.capacity_words_per_line": 512,
+                                       "spm.read_ports_per_line": 1,
+                                       "spm.write_queue_depth": 2}}
+
+
+def _memo_programs():
+    from dataflow.dfg.lower import lower_gemm, lower_spmm_csr
+
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((40, 24), dtype=np.float32)
+    b = rng.standard_normal((24, 20), dtype=np.float32)
+    s = sp.random(48, 32, density=0.15, format="csr", dtype=np.float32, random_state=rng)
+    s.sort_indices()
+    d = rng.standard_normal((32, 12), dtype=np.float32)
+    # every row with the same nonzero columns (values differ): CSR tiles whose patterns repeat
+    row = np.zeros((1, 16), dtype=np.float32)
+    row[0, [1, 6, 7, 12]] = 1
+    rep = sp.csr_matrix(np.tile(row, (48, 1)) * rng.standard_normal((48, 1), dtype=np.float32))
+    return {"gemm": lower_gemm(a, b), "spmm": lower_spmm_csr(s.shape, s.indptr, s.indices,
+                                                             s.data, d),
+            "spmm-repeat": lower_spmm_csr(rep.shape, rep.indptr, rep.indices, rep.data,
+                                          d[:16])}
+
+
+@pytest.mark.parametrize("preset", list(MANY_TILES))
+@pytest.mark.parametrize("prog", ["gemm", "spmm", "spmm-repeat"])
+def test_tile_memo_is_exact(preset, prog, monkeypatch):
+    """Tile timing memo (`fast._TimingMemo`): with it on, the fast engine still equals the
+    reference stepper and equals itself with the memo off -- every counter, tile, value --
+    on kernels of many tiles; and the memo is really taken somewhere in this corpus."""
+    from dataflow.pe_array import fast
+
+    a = variant(**MANY_TILES[preset])
+    mapping = map_program(_memo_programs()[prog], a)
+    assert sum(len(km.tiles) for km in mapping.kernels) > 2
+    monkeypatch.setenv(fast.MEMO_ENV, "1")
+    hits = fast.MEMO_STATS["hits"]
+    on = assert_engines_identical(mapping)
+    taken = fast.MEMO_STATS["hits"] - hits
+    monkeypatch.setenv(fast.MEMO_ENV, "0")
+    hits = fast.MEMO_STATS["hits"]
+    off = simulate_mapping(mapping, "fast")
+    assert fast.MEMO_STATS["hits"] == hits  # off means off
+    assert on.to_dict() == off.to_dict()
+    assert np.array_equal(on.output, off.output)
+    if preset == "tiny-spm" and prog in ("gemm", "spmm-repeat"):
+        assert taken > 0, "the memo never hit: this test would not see it go wrong"
+
+
+def test_tile_memo_rejects_a_shift_that_moves_lines():
+    """A pattern shifted by one row (another line under the interleaved mapping) or by a
+    multiple of the lines under the blocked one is not reused; a shift by whole line cycles
+    under interleaving is; overlapping buffers with different shifts are not."""
+    from dataflow.pe_array import fast
+
+    spm = variant().spm
+    period = spm.words_per_row * spm.lines
+    w = type("W", (), {"n": 4, "active": np.ones(4, dtype=np.int64)})()
+    base = np.arange(4, dtype=np.int64) * 8
+
+    def pattern(shift_a, shift_b=0):
+        return [("A", base + shift_a, int(base[0] + shift_a), int(base[-1] + shift_a) + 7),
+                ("B", base + 10_000 + shift_b, 10_000 + shift_b, 10_031 + shift_b)]
+
+    memo = fast._TimingMemo(spm)
+    memo.remember(w, pattern(0), "counts", 3)
+    assert memo.recall(w, pattern(0)) == ("counts", 3)
+    assert memo.recall(w, pattern(period)) == ("counts", 3)
+    assert memo.recall(w, pattern(spm.words_per_row)) is None
+    assert memo.recall(w, pattern(period, 2 * period)) == ("counts", 3)  # disjoint buffers
+    assert memo.recall(w, pattern(10_000 - 32, 0)) is None  # A would now overlap B's rows
+    blocked = fast._TimingMemo(variant(**{"spm.address_mapping": "blocked"}).spm)
+    blocked.remember(w, pattern(0), "counts", 3)
+    assert blocked.recall(w, pattern(period)) is None
+    w2 = type("W", (), {"n": 4, "active": np.array([1, 8, 8, 8])})()
+    assert memo.recall(w2, pattern(0)) is None  # other live lanes
+
+def test_engines_identical_on_line_aware_schedules():
+    """A kernel whose copies the line-aware reservation table delayed, and an SDDMM whose lane
+    sums are blocked (docs/conventions.md#sparse-line-model): identical counters, values and
+    SimResult."""
+    from dataflow.plan.compile import choose_schedule
+    from tests.test_sparse_lines import DEFAULT, _sddmm, line_scheduled_elementwise
+
+    _, want, _, lined = line_scheduled_elementwise()
+    res = assert_engines_identical(lined)
+    assert np.array_equal(np.asarray(res.output).reshape(want.shape), want)
+    _roofline(res, DEFAULT)
+    prog, want = _sddmm(seed=1)
+    mapping, sched = choose_schedule(prog, DEFAULT)
+    assert sched is not None and sched.kernels[0].reduce_lanes
+    res = assert_engines_identical(mapping)
+    assert np.allclose(np.asarray(res.output), want, rtol=1e-4, atol=1e-4)
+    _roofline(res, DEFAULT)

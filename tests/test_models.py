@@ -128,3 +128,36 @@ def test_cli_unknown_size_is_one_line(capsys):
     rc = main(["simulate", "--model", str(MODELS / "moe_ffn_layer.yaml"), "--size", "nope=3"])
     assert rc == 2 and "moe_ffn_layer.yaml: sizes: the model has no size 'nope'" in \
         capsys.readouterr().err
+
+
+def test_gemm_shape_memo_is_exact(monkeypatch):
+    """A GEMM layer of a shape already simulated reuses that run's timing and computes its
+    values in the kernel's order (`models.gemm._SHAPE_MEMO`): the same result, every field,
+    and the same bits as simulating it afresh; DATAFLOW_GEMM_MEMO=0 turns it off."""
+    import numpy as np
+
+    from dataflow.models import gemm as g
+    from dataflow.models.runners import RunOptions
+
+    arch = resolve_arch("default")
+    rng = np.random.default_rng(3)
+    a1, a2 = (rng.standard_normal((24, 40), dtype=np.float32) for _ in range(2))
+    b = rng.standard_normal((40, 48), dtype=np.float32)  # each copy's chunk: whole k runs
+    g._SHAPE_MEMO.clear()
+    monkeypatch.setenv(g.GEMM_MEMO_ENV, "1")
+    g.simulate_gemm(a1, b, arch, RunOptions(), "first")
+    assert len(g._SHAPE_MEMO) == 1
+    out_memo, res_memo = g.simulate_gemm(a2, b, arch, RunOptions(), "second")
+    assert g.SHAPE_MEMO_NOTE in res_memo.notes
+    monkeypatch.setenv(g.GEMM_MEMO_ENV, "0")
+    out, res = g.simulate_gemm(a2, b, arch, RunOptions(), "second")
+    assert g.SHAPE_MEMO_NOTE not in res.notes
+    assert np.array_equal(out_memo.view(np.int32), out.view(np.int32))
+    skip = {"notes", "wall_seconds", "output"}
+    assert ({k: v for k, v in res_memo.to_dict().items() if k not in skip}
+            == {k: v for k, v in res.to_dict().items() if k not in skip})
+    # a shape whose copies split a k run (values not in `inorder_matmul`'s order) is not kept
+    g._SHAPE_MEMO.clear()
+    monkeypatch.setenv(g.GEMM_MEMO_ENV, "1")
+    g.simulate_gemm(a1, b[:, :16], arch, RunOptions(), "split runs")
+    assert g._SHAPE_MEMO == {}

@@ -89,6 +89,14 @@ def test_a_systolic_job_imports_neither_simpy_nor_the_stepper():
     assert not got & {"simpy", "scipy", "networkx", "numba", "matplotlib"}
     assert {"dataflow.pe_array.systolic", "dataflow.pe_array.systolic_memory"} <= got
     assert not got & {"dataflow.pe_array.reference", "dataflow.pe_array.system"}
+    # timing only (SCALE-Sim's mode), nor the UST frontend, the schedule search or the split,
+    # which only a reconfigurable array's run uses (a systolic GEMM is mapped as lowered)
+    got = _imported_by("from dataflow.cli import main\n"
+                       f"assert main(['simulate', '--arch', {str(arch)!r}, '--workload', 'gemm',"
+                       " '--m', '40', '--k', '24', '--n', '8', '--timing-only']) == 0")
+    assert not got & {"simpy", "scipy", "networkx", "numba", "matplotlib"}
+    assert not {m for m in got if m.startswith(("dataflow.ust_frontend", "dataflow.plan"))}
+    assert "dataflow.matmul_split" not in got
 
 
 def test_every_command_is_listed_and_its_module_adds_it():

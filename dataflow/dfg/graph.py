@@ -374,9 +374,20 @@ class Program:
     macs: int = 0  # useful multiply-accumulates, for utilisation and rooflines
     gemm: GemmShape | None = None
     stage_groups: tuple[StageGroup, ...] = ()
+    # (buffer, columns, row pitch): an output stored with rows `pitch` words apart, of which
+    # the first `columns` are its values (`dfg.transform.pitch_output_rows`)
+    output_pitch: tuple[tuple[str, int, int], ...] = ()
 
     def __hash__(self) -> int:
         return id(self)
+
+    def logical_output(self, name: str, flat: np.ndarray) -> np.ndarray:
+        """Output buffer `name`'s words `flat` (as the array holds them) in its logical,
+        row-major order: a pitched output loses the words past each row's columns."""
+        for buf, cols, pitch in self.output_pitch:
+            if buf == name:
+                return flat.reshape(-1, pitch)[:, :cols].ravel()
+        return flat
 
     @cached_property
     def input_map(self) -> dict[str, np.ndarray]:

@@ -23,7 +23,7 @@ import dataclasses
 
 import numpy as np
 
-from dataflow.dfg.graph import Addr, DFGError, Kernel, Loop, Node, Program
+from dataflow.dfg.graph import Addr, DFGError, Kernel, Loop, Node, Program, vector_nodes
 from dataflow.dfg.ops import Op
 
 
@@ -284,6 +284,38 @@ def pad_rows(program: Program, buffer: str, rows: int, cols: int, pad: int) -> P
     return _relayout(program, buffer, rewrite, padded.ravel(), size=rows * (cols + pad))
 
 
+def pitch_output_rows(program: Program, buffer: str, rows: int, cols: int, pad: int) -> Program:
+    """Store output `buffer` (rows x cols, row-major) with a row pitch of cols + pad words, as
+    `pad_rows` does for an input: a register block's accumulators, rows of C a multiple of
+    the line count apart, then flush to different lines. `Program.logical_output` drops the
+    pad words again (docs/conventions.md#register-blocking)."""
+    where = f"program {program.name!r}: pitch_output_rows({buffer!r}, pad {pad})"
+    if pad < 0:
+        raise DFGError(f"{where}: the pad must not be negative")
+    if pad == 0:
+        return program
+    if any(b == buffer for b, _, _ in program.output_pitch):
+        raise DFGError(f"{where}: the output is pitched already")
+
+    def rewrite(k, n):
+        if n.addr.index_stride:
+            raise DFGError(f"{where}: node %{n.id} is an indirect access")
+        row, rconst, col, cconst = _split_address(n.addr, cols, where)
+        terms = {v: c * (cols + pad) for v, c in row.items()}
+        for v, c in col.items():
+            terms[v] = terms.get(v, 0) + c
+        return dataclasses.replace(n, addr=dataclasses.replace(
+            n.addr, terms=_terms(terms), const=rconst * (cols + pad) + cconst))
+
+    size = rows * (cols + pad)
+    kernels = tuple(dataclasses.replace(
+        k, nodes=tuple(rewrite(k, n) if n.buffer == buffer else n for n in k.nodes),
+        buffers=tuple(dataclasses.replace(b, size=size) if b.name == buffer else b
+                      for b in k.buffers)) for k in program.kernels)
+    return dataclasses.replace(program, kernels=kernels,
+                               output_pitch=(*program.output_pitch, (buffer, cols, cols + pad)))
+
+
 # --- loop-nest passes: split and reorder (the generic lowering's schedules) ----------------------
 
 def _fresh_loop_name(kernel: Kernel, base: str) -> str:
@@ -435,5 +467,116 @@ def vectorise_reduction(kernel: Kernel, var: str) -> Kernel:
             n = dataclasses.replace(n, inputs=(*n.inputs[:-1], total.id))
         nodes.append(n)
     out = _renumber(dataclasses.replace(kernel, vector_var=var), nodes, kernel.carried)
+    out.verify()
+    return out
+
+
+def _merge_lane_sums(members: list[Node], nodes: dict, users: dict, next_id: int, var: str,
+                     where: str) -> tuple[list[Node], set[int], int]:
+    """One group of `block_lane_sums`: (the nodes that replace it, the ids it drops, the next
+    free id)."""
+    sums = [nodes[m.inputs[0]] for m in members]
+    vals = [nodes[s.inputs[0]] for s in sums]
+    if any(len(users[s.id]) != 1 or len(users[v.id]) != 1 for s, v in zip(sums, vals)):
+        raise DFGError(f"{where}: a lane sum or its input has other users")
+    common = None
+    if all(v.op is Op.MUL and v.lane is None for v in vals):
+        shared = set(vals[0].inputs).intersection(*(v.inputs for v in vals[1:]))
+        common = min(shared) if len(shared) == 1 else None
+    terms = ([nodes[next(i for i in v.inputs if i != common)] for v in vals]
+             if common is not None else vals)
+    chain = all(t.op is Op.MUL and t.lane is None and len(users[t.id]) == 1 for t in terms)
+    dropped = {m.id for m in members} | {s.id for s in sums}
+    if common is not None:
+        dropped |= {v.id for v in vals}
+    if chain:
+        dropped |= {t.id for t in terms[1:]}
+    new: list[Node] = []
+    total = terms[0]
+    for t in terms[1:]:
+        total = (Node(next_id, Op.MAC, (*t.inputs, total.id), name=f"block {var}") if chain
+                 else Node(next_id, Op.ADD, (total.id, t.id), name=f"block {var}"))
+        next_id += 1
+        new.append(total)
+    out = Node(next_id, Op.VSUM, (total.id,), name=sums[0].name)
+    next_id += 1
+    new.append(out)
+    if common is not None:
+        out = Node(next_id, Op.MUL, (out.id, common), name=vals[0].name)
+        next_id += 1
+        new.append(out)
+    new.append(dataclasses.replace(members[0], inputs=(out.id,)))
+    return new, dropped, next_id
+
+
+def block_lane_sums(kernel: Kernel, var: str, factor: int) -> Kernel:
+    """Register blocking of a lane-sum reduction (docs/conventions.md#sparse-line-model): loop
+    `var` (dense, outside the vector loop) unrolled-and-jammed by `factor` (neighbouring
+    iterations), then the `factor` copies of each `mul` -> [`mul` by a common scalar] ->
+    `vsum` -> `acc` chain that accumulate at one address merged into one: the products chained
+    through vector multiply-adds (`mac`, one per copy after the first), one lane sum, the
+    common scalar (a mask value) multiplied once after it, one accumulation. So a block of
+    `factor` vectors costs one lane sum and one register update instead of `factor` of each,
+    as a GEMM's register block shares one load among its maccs. Sums in another order: fp32
+    tolerances."""
+    where = f"kernel {kernel.name!r}: block_lane_sums({var!r}, {factor})"
+    if var == kernel.vector_var:
+        raise DFGError(f"{where}: blocks a loop outside the vector loop")
+    k1 = unroll_and_jam(kernel, var, factor, inner=True)
+    if factor == 1:
+        return k1
+    nodes = {n.id: n for n in k1.nodes}
+    users = _users(k1)
+    groups: dict[tuple, list[Node]] = {}
+    for n in k1.nodes:
+        if n.op is Op.ACC and nodes[n.inputs[0]].op is Op.VSUM:
+            groups.setdefault((n.buffer, str(n.addr)), []).append(n)
+    # an accumulation's own register recurrence (a self edge) goes with it; any other
+    # carried edge into the merged nodes is refused
+    touched = {x for s, d, _ in k1.carried if s != d for x in (s, d)}
+    dropped: set[int] = set()
+    emit: dict[int, list[Node]] = {}  # last member's id -> the nodes that replace the group
+    next_id = max(nodes) + 1
+    for members in groups.values():
+        if len(members) != factor:
+            raise DFGError(f"{where}: {len(members)} accumulations at one address, not {factor}")
+        new, gone, next_id = _merge_lane_sums(members, nodes, users, next_id, var, where)
+        dropped |= gone
+        emit[members[-1].id] = new
+    if dropped & touched:
+        raise DFGError(f"{where}: a loop-carried edge touches a merged accumulation")
+    body: list[Node] = []
+    for n in k1.nodes:
+        if n.id in emit:
+            body.extend(emit[n.id])
+        elif n.id not in dropped:
+            body.append(n)
+    carried = tuple(e for e in k1.carried if e[0] not in dropped)
+    out = _renumber(k1, body, carried)
+    out.verify()
+    return out
+
+
+def devectorise_reduction(kernel: Kernel) -> Kernel:
+    """The inverse of `vectorise_reduction`, for an array without a lane-sum unit: the vector
+    loop becomes a scalar loop and each `vsum` goes, its accumulation taking the lanes one
+    iteration each (docs/conventions.md#sparse-line-model). Needs every vector value to end in
+    a `vsum` (no vector store, no vector accumulation)."""
+    where = f"kernel {kernel.name!r}: devectorise_reduction"
+    vv = kernel.vector_var
+    if vv is None:
+        raise DFGError(f"{where}: the kernel has no vector loop")
+    vec = vector_nodes(kernel)
+    sums = {n.id: n.inputs[0] for n in kernel.nodes if n.op is Op.VSUM}
+    for n in kernel.nodes:
+        if n.op is Op.VSUM:
+            continue
+        if n.id in vec and (n.op.writes_spm or n.addr is not None and n.addr.span):
+            raise DFGError(f"{where}: node %{n.id} {n.op.value} writes or reads a vector row")
+        if n.id not in vec and any(i in vec for i in n.inputs):
+            raise DFGError(f"{where}: node %{n.id} takes a vector without a lane sum")
+    nodes = [dataclasses.replace(n, inputs=tuple(sums.get(i, i) for i in n.inputs))
+             for n in kernel.nodes if n.op is not Op.VSUM]
+    out = _renumber(dataclasses.replace(kernel, vector_var=None), nodes, kernel.carried)
     out.verify()
     return out

@@ -22,11 +22,12 @@ line's ports (the stall arithmetic below).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from dataflow.arch.spec import ArchSpec, SPMSpec
+from dataflow.arch.spec import AddressMapping, ArchSpec, SPMSpec
 from dataflow.dfg.domain import enumerate_domain
 from dataflow.dfg.graph import Node, vector_nodes
 from dataflow.dfg.ops import Op
@@ -51,6 +52,11 @@ from dataflow.pe_array.semantics import (
 )
 from dataflow.spm.lines import StoreQueues, line_of_row, port_cycles
 
+#: Environment switch of the tile timing memo (`tile_memo_enabled`).
+MEMO_ENV = "DATAFLOW_TILE_MEMO"
+#: Tiles run and tiles whose timing came from the memo, over the process (tests read it to
+#: prove a shortcut was taken).
+MEMO_STATS = {"tiles": 0, "hits": 0}
 #: Row index of an inactive lane in the row arrays (sorts before every real row).
 NO_ROW = -1
 
@@ -73,8 +79,9 @@ class _Kernel:
 @dataclass(frozen=True, eq=False)
 class _Waves:
     """Where a tile's n iterations run: iteration k on copy k // waves in wave k % waves;
-    `active[k]` lanes of iteration k are live (`mask`, (n, lanes)); the tile's schedule lasts
-    `n_cycles` cycles before stalls."""
+    `active[k]` lanes of iteration k are live (`mask`, (n, lanes); `live` in all, `full` when
+    every lane of every iteration is); the tile's schedule lasts `n_cycles` cycles before
+    stalls."""
 
     n: int
     k: np.ndarray
@@ -84,6 +91,8 @@ class _Waves:
     n_cycles: int
     active: np.ndarray
     mask: np.ndarray
+    live: int = 0
+    full: bool = False
 
 
 @dataclass(frozen=True, eq=False)
@@ -109,6 +118,12 @@ class _TileAccesses:
     reads: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
     write_keys: list[np.ndarray] = field(default_factory=list)
     writes: list[_Writes] = field(default_factory=list)
+    # row counts deferred until the tile's timing is known not to be memoised:
+    # (node, addresses, live lanes, cycles) per access stream
+    rows: list[tuple] = field(default_factory=list)
+    # per memory node: (buffer, SPM word of lane 0 per iteration, lowest and highest SPM word
+    # any lane may touch); the tile's address pattern (`_TimingMemo`)
+    pattern: list[tuple[str, np.ndarray, int, int]] = field(default_factory=list)
 
 
 def same_word_rank(words: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -122,8 +137,12 @@ def same_word_rank(words: np.ndarray, mask: np.ndarray) -> np.ndarray:
 
 
 def run_kernel_fast(km: KernelMapping, arch: ArchSpec, inputs: dict[str, np.ndarray],
-                    dtype) -> ArrayResult:
-    """Run one mapped kernel a tile at a time; cycles, SPM accesses per line, output values."""
+                    dtype, memo: bool | None = None) -> ArrayResult:
+    """Run one mapped kernel a tile at a time; cycles, SPM accesses per line, output values.
+
+    `memo` (default: on unless the environment sets DATAFLOW_TILE_MEMO=0) reuses the timing of
+    an earlier tile whose address pattern is the same up to a shift the SPM cannot tell apart
+    (`_TimingMemo`); values are always computed."""
     kernel = km.kernel
     bufs = buffer_arrays(kernel, inputs, dtype)
     ctx = _Kernel(km=km, arch=arch, dtype=dtype,
@@ -132,9 +151,18 @@ def run_kernel_fast(km: KernelMapping, arch: ArchSpec, inputs: dict[str, np.ndar
                   # indirect-DMA words per gather-fetched input
                   fetched=gather_fetch_words(kernel, inputs, arch))
     ct = Counters(arch)
+    timing = _TimingMemo(arch.spm) if tile_memo_enabled(memo) else None
     for ti, tile in enumerate(km.tiles):
-        ct.tiles.append(_run_tile(ctx, ct, ti, tile))
+        ct.tiles.append(_run_tile(ctx, ct, ti, tile, timing))
     return ct.result(kernel, bufs)
+
+
+def tile_memo_enabled(memo: bool | None = None) -> bool:
+    """Whether tile timing is memoised: `memo` when given, else the environment variable
+    DATAFLOW_TILE_MEMO (on unless it is 0, false, no or off)."""
+    if memo is not None:
+        return memo
+    return os.environ.get(MEMO_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def _issue_times(km: KernelMapping) -> np.ndarray:
@@ -145,7 +173,8 @@ def _issue_times(km: KernelMapping) -> np.ndarray:
     return times
 
 
-def _run_tile(ctx: _Kernel, ct: Counters, ti: int, tile: Tile) -> TileResult:
+def _run_tile(ctx: _Kernel, ct: Counters, ti: int, tile: Tile,
+              timing: _TimingMemo | None = None) -> TileResult:
     """One tile: issue every node over all iterations, count SPM ports, commit the updates."""
     km, kernel = ctx.km, ctx.km.kernel
     dom = enumerate_domain(kernel, ctx.lanes, (tile.lo, tile.hi))
@@ -153,14 +182,127 @@ def _run_tile(ctx: _Kernel, ct: Counters, ti: int, tile: Tile) -> TileResult:
     if n == 0:
         return tile_result(kernel, ti, 0, 0, 0, km, ctx.arch, tile, ctx.fetched)
     w = _waves(ctx, dom, n)
-    _count_busy_and_links(ctx, ct, w)
     acc = _TileAccesses()
     vals: dict[int, np.ndarray] = {}
     for node in kernel.nodes:
         _issue_node(ctx, ct, w, dom, vals, acc, node, ti, tile)
-    stall = _port_stalls(acc, ct, ctx.arch.spm, w.n_cycles)
+    known = timing.recall(w, acc.pattern) if timing is not None else None
+    MEMO_STATS["tiles"] += 1
+    MEMO_STATS["hits"] += known is not None
+    if known is None:
+        before = _TileCounts.of(ct)
+        _count_busy_and_links(ctx, ct, w)
+        for node, at, cyc in acc.rows:
+            _count_rows(ctx, acc, node, at, cyc, ti, tile)
+        stall = _port_stalls(acc, ct, ctx.arch.spm, w.n_cycles)
+        if timing is not None:
+            timing.remember(w, acc.pattern, _TileCounts.of(ct).minus(before), stall)
+    else:
+        counts, stall = known
+        counts.add_to(ct)
     _apply_writes(acc.writes, ctx.bufs)
     return tile_result(kernel, ti, n, w.n_cycles + stall, stall, km, ctx.arch, tile, ctx.fetched)
+
+
+@dataclass(frozen=True)
+class _TileCounts:
+    """What a tile adds to the kernel's timing counters (busy cycles per PE, word-hops, SPM
+    reads, writes and conflict cycles per line)."""
+
+    busy: np.ndarray
+    hops: int
+    reads: np.ndarray
+    writes: np.ndarray
+    conflicts: np.ndarray
+
+    @staticmethod
+    def of(ct: Counters) -> _TileCounts:
+        return _TileCounts(ct.busy.copy(), ct.link_word_hops, ct.reads_line.copy(),
+                           ct.writes_line.copy(), ct.conflicts_line.copy())
+
+    def minus(self, before: _TileCounts) -> _TileCounts:
+        return _TileCounts(self.busy - before.busy, self.hops - before.hops,
+                           self.reads - before.reads, self.writes - before.writes,
+                           self.conflicts - before.conflicts)
+
+    def add_to(self, ct: Counters) -> None:
+        ct.busy += self.busy
+        ct.link_word_hops += self.hops
+        ct.reads_line += self.reads
+        ct.writes_line += self.writes
+        ct.conflicts_line += self.conflicts
+
+
+class _TimingMemo:
+    """Timing of tiles already run, reused for a tile whose SPM traffic is provably the same.
+
+    A tile's timing (stalls and every counter) is a function of its iteration count, the live
+    lanes of each iteration and, per memory node, the SPM rows each access touches in each
+    cycle: cycles follow from the iteration count alone (`_waves`), and every access's rows
+    from its lane-0 SPM word (lanes add a fixed stride; an accumulator's flushes fall where
+    lane 0's address changes). A new tile reuses a remembered tile's timing when it has the
+    same iteration count and live lanes, and every memory node's lane-0 SPM words are the
+    remembered ones shifted by one constant delta per buffer such that
+    - delta is a whole number of rows and moves no row to another line (delta 0, or a multiple
+      of words_per_row * lines under the interleaved mapping), so per-line counts are equal;
+    - the buffers' SPM word ranges are pairwise disjoint, rows included, in both tiles (or all
+      deltas are equal): reads of one row in one cycle count once, so rows of two buffers must
+      not start or stop coinciding.
+    Then every access touches the same rows up to the shift, in the same cycles, and the
+    per-(cycle, line) port counts, stalls and counters are identical. The check costs O(n)
+    per memory node (lane 0 only) against the O(n * lanes) sort and count it saves.
+    `tests/test_fidelity.py` runs kernels with the memo on and off and against the reference
+    stepper. At most `KEEP` patterns are held (host memory stays a few tiles' lane-0 words)."""
+
+    KEEP = 2
+
+    def __init__(self, spm: SPMSpec):
+        self.spm = spm
+        self.entries: list[tuple] = []
+        self.hits = 0
+
+    def _shift_ok(self, delta: int) -> bool:
+        if delta == 0:
+            return True
+        spm = self.spm
+        return (spm.address_mapping == AddressMapping.INTERLEAVED
+                and delta % (spm.words_per_row * spm.lines) == 0)
+
+    def _disjoint(self, pattern) -> bool:
+        """The buffers' SPM row ranges do not overlap."""
+        spans: dict[str, list[int]] = {}
+        wpr = self.spm.words_per_row
+        for name, _, lo, hi in pattern:
+            s = spans.setdefault(name, [lo, hi])
+            s[0], s[1] = min(s[0], lo), max(s[1], hi)
+        rows = sorted((lo // wpr, hi // wpr) for lo, hi in spans.values())
+        return all(a[1] < b[0] for a, b in zip(rows, rows[1:]))
+
+    def recall(self, w: _Waves, pattern) -> tuple[_TileCounts, int] | None:
+        for entry in self.entries:
+            n, active, old, counts, stall = entry
+            if n != w.n or len(old) != len(pattern) or not np.array_equal(active, w.active):
+                continue
+            deltas: dict[str, int] = {}
+            ok = True
+            for (name, s0, _, _), (oname, o0, _, _) in zip(pattern, old):
+                delta = int(s0[0] - o0[0])
+                if (name != oname or deltas.setdefault(name, delta) != delta
+                        or not self._shift_ok(delta) or not np.array_equal(s0 - delta, o0)):
+                    ok = False
+                    break
+            if not ok:
+                continue
+            if len(set(deltas.values())) > 1 and not (self._disjoint(pattern)
+                                                      and self._disjoint(old)):
+                continue
+            self.hits += 1
+            return counts, stall
+        return None
+
+    def remember(self, w: _Waves, pattern, counts: _TileCounts, stall: int) -> None:
+        self.entries.insert(0, (w.n, w.active, pattern, counts, stall))
+        del self.entries[self.KEEP:]
 
 
 def _waves(ctx: _Kernel, dom: dict[str, np.ndarray], n: int) -> _Waves:
@@ -172,9 +314,13 @@ def _waves(ctx: _Kernel, dom: dict[str, np.ndarray], n: int) -> _Waves:
         active = np.minimum(ctx.lanes, kernel.vector_extent - dom[kernel.vector_var])
     else:
         active = np.ones(n, dtype=np.int64)
-    return _Waves(n=n, k=k, copy=k // waves, wave=k % waves, waves=waves,
+    chunks = -(-n // waves)  # copies that get iterations
+    # k // waves and k % waves, without dividing n numbers
+    return _Waves(n=n, k=k, copy=np.repeat(np.arange(chunks), waves)[:n],
+                  wave=np.tile(np.arange(waves, dtype=np.int64), chunks)[:n], waves=waves,
                   n_cycles=(waves - 1) * km.ii + km.schedule_length, active=active,
-                  mask=np.arange(ctx.lanes)[None, :] < active[:, None])
+                  mask=np.arange(ctx.lanes)[None, :] < active[:, None],
+                  live=int(active.sum()), full=bool(active.min() >= ctx.lanes))
 
 
 def _count_busy_and_links(ctx: _Kernel, ct: Counters, w: _Waves) -> None:
@@ -182,40 +328,88 @@ def _count_busy_and_links(ctx: _Kernel, ct: Counters, w: _Waves) -> None:
     per_copy = np.bincount(w.copy, minlength=ctx.km.copies)
     for p in ctx.km.placements:
         ct.busy[p.pe] += per_copy[p.copy]
+    starts = np.arange(0, w.n, w.waves)
+    live = np.zeros(ctx.km.copies, dtype=np.int64)
+    live[:len(starts)] = np.add.reduceat(w.active, starts)
     for r in ctx.km.routes:
-        words = w.active if r.src in ctx.vec else np.ones(w.n, dtype=np.int64)
-        ct.link_word_hops += len(r.links) * int(words[w.copy == r.copy].sum())
+        words = live[r.copy] if r.src in ctx.vec else per_copy[r.copy]
+        ct.link_word_hops += len(r.links) * int(words)
 
 
 def _issue_node(ctx: _Kernel, ct: Counters, w: _Waves, dom, vals: dict[int, np.ndarray],
                 acc: _TileAccesses, node: Node, ti: int, tile: Tile) -> None:
     """All iterations of one node: its value, or its SPM accesses and updates."""
     is_vec = node.id in ctx.vec
-    ct.op_counts[node.op.value] += int(w.active.sum()) if is_vec else w.n
+    ct.op_counts[node.op.value] += w.live if is_vec else w.n
     if not node.op.is_memory:
         vals[node.id] = apply_op(node.op, operands(node, [vals[i] for i in node.inputs]),
                                  ctx.dtype, node.value)
         return
-    addr, m = _addresses(ctx, w, dom, vals, node)
-    cyc = w.wave * ctx.km.ii + ctx.times[w.copy, node.id]
+    at = _addresses(ctx, w, dom, vals, node)
+    cyc = w.wave * ctx.km.ii + np.repeat(ctx.times[:, node.id], w.waves)[:w.n]
+    sbase, wlo = spm_base(ctx.km, node.buffer, ti, tile)
+    s0 = sbase - wlo + at.a0
+    reach = (at.width - 1) * at.stride  # what the last lane adds to lane 0
+    acc.pattern.append((node.buffer, s0, int(s0.min()) + min(0, reach),
+                        int(s0.max()) + max(0, reach)))
     if node.op.accumulates:
-        flushes = _flushes(ctx, w, vals, node, addr, m, cyc)
+        flushes, sel = _flushes(ctx, w, vals, node, at, cyc)
         acc.writes.append(flushes)
-        _count_rows(ctx, acc, node, flushes.addr, flushes.mask, flushes.cycle, ti, tile)
+        acc.rows.append((node, _Lanes(at.a0[sel], at.stride, at.width, flushes.mask,
+                                      full=at.full), flushes.cycle))
         return
-    _count_rows(ctx, acc, node, addr, m, cyc, ti, tile)
+    acc.rows.append((node, at, cyc))
     buf = ctx.bufs[node.buffer]
     if node.op in (Op.LOAD, Op.GATHER):
-        vals[node.id] = np.where(m, buf[np.where(m, addr, 0)], 0).astype(buf.dtype)
+        vals[node.id] = _gather(buf, at)
     else:
+        addr = at.words()
         acc.writes.append(_Writes(cyc, w.k, node.id, addr,
-                                  _lane_values(vals, node, addr, ctx.dtype), m, node.op,
+                                  _lane_values(vals, node, addr, ctx.dtype), at.mask, node.op,
                                   node.buffer))
 
 
-def _addresses(ctx: _Kernel, w: _Waves, dom, vals, node: Node) -> tuple[np.ndarray, np.ndarray]:
-    """(word addresses, live lanes) per iteration, both (n, lanes) for a vector access and
-    (n, 1) for a scalar one; an indirect access adds its loaded index times the stride."""
+@dataclass(frozen=True, eq=False)
+class _Lanes:
+    """The word addresses of an access stream without materialising them: lane l of access e
+    is at a0[e] + l * stride, for `width` lanes; `mask` (e, width) says which are live (always
+    a prefix of the lanes: past a loop's end, or past a span, lanes are dead); `full` when
+    every lane is live."""
+
+    a0: np.ndarray
+    stride: int
+    width: int
+    mask: np.ndarray
+    full: bool = False
+
+    def words(self) -> np.ndarray:
+        return lane_addresses(self.a0, self.stride, self.width)
+
+
+def _gather(buf: np.ndarray, at: _Lanes) -> np.ndarray:
+    """A load's values (e, width), dead lanes zero. Lanes at a positive stride are read as
+    rows of a strided view of the buffer (one row copy per access, not one index per lane)."""
+    if at.width == 1:
+        return buf[at.a0][:, None]
+    if at.stride <= 0 or len(at.a0) == 0 or int(at.a0.min()) < 0:
+        addr = at.words()
+        return np.where(at.mask, buf[np.where(at.mask, addr, 0)], 0).astype(buf.dtype)
+    span = (at.width - 1) * at.stride
+    flat = np.ascontiguousarray(buf)
+    if int(at.a0.max()) + span >= len(flat):  # dead lanes of the last accesses run past the end
+        flat = np.concatenate((flat, np.zeros(span + 1, dtype=flat.dtype)))
+    rows = np.lib.stride_tricks.as_strided(
+        flat, shape=(len(flat) - span, at.width),
+        strides=(flat.itemsize, at.stride * flat.itemsize), writeable=False)
+    out = rows[at.a0]
+    if not at.full:
+        out[~at.mask] = 0
+    return out
+
+
+def _addresses(ctx: _Kernel, w: _Waves, dom, vals, node: Node) -> _Lanes:
+    """Word addresses and live lanes per iteration, `width` lanes for a vector access and one
+    for a scalar one; an indirect access adds its loaded index times the stride."""
     kernel = ctx.km.kernel
     a = np.full(w.n, node.addr.const, dtype=np.int64)
     for v, c in node.addr.terms:
@@ -224,12 +418,13 @@ def _addresses(ctx: _Kernel, w: _Waves, dom, vals, node: Node) -> tuple[np.ndarr
     if node.addr.index_stride:
         a = a + node.addr.index_stride * vals[node.inputs[0]][:, 0].astype(np.int64)
     if node.id not in ctx.vec:
-        return a[:, None], np.ones((w.n, 1), dtype=bool)
+        return _Lanes(a, 0, 1, np.ones((w.n, 1), dtype=bool), full=True)
     if node.addr.span:  # consecutive words: lanes along memory, `span` of them live
         live = np.arange(ctx.lanes) < node.addr.span
-        return lane_addresses(a, 1, ctx.lanes), np.broadcast_to(live, (w.n, ctx.lanes))
+        return _Lanes(a, 1, ctx.lanes, np.broadcast_to(live, (w.n, ctx.lanes)),
+                      full=bool(live.all()))
     cv = node.addr.coef(kernel.vector_var)
-    return lane_addresses(a + dom[kernel.vector_var] * cv, cv, ctx.lanes), w.mask
+    return _Lanes(a + dom[kernel.vector_var] * cv, cv, ctx.lanes, w.mask, full=w.full)
 
 
 def _lane_values(vals, node: Node, addr: np.ndarray, dtype) -> np.ndarray:
@@ -238,30 +433,72 @@ def _lane_values(vals, node: Node, addr: np.ndarray, dtype) -> np.ndarray:
     return np.broadcast_to(src if src.ndim == 2 else src.reshape(-1, 1), addr.shape)
 
 
-def _flushes(ctx: _Kernel, w: _Waves, vals, node: Node, addr: np.ndarray, m: np.ndarray,
-             cyc: np.ndarray) -> _Writes:
+def _flushes(ctx: _Kernel, w: _Waves, vals, node: Node, at: _Lanes,
+             cyc: np.ndarray) -> tuple[_Writes, np.ndarray]:
     """An accumulating node combines in its PE's register and writes the SPM once per run of
-    same-address iterations on a copy, at the run's last iteration."""
+    same-address iterations on a copy, at the run's last iteration. Returns the flushes and
+    the iterations they happen in."""
     flush = np.ones(w.n, dtype=bool)
-    lane0 = addr[:, 0]
+    lane0 = at.a0
     flush[:-1] = (lane0[1:] != lane0[:-1]) | (w.copy[1:] != w.copy[:-1])
-    run = np.concatenate(([0], np.cumsum(flush[:-1])))
-    src = _lane_values(vals, node, addr, ctx.dtype)
-    reg = np.full((int(run[-1]) + 1, addr.shape[1]), ACC_IDENTITY[node.op], dtype=ctx.dtype)
-    ACC_UFUNC[node.op].at(reg, run, src.astype(ctx.dtype))
     sel = np.flatnonzero(flush)
-    return _Writes(cyc[sel], w.k[sel], node.id, addr[sel], reg[run[sel]], m[sel], node.op,
-                   node.buffer)
+    src = _lane_values(vals, node, at.mask, ctx.dtype)
+    reg = segment_fold(ACC_UFUNC[node.op], ACC_IDENTITY[node.op], src, sel, ctx.dtype)
+    addr = lane_addresses(at.a0[sel], at.stride, at.width)
+    return _Writes(cyc[sel], w.k[sel], node.id, addr, reg, at.mask[sel], node.op,
+                   node.buffer), sel
 
 
-def _count_rows(ctx: _Kernel, acc: _TileAccesses, node: Node, addr: np.ndarray, m: np.ndarray,
-                cyc: np.ndarray, ti: int, tile: Tile) -> None:
+def segment_fold(ufunc, identity, src: np.ndarray, ends: np.ndarray, dtype) -> np.ndarray:
+    """reg[r] = identity . src[s_r] . src[s_r + 1] . ... . src[ends[r]], folded strictly left to
+    right (one rounding per step, as a PE's register does), for the runs of consecutive rows
+    that end at `ends` (sorted; the last is the last row). The same values as
+    `ufunc.at(reg, run, src)`, faster: runs of one length are folded together as a
+    (runs, length, lanes) block (a reshape when every run has that length, else a gather)."""
+    src = np.asarray(src)
+    starts = np.concatenate(([0], ends[:-1] + 1))
+    lens = ends - starts + 1
+    ident = np.asarray(identity, dtype=dtype)
+    if len(lens) and int(lens.min()) == int(lens.max()):  # every run one length: a reshape
+        block = src.astype(dtype, copy=False).reshape((len(lens), int(lens[0])) + src.shape[1:])
+        return _fold_block(ufunc, ident, block)
+    reg = np.empty((len(ends),) + src.shape[1:], dtype=dtype)
+    for length in np.unique(lens):
+        which = np.flatnonzero(lens == length)
+        idx = starts[which][:, None] + np.arange(length)
+        reg[which] = _fold_block(ufunc, ident, src[idx].astype(dtype, copy=False))
+    return reg
+
+
+def _fold_block(ufunc, ident: np.ndarray, block: np.ndarray) -> np.ndarray:
+    """Fold (runs, length, ...) along its second axis, left to right, from `ident`: one ufunc
+    call per position when each call has enough work, else `ufunc.accumulate` (which also
+    combines in order, never pairwise)."""
+    runs, length = block.shape[:2]
+    reg = ufunc(ident, block[:, 0])
+    if length == 1:
+        return reg
+    if reg.size >= 256 or length <= 16:
+        for j in range(1, length):
+            ufunc(reg, block[:, j], out=reg)
+        return reg
+    block = block.copy()
+    block[:, 0] = reg
+    return ufunc.accumulate(block, axis=1)[:, -1]
+
+
+def _count_rows(ctx: _Kernel, acc: _TileAccesses, node: Node, at: _Lanes, cyc: np.ndarray,
+                ti: int, tile: Tile) -> None:
     """Record the SPM row accesses of each access: its distinct rows among live lanes, and for
     SCATTER_ACC one write access per rank of same-word lanes (see the module doc)."""
     spm = ctx.arch.spm
     sbase, wlo = spm_base(ctx.km, node.buffer, ti, tile)
+    width, m = at.width, at.mask
+    if node.op is not Op.SCATTER_ACC and abs(at.stride) * (width - 1) < spm.words_per_row:
+        _count_rows_narrow(acc, node, sbase - wlo + at.a0, at, cyc, spm)
+        return
+    addr = at.words()
     srow = (sbase + (addr - wlo)) // spm.words_per_row
-    width = addr.shape[1]
     if node.op is Op.SCATTER_ACC:
         srow = srow * width + same_word_rank(addr, m)
     srow = np.where(m, srow, NO_ROW)
@@ -276,6 +513,30 @@ def _count_rows(ctx: _Kernel, acc: _TileAccesses, node: Node, addr: np.ndarray, 
         acc.reads.append((cyc[ev], srow[ev, lane]))
     if node.op.writes_spm:
         acc.write_keys.append(cyc[ev] * spm.lines + line_of_row(srow[ev, lane], spm))
+
+
+def _count_rows_narrow(acc: _TileAccesses, node: Node, word0: np.ndarray, at: _Lanes,
+                       cyc: np.ndarray, spm: SPMSpec) -> None:
+    """`_count_rows` for an access whose lanes span less than a row (a scalar, or a vector of
+    stride s with |s| * (lanes - 1) < words_per_row): it touches the row of its first live
+    lane and, when it differs, the row of its last. Live lanes are always a prefix (lanes past
+    a loop's end, or past a span), so the last live lane is lane (live - 1). O(n), no sort."""
+    stride, m = at.stride, at.mask
+    if at.full:
+        live = np.full(len(word0), at.width, dtype=np.int64)
+    else:
+        live = m.sum(axis=1) if m.shape[1] > 1 else m[:, 0].astype(np.int64)
+    wpr = spm.words_per_row
+    first = word0 // wpr
+    last = (word0 + (live - 1) * stride) // wpr
+    some = live > 0
+    two = some & (last != first)
+    cyc_rows = np.concatenate((cyc[some], cyc[two]))
+    rows = np.concatenate((first[some], last[two]))
+    if node.op.reads_spm:
+        acc.reads.append((cyc_rows, rows))
+    if node.op.writes_spm:
+        acc.write_keys.append(cyc_rows * spm.lines + line_of_row(rows, spm))
 
 
 def _port_stalls(acc: _TileAccesses, ct: Counters, spm: SPMSpec, n_cycles: int) -> int:
@@ -318,21 +579,47 @@ def _read_keys(reads, spm) -> np.ndarray:
 
 
 def _apply_writes(writes: list[_Writes], bufs: dict[str, np.ndarray]) -> None:
-    """Commit a tile's SPM updates in the semantics' order, lanes in lane order."""
+    """Commit a tile's SPM updates in the semantics' order, lanes in lane order.
+
+    Consecutive updates (in commit order) of write nodes with one op and one buffer commit in
+    one `commit` call: it applies its updates one after another in the order given, so one call
+    over their concatenation equals one call per node. Values are cast to the buffer's dtype
+    first, as `commit` casts them."""
     if not writes:
         return
     cyc = np.concatenate([w.cycle for w in writes])
     k = np.concatenate([w.iteration for w in writes])
     node = np.concatenate([np.full(len(w.cycle), w.node) for w in writes])
     order = commit_order(cyc, k, node)
+    kinds: dict[tuple, list[int]] = {}
+    for j, w in enumerate(writes):
+        kinds.setdefault((w.op, w.buffer), []).append(j)
+    kind_of = np.empty(len(writes), dtype=np.int64)
+    local = np.empty(len(order), dtype=np.int64)  # position within its kind's concatenation
     offsets = np.cumsum([0] + [len(w.cycle) for w in writes])
+    stacked = []
+    for ki, ((op, name), js) in enumerate(kinds.items()):
+        kind_of[js] = ki
+        width = max(writes[j].addr.shape[1] for j in js)
+        dt = bufs[name].dtype
+        parts_a, parts_v, parts_m, at = [], [], [], 0
+        for j in js:
+            w = writes[j]
+            pad = width - w.addr.shape[1]
+            parts_a.append(np.pad(w.addr, ((0, 0), (0, pad))))
+            parts_v.append(np.pad(np.asarray(w.vals).astype(dt), ((0, 0), (0, pad))))
+            parts_m.append(np.pad(w.mask, ((0, 0), (0, pad))))
+            local[offsets[j]:offsets[j + 1]] = at + np.arange(len(w.cycle))
+            at += len(w.cycle)
+        stacked.append((op, bufs[name], np.concatenate(parts_a), np.concatenate(parts_v),
+                        np.concatenate(parts_m)))
     which = np.searchsorted(offsets, order, side="right") - 1
-    local = order - offsets[which]
-    # consecutive events of one write node commit together (np.add.at keeps their order)
-    breaks = np.flatnonzero(np.diff(which)) + 1
+    kind = kind_of[which]
+    breaks = np.flatnonzero(np.diff(kind)) + 1
     for run in np.split(np.arange(len(order)), breaks):
         if not len(run):
             continue
-        w = writes[which[run[0]]]
-        idx = local[run]
-        commit(w.op, bufs[w.buffer], w.addr[idx][w.mask[idx]], w.vals[idx][w.mask[idx]])
+        op, buf, a, v, m = stacked[kind[run[0]]]
+        idx = local[order[run]]
+        sel = m[idx]
+        commit(op, buf, a[idx][sel], v[idx][sel])

@@ -164,6 +164,8 @@ class SimResult:
     max_abs_error: float | None = None
     wall_seconds: float | None = None
     mapping_summary: str = ""
+    # False for a timing-only run (`--timing-only`): no values were computed, `output` is None
+    values_computed: bool = True
     area_mm2: tuple[tuple[str, float], ...] = ()  # by component (pe_array, spm, interconnect)
     dram_bytes_per_cycle: float = 0.0  # the arch's peak, for rooflines
     # (kernel, copy, node, op, pe_row, pe_col, time, latency, ii) per placed op, for Gantt charts
@@ -267,6 +269,7 @@ class SimResult:
             ],
             **_roofline_fields(self.roofline, self.cycles),
             "notes": list(self.notes),
+            "values_computed": self.values_computed,
             "values_match_reference": self.values_match_reference,
             "max_abs_error": self.max_abs_error,
             "wall_seconds": self.wall_seconds,

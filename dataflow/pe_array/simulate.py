@@ -36,10 +36,16 @@ class Engine(str, Enum):
 ENGINES = tuple(e.value for e in Engine)
 
 
-def run_array(mapping: Mapping, engine: str = "fast", trace: bool = False) -> list[ArrayResult]:
-    """Array-level results of every kernel, in program order (outputs feed later kernels)."""
+def run_array(mapping: Mapping, engine: str = "fast", trace: bool = False,
+              values: bool = True) -> list[ArrayResult]:
+    """Array-level results of every kernel, in program order (outputs feed later kernels).
+    `values=False` (systolic kernels only, whose timing does not depend on the values) leaves
+    the outputs zero."""
     if engine not in ENGINES:
         raise UserError(f"unknown engine {engine!r}; choose one of {ENGINES}")
+    if not values and not all(isinstance(k, SystolicMapping) for k in mapping.kernels):
+        raise UserError("timing without values is for systolic arrays only: a reconfigurable "
+                        "array's timing follows its values (gathers, merges, tiles)")
     arch, prog = mapping.arch, mapping.program
     dtype = np.dtype(prog.dtype)
     data = dict(prog.input_map)
@@ -48,8 +54,11 @@ def run_array(mapping: Mapping, engine: str = "fast", trace: bool = False) -> li
         if isinstance(km, SystolicMapping):
             from dataflow.pe_array.systolic import run_systolic_fast, run_systolic_reference
 
-            run = run_systolic_fast if engine == Engine.FAST else run_systolic_reference
-            res = run(km, arch, data)
+            if not values:
+                res = run_systolic_fast(km, arch, data, values=False)
+            else:
+                run = run_systolic_fast if engine == Engine.FAST else run_systolic_reference
+                res = run(km, arch, data)
         elif engine == Engine.FAST:
             res = run_kernel_fast(km, arch, data, dtype)
         else:
@@ -166,11 +175,13 @@ def with_reloads(arrays: list[ArrayResult], mapping: Mapping,
 
 
 def simulate_mapping(mapping: Mapping, engine: str = "fast", trace: bool = False,
-                     workload: str | None = None, reload: tuple[str, ...] = ()) -> SimResult:
+                     workload: str | None = None, reload: tuple[str, ...] = (),
+                     values: bool = True) -> SimResult:
     """Run a mapped program: values and timing. Cycles at the array clock, energy in pJ.
-    `reload` names outputs whose earlier contents each tile reads back first (`with_reloads`)."""
+    `reload` names outputs whose earlier contents each tile reads back first (`with_reloads`).
+    `values=False`: timing only (systolic arrays, `run_array`); the output is left zero."""
     arch, prog = mapping.arch, mapping.program
-    arrays = run_array(mapping, engine, trace)
+    arrays = run_array(mapping, engine, trace, values)
     if reload:
         arrays = with_reloads(arrays, mapping, tuple(reload))
     compute = sum(t.compute_cycles for a in arrays for t in a.tiles)
@@ -200,7 +211,7 @@ def simulate_mapping(mapping: Mapping, engine: str = "fast", trace: bool = False
     for a in arrays:
         outputs.update(dict(a.outputs))
     (out_name, shape), *_ = prog.outputs
-    output = outputs[out_name].reshape(shape)
+    output = prog.logical_output(out_name, outputs[out_name]).reshape(shape)
     kernels = tuple(
         KernelResult(kernel=a.kernel, start_cycle=s, end_cycle=e,
                      compute_cycles=sum(t.compute_cycles for t in a.tiles),

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from dataflow.arch.spec import ArchSpec, PEKind
 from dataflow.dfg import transform
-from dataflow.dfg.graph import Kernel, Program
+from dataflow.dfg.graph import DFGError, Kernel, Program
 from dataflow.dfg.lower import gemm_kernel
 from dataflow.dfg.ops import Op
 from dataflow.mapper import map_program
@@ -46,12 +46,15 @@ from dataflow.plan.retime import (
     choose_memoised,
     cycles_bound,
     kernel_iterations,
+    line_copies,
     post_passes,
     sample_cycles,
 )
 
 #: vector blocks tried for a generic kernel's vector loop
 VECTOR_BLOCKS = (2, 4, 8)
+#: blocking factors tried for a lane-sum reduction's chunk loop
+SUM_BLOCKS = (2, 4, 8, 16)
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,14 @@ class KernelSchedule:
 
     fuse: bool = False
     vector_blocks: int = 1
+    # > 0: the innermost (reduction) loop split by this many lanes and made the vector loop
+    reduce_lanes: int = 0
+    # > 1: the loop outside the vector loop blocked by this factor, its lane sums merged
+    # (`transform.block_lane_sums`, docs/conventions.md#sparse-line-model)
+    sum_blocks: int = 1
+    # the vector loop made scalar, each lane sum gone (an array without a `vsum` unit:
+    # `transform.devectorise_reduction`)
+    devectorise: bool = False
 
     @property
     def plain(self) -> bool:
@@ -72,6 +83,12 @@ class KernelSchedule:
         parts = ["macc"] if self.fuse else []
         if self.vector_blocks > 1:
             parts.append(f"vector loop in {self.vector_blocks} blocks")
+        if self.reduce_lanes:
+            parts.append(f"reduction vectorised over {self.reduce_lanes} lanes")
+        if self.sum_blocks > 1:
+            parts.append(f"lane sums blocked by {self.sum_blocks}")
+        if self.devectorise:
+            parts.insert(0, "lane sums as scalar accumulation (no vsum unit)")
         return ", ".join(parts)
 
 
@@ -89,6 +106,12 @@ class ProgramSchedule:
 
 
 def apply_kernel_schedule(kernel: Kernel, sched: KernelSchedule) -> Kernel:
+    if sched.devectorise:
+        kernel = transform.devectorise_reduction(kernel)
+    if sched.reduce_lanes:
+        kernel = _vectorise_innermost(kernel, sched.reduce_lanes)
+    if sched.sum_blocks > 1:
+        kernel = transform.block_lane_sums(kernel, kernel.loops[-2].var, sched.sum_blocks)
     if sched.fuse:
         kernel = transform.fuse_multiply_accumulate(kernel)
     if sched.vector_blocks > 1:
@@ -101,14 +124,59 @@ def _fusable(kernel: Kernel) -> bool:
     return any(n.op is Op.ACC and kernel.nodes[n.inputs[0]].op is Op.MUL for n in kernel.nodes)
 
 
+def _vectorise_innermost(kernel: Kernel, lanes: int) -> Kernel:
+    """A scalar kernel's innermost loop (a reduction) split by `lanes`, its inner half the
+    vector loop with a lane sum before each accumulation (`transform.vectorise_reduction`)."""
+    var = kernel.loops[-1].var
+    split = transform.split(kernel, var, lanes)
+    return transform.vectorise_reduction(split, split.loops[-1].var)
+
+
+def _lane_sum_candidates(kernel: Kernel, arch: ArchSpec) -> list[KernelSchedule]:
+    """A reduction vectorised over the lanes (a scalar kernel whose innermost loop is one),
+    and its lane sums blocked by 2..16 where the loop outside the vector loop divides and the
+    body fits the PEs (docs/conventions.md#sparse-line-model)."""
+    if not (supports(arch, "vsum") and supports(arch, "mac")):
+        return []
+    lanes, base, body = arch.pe_array.simd_lanes, 0, kernel
+    if kernel.vector_var is None:
+        lp = kernel.loops[-1]
+        if len(kernel.loops) < 2 or not lp.is_dense or lp.extent % lanes:
+            return []
+        try:
+            body, base = _vectorise_innermost(kernel, lanes), lanes
+        except DFGError:
+            return []
+    out = [KernelSchedule(reduce_lanes=base)] if base else []
+    if body.loops[-1].var != body.vector_var or len(body.loops) < 2 \
+            or not any(n.op is Op.VSUM for n in body.nodes):
+        return out
+    outer = body.loops[-2]
+    for f in SUM_BLOCKS:
+        if not outer.is_dense or outer.extent % f:
+            continue
+        try:
+            blocked = transform.block_lane_sums(body, outer.var, f)
+        except DFGError:
+            continue
+        if len(blocked.nodes) <= arch.pe_array.num_pes:
+            out.append(KernelSchedule(reduce_lanes=base, sum_blocks=f))
+    return out
+
+
 def kernel_candidates(kernel: Kernel, arch: ArchSpec) -> list[KernelSchedule]:
     """The generic schedules `kernel` admits on `arch`, the plain one first (see the module
     docstring): fusing needs a mul feeding an acc and a unit that runs macc; a vector split
-    needs the vector loop's vectors to divide evenly and the body to fit the PEs."""
-    out = [KernelSchedule()]
+    needs the vector loop's vectors to divide evenly and the body to fit the PEs; a lane-sum
+    reduction may be vectorised and blocked (`_lane_sum_candidates`)."""
+    base = KernelSchedule()
+    if any(n.op is Op.VSUM for n in kernel.nodes) and not supports(arch, "vsum"):
+        base = KernelSchedule(devectorise=True)
+        kernel = transform.devectorise_reduction(kernel)
+    out = [base, *_lane_sum_candidates(kernel, arch)]
     if not (_fusable(kernel) and supports(arch, "macc")):
         return out
-    out.append(KernelSchedule(fuse=True))
+    out.append(dataclasses.replace(base, fuse=True))
     lanes = arch.pe_array.simd_lanes
     vv = kernel.vector_var
     if vv is None or any(lp.parent == vv for lp in kernel.loops):
@@ -135,15 +203,18 @@ def _evaluate(program: Program, index: int, sched: KernelSchedule, arch: ArchSpe
     try:
         km = map_kernel(body, arch, **options)
     except MappingError:
-        if sched.plain:
+        if sched.plain or sched == KernelSchedule(devectorise=True):
             raise
         return None
     n = kernel_iterations(body, arch.pe_array.simd_lanes if body.vector_var else 1)
     first = index == 0 and skew is None  # its inputs are the program's: measure
     if not sched.plain:
-        per, km = post_passes(km, arch, program, skew if first or skew is not None else False)
-    elif first:
-        per = sample_cycles(km, arch, program)
+        per, km = post_passes(km, arch, program, skew if first or skew is not None else "lines")
+    elif first:  # the plain kernel as mapped, or delayed by the line-aware table if faster
+        per, km = min(((sample_cycles(v, arch, program), v)
+                       for v in dict.fromkeys((km, line_copies(km, arch)))), key=lambda x: x[0])
+    elif skew != False:  # noqa: E712 (False: a recorded choice of no delay)
+        km = line_copies(km, arch)
     if first:
         return per * n, km
     return n * km.ii / km.copies, km
@@ -155,8 +226,9 @@ def _choose_kernel(program: Program, index: int, arch: ArchSpec,
     (branch and bound over the candidates, `retime.best_candidate`)."""
     kernel = program.kernels[index]
     cands = kernel_candidates(kernel, arch)
-    if len(cands) == 1:
-        return map_kernel(kernel, arch, **options), cands[0]
+    if len(cands) == 1:  # no search: the line-aware table's delays, unmeasured
+        km = map_kernel(apply_kernel_schedule(kernel, cands[0]), arch, **options)
+        return line_copies(km, arch), cands[0]
     def search():
         bodies = {c: apply_kernel_schedule(kernel, c) for c in cands}
         _, sched, km, evaluated = best_candidate(

@@ -55,6 +55,8 @@ class GemmSchedule:
     cols: int = 1
     pack_b: bool = False
     fuse: bool = False
+    copies: int = 0  # body copies asked of the mapper (`best_copies`); 0: the mapper's choice
+    pad_c: int = 0  # words of pad after each row of C (`c_pad`)
 
     @property
     def plain(self) -> bool:
@@ -70,6 +72,10 @@ class GemmSchedule:
             parts.append(f"A packed in {self.rows}-row panels")
         if self.pack_b:
             parts.append("B packed in column panels")
+        if self.copies:
+            parts.append(f"{self.copies} copies")
+        if self.pad_c:
+            parts.append(f"C rows padded by {self.pad_c} words")
         return ", ".join(parts)
 
 
@@ -91,7 +97,26 @@ def apply_gemm_schedule(program: Program, sched: GemmSchedule, lanes: int) -> Pr
             out, kernels=(transform.vectorise_lanes(out.kernels[0], sched.rows),))
     if sched.pack_b:
         out = transform.pack_column_panels(out, "B", g.k, g.n, lanes)
+    if sched.pad_c:
+        out = transform.pitch_output_rows(out, "C", g.m, g.n, sched.pad_c)
     return out
+
+
+def c_pad(rows: int, cols: int, n: int, arch: ArchSpec) -> int:
+    """Words of pad per row of C that put an r x s block's accumulators on the most distinct
+    SPM lines (fewest rows of pad of equals; 0 when the rows do not fill whole SPM rows).
+    Accumulator (u, v) lives (u * pitch + v * n / s) words from the block's first: with
+    n / lanes a multiple of the line count every u -- and at II > 1 the flushes of one issue
+    slot, which `stagger_flushes` cannot move apart -- lands on one line."""
+    wpr, lines = arch.spm.words_per_row, arch.spm.lines
+    if n % wpr or (n // cols) % wpr:
+        return 0
+
+    def spread(p):
+        return len({(u * (n // wpr + p) + v * (n // cols // wpr)) % lines
+                    for u in range(rows) for v in range(cols)})
+    best = max(range(lines), key=lambda p: (spread(p), -p))
+    return best * wpr
 
 
 def supports(arch: ArchSpec, op: str) -> bool:
@@ -101,6 +126,33 @@ def supports(arch: ArchSpec, op: str) -> bool:
     except KeyError:
         return False
     return True
+
+
+#: longest II `best_copies` considers (each PE then holds that many of a body's nodes)
+MAX_SHARED_II = 8
+
+
+def body_nodes(rows: int, cols: int, fuse: bool) -> int:
+    """Nodes of an r x s register-blocked body: the A panel load, s B loads, the products."""
+    return 1 + cols + rows * cols * (1 if fuse else 2)
+
+
+def best_copies(nodes: int, maccs: int, loads: int, arch: ArchSpec) -> tuple[int, int]:
+    """(copies, II) that issue the most products per cycle for a body of `nodes` nodes with
+    `maccs` products and `loads` row reads: copies x nodes issue slots fit in II x PEs and the
+    reads in II x the lines' read ports. A body that does not divide the PEs evenly leaves
+    PEs idle at II = 1 (an 8 x 1 block of 10 nodes: 6 copies on 64 PEs, 4 idle; one copy on
+    16 PEs, 6 idle); at a longer II the copies share PEs and fill them (19 copies at II 3 on
+    64 PEs, 8 at II 5 on 16). Of equal rates the shorter II (docs/conventions.md#register-
+    blocking)."""
+    pes = arch.pe_array.num_pes
+    ports = arch.spm.lines * arch.spm.read_ports_per_line
+    best = (0.0, 0, 1)
+    for ii in range(1, MAX_SHARED_II + 1):
+        copies = min(ii * pes // nodes, ii * ports // max(1, loads))
+        if copies and copies * maccs / ii > best[0] + 1e-9:
+            best = (copies * maccs / ii, copies, ii)
+    return best[1], best[2]
 
 
 def gemm_candidates(program: Program, arch: ArchSpec) -> list[GemmSchedule]:
@@ -119,12 +171,16 @@ def gemm_candidates(program: Program, arch: ArchSpec) -> list[GemmSchedule]:
         for s in BLOCK_COLS:
             if s > 1 and (not vectors or vectors % s):
                 continue
-            nodes = 1 + s + r * s * (1 if fuse else 2)  # loads of a and b, the products
+            nodes = body_nodes(r, s, fuse)
             if nodes > pes:
                 continue
             sched = GemmSchedule(r, s, pack_b=vectors > 0, fuse=fuse)
             if not sched.plain:
                 out.append(sched)
+            copies, ii = best_copies(nodes, r * s, 1 + s, arch) if fuse else (0, 1)
+            if ii > 1 and copies > pes // nodes:  # PEs shared by more copies: fuller
+                out.append(dataclasses.replace(sched, copies=copies,
+                                               pad_c=c_pad(r, s, g.n, arch)))
     return out
 
 
@@ -132,6 +188,8 @@ def _evaluate(prog: Program, sched: GemmSchedule, arch: ArchSpec, options: dict,
               skew: bool | None = None):
     """(cycles predicted from the first tile, kernel mapping) of `prog`, the GEMM as `sched`
     transforms it; None when it does not map. `skew` as `retime.post_passes`."""
+    if sched.copies:
+        options = {**options, "copies": sched.copies}
     try:
         mapping = map_program(prog, arch, **options)
     except MappingError:
@@ -153,11 +211,11 @@ def _estimate(sched: GemmSchedule, arch: ArchSpec) -> tuple[float, int, int]:
     mapper reached II = 1 with as many copies as the PEs hold: more MACs first; of equals the
     smaller body (the mapper reaches its copies more often), then fewer reads (which leave
     the lines room)."""
-    nodes = 1 + sched.cols + sched.rows * sched.cols * (1 if sched.fuse else 2)
-    copies = max(1, arch.pe_array.num_pes // nodes)
+    nodes = body_nodes(sched.rows, sched.cols, sched.fuse)
+    copies = sched.copies or max(1, arch.pe_array.num_pes // nodes)
     reads = copies * (1 + sched.cols)
     ports = arch.spm.lines * arch.spm.read_ports_per_line
-    ii = max(1, math.ceil(reads / ports))
+    ii = max(1, math.ceil(reads / ports), math.ceil(copies * nodes / arch.pe_array.num_pes))
     return (-copies * sched.rows * sched.cols / ii, nodes, reads)
 
 
@@ -176,11 +234,19 @@ def compile_gemm(program: Program, arch: ArchSpec, **options) -> tuple[Mapping, 
     candidates = gemm_candidates(program, arch)
 
     def search():
-        # equal bounds keep the order of `_estimate`
+        # equal bounds keep the order of `_estimate`. Blocks sharing PEs have the better
+        # bounds but the harder schedules (registers, lines), so they are a search of their
+        # own: the bounds of one family never stop the other's being measured
         order = sorted(candidates, key=lambda s: _estimate(s, arch))
-        _, sched, km, evaluated = best_candidate(
-            order, lambda s: cycles_bound(program_of(s).kernels[0], arch),
-            lambda s: _evaluate(program_of(s), s, arch, options))
+        found, evaluated = [], 0
+        for family in ([s for s in order if not s.copies], [s for s in order if s.copies]):
+            got = best_candidate(
+                family, lambda s: cycles_bound(program_of(s).kernels[0], arch, s.copies or None),
+                lambda s: _evaluate(program_of(s), s, arch, options)) if family else None
+            if got is not None:
+                found.append(got[:3])
+                evaluated += got[3]
+        _, sched, km = min(found, key=lambda f: f[0])
         return sched, km, evaluated
 
     sched, km, evaluated = choose_memoised(

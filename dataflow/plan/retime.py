@@ -13,6 +13,8 @@ import hashlib
 import json
 import pickle
 
+import numpy as np
+
 from dataflow.arch.load import arch_to_dict
 from dataflow.arch.spec import ArchSpec
 from dataflow.cachefiles import (
@@ -23,12 +25,16 @@ from dataflow.cachefiles import (
     resolve_cache_dir,
     unframe_entry,
 )
+from dataflow.dfg.domain import enumerate_domain
 from dataflow.dfg.graph import Kernel, Program
 from dataflow.dfg.ops import Op
 from dataflow.mapper.legality import check_kernel_mapping
 from dataflow.mapper.mapping import KernelMapping, MappingError
 from dataflow.mapper.schedule import rec_mii, res_mii
+from dataflow.pe_array.common import spm_base
 from dataflow.pe_array.fast import run_kernel_fast
+from dataflow.plan.line_schedule import LINE_NOTE, line_aware_delays
+from dataflow.spm.lines import line_of_row
 
 
 def retime(km: KernelMapping, arch: ArchSpec, delay: dict[tuple[int, int], int],
@@ -89,23 +95,136 @@ def skew_copies(km: KernelMapping, arch: ArchSpec) -> KernelMapping:
     in lock step -- all on one line -- and a skew of one row per copy spreads them over the
     lines; where the chunks were already offset it may do the opposite, so the search measures
     both."""
-    delay = {(c, n.id): c for c in range(km.copies) for n in km.kernel.nodes}
+    delay = {(c, n.id): c * km.ii for c in range(km.copies) for n in km.kernel.nodes}
     return retime(km, arch, delay, SKEW_NOTE)
 
 
+def line_copies(km: KernelMapping, arch: ArchSpec) -> KernelMapping:
+    """Copy c issues everything d_c IIs later, the delays chosen by the line-aware reservation
+    table of the static SPM accesses (`line_schedule.line_aware_delays`,
+    docs/conventions.md#sparse-line-model); `km` when every delay is 0."""
+    delays = line_aware_delays(km, arch)
+    if not delays or not any(delays):
+        return km
+    ii = km.ii
+    return retime(km, arch, {(c, n.id): d * ii for c, d in enumerate(delays)
+                             for n in km.kernel.nodes}, LINE_NOTE)
+
+
+#: copy orders `stagger_reads` tries beyond forward and backward
+STAGGER_ORDERS = 64
+STAGGER_READS_NOTE = "row reads of one issue slot staggered by one II each (line-aware)"
+
+
+def stagger_reads(km: KernelMapping, arch: ArchSpec) -> KernelMapping:
+    """Line-aware issue times for row reads: each affine read of each copy is delayed by the
+    fewest whole IIs (0 .. lines - 1) that put it, in the steady state of the first tile, on
+    a line whose read ports the reads already placed in its issue slot (time mod II) leave
+    free. A register-blocked body's streams advance one SPM row per iteration from
+    line-aligned bases (packed panels), so a copy's A panel row and B rows -- and other
+    copies', whose chunks start at offsets a multiple of the line count apart -- otherwise
+    fall on one line in one cycle; a read delayed d IIs runs d iterations behind, d rows
+    (d lines) away (docs/conventions.md#register-blocking)."""
+    spm = arch.spm
+    kernel, tile = km.kernel, km.tiles[0]
+    lanes = arch.pe_array.simd_lanes if kernel.vector_var else 1
+    dom = enumerate_domain(kernel, lanes, (tile.lo, tile.hi))
+    n = len(dom[kernel.loops[0].var])
+    waves = -(-n // km.copies)
+    ref = spm.lines  # the steady-state wave the lines are compared at
+    if n == 0 or waves <= ref:
+        return km
+    nodes = kernel.nodes
+    reads: dict[int, list] = {}  # copy -> [(node, slot, line at delay d for d < lines)]
+    for p in sorted(km.placements, key=lambda p: (p.copy, p.time, p.node)):
+        node = nodes[p.node]
+        if not node.op.reads_spm or node.op.accumulates or node.addr.index_stride:
+            continue
+        it = min(n - 1, p.copy * waves + ref) - np.arange(2 * spm.lines)
+        it = np.maximum(it, 0)
+        addr = np.full(len(it), node.addr.const, dtype=np.int64)
+        for v, c in node.addr.terms:
+            if v != kernel.vector_var or node.addr.span:
+                addr = addr + c * dom[v][it]
+        if not node.addr.span and node.addr.coef(kernel.vector_var):
+            addr = addr + node.addr.coef(kernel.vector_var) * dom[kernel.vector_var][it]
+        sbase, wlo = spm_base(km, node.buffer, 0, tile)
+        lines = line_of_row((sbase + addr - wlo) // spm.words_per_row, spm)
+        reads.setdefault(p.copy, []).append((p.node, p.time % km.ii, [int(x) for x in lines]))
+    ports = spm.read_ports_per_line
+
+    def place(group, base, counts):
+        """Each read of one copy at `base` IIs plus the fewest extra IIs (fewer than the
+        copy's reads: the operands of one body wait at most that long) onto a free line."""
+        over, got = 0, []
+        for nid, slot, lines in group:
+            e = min(range(len(group)), key=lambda e: (
+                counts.get((slot, lines[base + e]), 0) >= ports, e))
+            key = (slot, lines[base + e])
+            over += counts.get(key, 0) >= ports
+            counts[key] = counts.get(key, 0) + 1
+            got.append((nid, base + e))
+        return over, got
+
+    def arrange(order, prefer):
+        """Copies in `order`, each at the base that overflows fewest ports (of equals, the
+        first in `prefer`): (overflow, delays)."""
+        taken: dict[tuple[int, int], int] = {}  # (slot, line) -> reads placed
+        total, delay = 0, {}
+        for c in order:
+            best = min((place(reads[c], base, dict(taken))[0], rank, base)
+                       for rank, base in enumerate(prefer))
+            over, got = place(reads[c], best[2], taken)
+            total += over
+            delay.update({(c, nid): d * km.ii for nid, d in got})
+        return total, delay
+
+    # a greedy packing can strand the last copies between full lines: the copies in order,
+    # the fewest IIs first, then (seeded, so a schedule is reproducible) shuffled orders and
+    # preferences, the arrangement that overflows least
+    rng = np.random.default_rng(0)
+    copies = sorted(reads)
+    best = arrange(copies, range(spm.lines))
+    for _ in range(STAGGER_ORDERS):
+        if best[0] == 0:
+            break
+        got = arrange([copies[i] for i in rng.permutation(len(copies))],
+                      [int(b) for b in rng.permutation(spm.lines)])
+        if got[0] < best[0]:
+            best = got
+    delay = best[1]
+    return retime(km, arch, delay, STAGGER_READS_NOTE)
+
+
+#: the recorded line-aware variants of `post_passes` (`skewed` names the one a mapping has)
+VARIANTS = {False: lambda km, arch: km, True: skew_copies, "lines": line_copies,
+            "reads": lambda km, arch: stagger_flushes(stagger_reads(km, arch), arch)}
+
+
 def post_passes(km: KernelMapping, arch: ArchSpec, program: Program,
-                skew: bool | None = None) -> tuple[float | None, KernelMapping]:
+                skew: bool | str | None = None) -> tuple[float | None, KernelMapping]:
     """The line-aware passes on a non-plain schedule: gathers aligned, flushes staggered, and
-    the copies skewed when that measures faster on the first tile (`skew` None), or as a
-    recorded choice says (True / False: nothing measured, the cost None)."""
+    the copies skewed, delayed by the line-aware table (`line_copies`) or their reads staggered
+    (`stagger_reads`) when that measures faster on the first tile (`skew` None), or as a
+    recorded choice says (a key of `VARIANTS`: nothing measured, the cost None)."""
     km = stagger_flushes(align_gathers(km, arch), arch)
     if skew is not None:
-        return None, skew_copies(km, arch) if skew else km
-    variants = [km, skew_copies(km, arch)]
-    return min(((sample_cycles(v, arch, program), v) for v in variants), key=lambda x: x[0])
+        return None, VARIANTS[skew](km, arch)
+    variants = [km]
+    for key, make in VARIANTS.items():
+        v = make(km, arch)
+        if key is not False and v is not km:  # a pass that changed nothing is not run twice
+            variants.append(v)
+    return min(((sample_cycles(v, arch, program), i, v) for i, v in enumerate(variants)),
+               key=lambda x: x[:2])[::2]
 
 
-def skewed(km: KernelMapping) -> bool:
+def skewed(km: KernelMapping) -> bool | str:
+    """The `VARIANTS` key of `km`'s line-aware variant."""
+    if LINE_NOTE in km.notes:
+        return "lines"
+    if STAGGER_READS_NOTE in km.notes:
+        return "reads"
     return SKEW_NOTE in km.notes
 
 
@@ -169,13 +288,15 @@ def kernel_iterations(kernel: Kernel, lanes: int) -> int:
     return max(1, total)
 
 
-def cycles_bound(kernel: Kernel, arch: ArchSpec) -> float:
+def cycles_bound(kernel: Kernel, arch: ArchSpec, copies: int | None = None) -> float:
     """A lower bound on the kernel's cycles before anything is mapped: its iterations over the
-    best throughput any copy count could reach, copies / max(ResMII, RecMII)."""
+    best throughput any copy count could reach (or `copies`, when the mapper is asked for
+    that many), copies / max(ResMII, RecMII)."""
     lanes = arch.pe_array.simd_lanes if kernel.vector_var else 1
     rec = rec_mii(kernel, arch)
     most = max(1, arch.pe_array.num_pes // len(kernel.nodes))
-    best = min(max(res_mii(kernel, arch, u), rec) / u for u in range(1, most + 1))
+    counts = [copies] if copies else range(1, most + 1)
+    best = min(max(res_mii(kernel, arch, u), rec) / u for u in counts)
     return kernel_iterations(kernel, lanes) * best
 
 

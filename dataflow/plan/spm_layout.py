@@ -27,10 +27,18 @@ from dataflow.cachefiles import (
     resolve_cache_dir,
     unframe_entry,
 )
-from dataflow.dfg.lower_butterfly import ButterflyKind, ButterflySpec, lower_butterfly
+from dataflow.dfg.lower import drop_dead_nodes
+from dataflow.dfg.lower_butterfly import (
+    ButterflyKind,
+    ButterflySpec,
+    group_kernel,
+    lower_butterfly,
+)
 from dataflow.mapper.mapping import Mapping
+from dataflow.mapper.tiling import tile_and_allocate
 from dataflow.pe_array.simulate import run_array
-from dataflow.plan.stage_mapping import map_stage_kernel
+from dataflow.plan.layout_cost import kernel_stalls
+from dataflow.plan.stage_mapping import map_stage_kernel, shape_key
 
 LAYOUT_CANDIDATES = 16  # random layouts per plan (seeded), then twice as many local moves
 LAYOUT_CACHE_ENTRIES = 256  # layout choices kept in memory per process
@@ -43,6 +51,14 @@ def layout_stalls(spec: ButterflySpec, arch: ArchSpec, groups, rows: int, budget
     (the engine's count on the mapped schedules, zeros for data: conflicts depend on addresses
     and issue cycles only)."""
 
+    prog, kms = _two_tile_program(spec, arch, groups, rows, budget)
+    mapping = Mapping(program=prog, arch=arch, kernels=tuple(kms), orchestration=mode)
+    return sum(t.stall_cycles_spm_conflict for a in run_array(mapping, "fast") for t in a.tiles)
+
+
+def _two_tile_program(spec: ButterflySpec, arch: ArchSpec, groups, rows: int, budget):
+    """The program of two tiles of `rows` batch blocks with `spec`'s layout (zeros for data),
+    and its stage kernels mapped."""
     # two tiles: streamed buffers alternate between the halves of their double buffer
     one = dataclasses.replace(spec, batch=2 * rows * spec.col_blocks * spec.lanes)
     x = np.zeros((one.batch, one.n), np.float32)
@@ -51,9 +67,9 @@ def layout_stalls(spec: ButterflySpec, arch: ArchSpec, groups, rows: int, budget
         dtype = np.complex64 if spec.kind == ButterflyKind.COMPLEX else np.float32
         factors = [np.zeros((spec.n // 2, 2, 2), dtype) for _ in range(spec.stages)]
     prog = lower_butterfly(one, groups, x, factors, np.zeros(spec.n) if spec.bias else None)
-    kms = [map_stage_kernel(k, arch, rows, budget) for k in prog.kernels]
-    mapping = Mapping(program=prog, arch=arch, kernels=tuple(kms), orchestration=mode)
-    return sum(t.stall_cycles_spm_conflict for a in run_array(mapping, "fast") for t in a.tiles)
+    return prog, [map_stage_kernel(k, arch, rows, budget) for k in prog.kernels]
+
+
 
 
 def choose_layout(spec: ButterflySpec, arch: ArchSpec, groups, rows: int, budget,
@@ -84,10 +100,7 @@ def choose_layout(spec: ButterflySpec, arch: ArchSpec, groups, rows: int, budget
         return stored
     S = spec.stages
     ident = (tuple(tuple(range(S)) for _ in range(G + 1)), (0,) * (G + 1))
-
-    def cost(layout):
-        return layout_stalls(dataclasses.replace(spec, skew_perm=layout[0], skew_flip=layout[1]),
-                             arch, groups, rows, budget, mode)
+    cost = _LayoutCost(spec, arch, groups, rows, budget, mode)
 
     def draw(rng):
         return tuple(int(v) for v in rng.permutation(S)), int(rng.integers(0, spec.n))
@@ -132,6 +145,52 @@ def choose_layout(spec: ButterflySpec, arch: ArchSpec, groups, rows: int, budget
     _LAYOUTS.put(key, out)
     _layout_disk_put(key, out)
     return out
+
+
+class _LayoutCost:
+    """`layout_stalls` of a layout, kernel by kernel: kernel i reads data buffer i and writes
+    buffer i + 1, so its stalls depend on those two buffers' layouts only and are kept per
+    (i, layout of buffer i, layout of buffer i + 1); a local move of the search re-counts the
+    one or two kernels it touches. A kernel is built alone (`group_kernel`, dead nodes dropped
+    as the lowering does), takes the schedule of the identity layout's kernel (the layout
+    moves addresses only, so the body and its schedule are the same; `map_stage_kernel` when
+    not) with its own tiles and SPM allocation, and is counted by `layout_cost.kernel_stalls`
+    (the engine's count without the values). A kernel that cannot be counted so sends the
+    whole layout to the engine (`layout_stalls`). The chosen layout is lowered, mapped and
+    checked in full by the caller."""
+
+    def __init__(self, spec, arch, groups, rows, budget, mode):
+        self.spec, self.arch, self.groups = spec, arch, groups
+        self.rows, self.budget, self.mode = rows, budget, mode
+        self.per_kernel: dict = {}
+        self.program = None  # the identity layout's two-tile program and mappings
+
+    def __call__(self, layout) -> int:
+        perms, masks = layout
+        keys = [(i, perms[i], masks[i], perms[i + 1], masks[i + 1])
+                for i in range(len(self.groups))]
+        if self.program is None:
+            self.program = _two_tile_program(self.spec, self.arch, self.groups, self.rows,
+                                             self.budget)
+        spec = dataclasses.replace(self.spec, skew_perm=perms, skew_flip=masks)
+        for k in keys:
+            if k not in self.per_kernel:
+                stalls = kernel_stalls(self._mapping(spec, k[0]), self.arch)
+                if stalls is None:
+                    return layout_stalls(spec, self.arch, self.groups, self.rows, self.budget,
+                                         self.mode)
+                self.per_kernel[k] = stalls
+        return sum(self.per_kernel[k] for k in keys)
+
+    def _mapping(self, spec, i: int):
+        prog, kms = self.program
+        one = dataclasses.replace(spec, batch=2 * self.rows * spec.col_blocks * spec.lanes)
+        kernel = group_kernel(one, self.groups[i], len(self.groups), i)
+        kernel = drop_dead_nodes(dataclasses.replace(prog, kernels=(kernel,))).kernels[0]
+        if shape_key(kernel, self.arch) != shape_key(kms[i].kernel, self.arch):
+            return map_stage_kernel(kernel, self.arch, self.rows, self.budget)
+        tiles, allocs = tile_and_allocate(kernel, self.arch, self.rows)
+        return dataclasses.replace(kms[i], kernel=kernel, tiles=tiles, allocations=allocs)
 
 
 LAYOUT_KIND = "layout"

@@ -5,23 +5,43 @@ edges of their bodies, so one modulo schedule serves them all: `map_stage_kernel
 once per architecture and instruction budget and recomputes only the tiles and SPM allocation
 of each kernel (checked by `legality.check_kernel_mapping`). Wide bodies get extra copies while
 the instruction entries and the mapper-effort budget allow (`_more_copies`).
+
+The schedule of a body is kept in memory (`_SHAPES`) and on disk beside the plan cache
+(`<cache dir>/stages/<hash>.mapping`, framed by `cachefiles.frame_entry`: code fingerprint and
+checksum), so a later process maps no body twice (docs/planning_speed.md). A stored schedule
+is bound to the kernel and checked by `legality.check_kernel_mapping` like an in-memory one; a
+file that is damaged, stale, for another body or illegal is deleted and the body re-mapped.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import hashlib
+import json
+import pickle
 from collections import Counter
 
+from dataflow.arch.load import arch_to_dict
 from dataflow.arch.spec import ArchSpec
-from dataflow.cachefiles import BoundedCache
+from dataflow.cachefiles import (
+    BoundedCache,
+    CacheEntryError,
+    atomic_write_bytes,
+    frame_entry,
+    resolve_cache_dir,
+    unframe_entry,
+)
 from dataflow.dfg.graph import Kernel, vector_nodes
 from dataflow.mapper.legality import check_kernel_mapping
 from dataflow.mapper.map import map_kernel
 from dataflow.mapper.mapping import KernelMapping, MappingError
+from dataflow.mapper.schedule import rec_mii, res_mii
 from dataflow.mapper.tiling import tile_and_allocate
 
 MAPPER_EFFORT = 4096  # largest nodes x PEs we modulo-schedule (minutes beyond, on 2 cores)
 RETRY_II_SLACK = 48
+MORE_COPIES_II_SLACK = 8  # map_kernel's default: extra copies are scheduled up to MII + 8
 MAX_COPIES = 8
 # extra copies are mapped while copies x nodes x PEs <= COPIES_EFFORT: 5 copies of a 54-node
 # radix-4 body on 64 PEs (17 280) map in a tenth of a second and reach 1 iteration per cycle
@@ -33,7 +53,9 @@ SHAPE_CACHE_ENTRIES = 512  # distinct (arch, body, budget) schedules kept in mem
 _SHAPES = BoundedCache(SHAPE_CACHE_ENTRIES)
 
 
-def _shape_key(kernel: Kernel, arch: ArchSpec):
+def shape_key(kernel: Kernel, arch: ArchSpec):
+    """What a body's schedule depends on: the arch and every node's op, inputs and vector-ness
+    (not its addresses)."""
     vec = vector_nodes(kernel)
     return (arch, tuple((n.op, n.inputs, n.id in vec) for n in kernel.nodes))
 
@@ -44,9 +66,13 @@ def map_stage_kernel(kernel: Kernel, arch: ArchSpec, tile_rows: int,
     Extra copies are added only while every PE holds at most `entry_budget` instructions (the
     share of the instruction entries a co-resident kernel may take)."""
     budget = arch.pe_array.instruction_entries if entry_budget is None else entry_budget
-    key = (_shape_key(kernel, arch), budget)
+    key = (shape_key(kernel, arch), budget)
     hit = _SHAPES.get(key)
     if hit is None:
+        hit = _stage_disk_get(key, kernel, arch, tile_rows)
+        if hit is not None:
+            _SHAPES.put(key, hit)
+            return hit
         try:
             km = map_kernel(kernel, arch, max_tile_rows=tile_rows)
         except MappingError:
@@ -54,6 +80,7 @@ def map_stage_kernel(kernel: Kernel, arch: ArchSpec, tile_rows: int,
             km = map_kernel(kernel, arch, max_tile_rows=tile_rows, max_ii_slack=RETRY_II_SLACK)
         km = _more_copies(kernel, arch, tile_rows, km, budget)
         _SHAPES.put(key, km)
+        _stage_disk_put(key, km)
         return km
     tiles, allocs = tile_and_allocate(kernel, arch, tile_rows)
     km = dataclasses.replace(hit, kernel=kernel, tiles=tiles, allocations=allocs,
@@ -62,20 +89,72 @@ def map_stage_kernel(kernel: Kernel, arch: ArchSpec, tile_rows: int,
     return km
 
 
+STAGE_KIND, STAGE_VERSION = "stage-mapping", 1
+
+
+def _stage_file(key):
+    """`<cache dir>/stages/<hash of the body, the arch and the budget>.mapping`."""
+    (arch, body), budget = key
+    h = hashlib.sha256(json.dumps(arch_to_dict(arch), sort_keys=True, default=str).encode())
+    h.update(repr((body, budget)).encode())
+    return resolve_cache_dir() / "stages" / f"{h.hexdigest()[:32]}.mapping"
+
+
+def _stage_disk_get(key, kernel: Kernel, arch: ArchSpec, tile_rows: int):
+    """The stored schedule of `key`'s body bound to `kernel` (tiles and SPM allocation
+    recomputed, legality checked), or None. A file that fails its frame, holds another body
+    or an illegal mapping is deleted."""
+    path = _stage_file(key)
+    try:
+        blob = path.read_bytes()
+    except OSError:
+        return None
+    try:
+        got = pickle.loads(unframe_entry(STAGE_KIND, STAGE_VERSION, blob))
+        if not (isinstance(got, dict) and got.get("body") == repr(key[0][1])
+                and got.get("budget") == key[1] and isinstance(got.get("km"), KernelMapping)):
+            raise ValueError("a schedule of another body")
+        tiles, allocs = tile_and_allocate(kernel, arch, tile_rows)
+        km = dataclasses.replace(got["km"], kernel=kernel, tiles=tiles, allocations=allocs)
+        check_kernel_mapping(km, arch)
+        return km
+    except (CacheEntryError, MappingError, pickle.UnpicklingError, EOFError, AttributeError,
+            ImportError, IndexError, KeyError, TypeError, ValueError):
+        with contextlib.suppress(OSError):
+            path.unlink(missing_ok=True)
+        return None
+
+
+def _stage_disk_put(key, km: KernelMapping) -> None:
+    record = {"body": repr(key[0][1]), "budget": key[1],
+              "km": dataclasses.replace(km, kernel=None, tiles=(), allocations=())}
+    try:
+        atomic_write_bytes(_stage_file(key), frame_entry(
+            STAGE_KIND, STAGE_VERSION, pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL)))
+    except OSError:
+        pass  # a read-only cache folder costs the next process a mapping, never a failure
+
+
 def _more_copies(kernel: Kernel, arch: ArchSpec, tile_rows: int, km: KernelMapping,
                  budget: int) -> KernelMapping:
     """`map_kernel` tries at most PEs // nodes copies; a wide body whose one copy cannot reach
     II = ResMII often runs several copies at the same II. Try more copies (within the
     instruction entries and the mapper-effort budget) and keep the best copies / II."""
     nodes, pes = len(kernel.nodes), arch.pe_array.num_pes
+    rec = rec_mii(kernel, arch)
     best = km
     u = km.copies + 1
     while (u * nodes <= pes * arch.pe_array.instruction_entries and u * nodes * pes <= COPIES_EFFORT
            and u <= MAX_COPIES):
         # the throughput u / ResMII(u) is an upper bound; skip what cannot beat the best
-        if u / max(1, -(-u * nodes // pes)) > best.copies / best.ii:
+        # and an II at which u copies do not beat it is not worth scheduling: try only
+        # II <= ii_max (u / II > best.copies / best.ii), the same first legal II or none
+        ii_max = (u * best.ii - 1) // best.copies
+        slack = min(MORE_COPIES_II_SLACK, ii_max - max(res_mii(kernel, arch, u), rec))
+        if u / max(1, -(-u * nodes // pes)) > best.copies / best.ii and slack >= 0:
             try:
-                cand = map_kernel(kernel, arch, copies=u, max_tile_rows=tile_rows)
+                cand = map_kernel(kernel, arch, copies=u, max_tile_rows=tile_rows,
+                                  max_ii_slack=slack)
                 if (cand.copies / cand.ii > best.copies / best.ii
                         and max(instructions_per_pe(cand).values()) <= budget):
                     best = cand

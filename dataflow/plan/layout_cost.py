@@ -1,0 +1,151 @@
+"""SPM port-conflict stalls of a mapped kernel without running its values (the layout search's
+cost, `spm_layout.choose_layout`; docs/planning_speed.md).
+
+The fast engine (`pe_array.fast`) counts a tile's SPM row accesses per (cycle, line) from the
+address streams and stalls the lock-step array by the port arithmetic of `spm.lines`; the
+values it computes and commits play no part in that count when no address depends on data.
+`kernel_stalls` repeats exactly that count for such kernels (plain loads and stores, affine
+addresses: every butterfly stage kernel), skipping the values, the op counts and the DMA
+figures, and returns None for any other kernel (the caller then runs the engine).
+`tests/test_planning_speed.py` holds it equal to the engine's `stall_cycles_spm_conflict` on
+random layouts.
+
+Store queues (`spm.write_queue_depth`) are stepped cycle by cycle as `spm.lines.StoreQueues`
+does (its arithmetic in plain integers), but a cycle that starts with empty queues and asks
+no line for more than its ports is skipped: it retires its stores in the cycle and stalls
+nothing, so the count is unchanged.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dataflow.arch.spec import ArchSpec, SPMSpec
+from dataflow.dfg.domain import enumerate_domain
+from dataflow.dfg.graph import vector_nodes
+from dataflow.dfg.ops import Op
+from dataflow.mapper.mapping import KernelMapping
+from dataflow.pe_array.common import lane_addresses, spm_base
+from dataflow.spm.lines import line_of_row, port_cycles
+
+NO_ROW = -1  # an inactive lane's row (sorts before every real row), as in the engine
+
+
+def timing_only(km: KernelMapping) -> bool:
+    """Whether `kernel_stalls` can count `km`: every SPM access a plain LOAD or STORE at an
+    affine address (no accumulation, scatter or loaded index)."""
+    return all(not n.op.is_memory
+               or (n.op in (Op.LOAD, Op.STORE) and not n.addr.index_stride)
+               for n in km.kernel.nodes)
+
+
+def kernel_stalls(km: KernelMapping, arch: ArchSpec, tiles=None) -> int | None:
+    """Sum of the engine's SPM port-conflict stall cycles over `tiles` (indices; all tiles by
+    default) of `km`, or None when `timing_only(km)` is false."""
+    if not timing_only(km):
+        return None
+    kernel = km.kernel
+    lanes = arch.pe_array.simd_lanes if kernel.vector_var else 1
+    vec = vector_nodes(kernel)
+    times = np.zeros((km.copies, len(kernel.nodes)), dtype=np.int64)
+    for p in km.placements:
+        times[p.copy, p.node] = p.time
+    mem = [n for n in kernel.nodes if n.op.is_memory]
+    total = 0
+    for ti in (range(len(km.tiles)) if tiles is None else tiles):
+        tile = km.tiles[ti]
+        dom = enumerate_domain(kernel, lanes, (tile.lo, tile.hi))
+        n = len(dom[kernel.loops[0].var])
+        if n == 0:
+            continue
+        k = np.arange(n, dtype=np.int64)
+        waves = -(-n // km.copies)
+        copy, wave = k // waves, k % waves
+        n_cycles = (waves - 1) * km.ii + km.schedule_length
+        if kernel.vector_var:
+            active = np.minimum(lanes, kernel.vector_extent - dom[kernel.vector_var])
+        else:
+            active = np.ones(n, dtype=np.int64)
+        mask = np.arange(lanes)[None, :] < active[:, None]
+        reads, writes = [], []
+        for node in mem:
+            a = np.full(n, node.addr.const, dtype=np.int64)
+            for v, c in node.addr.terms:
+                if v != kernel.vector_var or node.addr.span:
+                    a = a + c * dom[v]
+            if node.id not in vec:
+                addr, m = a[:, None], np.ones((n, 1), dtype=bool)
+            elif node.addr.span:
+                live = np.arange(lanes) < node.addr.span
+                addr, m = lane_addresses(a, 1, lanes), np.broadcast_to(live, (n, lanes))
+            else:
+                cv = node.addr.coef(kernel.vector_var)
+                addr, m = lane_addresses(a + dom[kernel.vector_var] * cv, cv, lanes), mask
+            cyc = wave * km.ii + times[copy, node.id]
+            sbase, wlo = spm_base(km, node.buffer, ti, tile)
+            srow = np.where(m, (sbase + (addr - wlo)) // arch.spm.words_per_row, NO_ROW)
+            srow.sort(axis=1)
+            first = np.ones_like(srow, dtype=bool)
+            first[:, 1:] = srow[:, 1:] != srow[:, :-1]
+            first &= srow != NO_ROW
+            ev, lane = np.nonzero(first)
+            (reads if node.op is Op.LOAD else writes).append((cyc[ev], srow[ev, lane]))
+        total += _stalls(reads, writes, arch.spm, n_cycles)
+    return total
+
+
+def _stalls(reads, writes, spm: SPMSpec, n_cycles: int) -> int:
+    """The engine's `_port_stalls` count (reads of one row in one cycle are one access)."""
+    size = n_cycles * spm.lines
+    if reads:
+        cyc = np.concatenate([c for c, _ in reads])
+        row = np.concatenate([r for _, r in reads])
+        span = int(row.max()) + 1
+        keys = np.unique(cyc * span + row)
+        rkeys = (keys // span) * spm.lines + line_of_row(keys % span, spm)
+    else:
+        rkeys = np.zeros(0, np.int64)
+    if writes:
+        wkeys = np.concatenate([c * spm.lines + line_of_row(r, spm) for c, r in writes])
+    else:
+        wkeys = np.zeros(0, np.int64)
+    rd = np.bincount(rkeys, minlength=size).reshape(n_cycles, spm.lines)
+    wr = np.bincount(wkeys, minlength=size).reshape(n_cycles, spm.lines)
+    if not spm.write_queue_depth:
+        return int((port_cycles(rd, wr, spm) - 1).max(axis=1).sum())
+    return _queued_stalls(rd, wr, spm)
+
+
+def _queued_stalls(rd: np.ndarray, wr: np.ndarray, spm: SPMSpec) -> int:
+    """`StoreQueues` stepped over the cycles of `rd`, `wr` ((cycles, lines) row accesses) and
+    drained, in plain integers (a few lines per cycle: numpy's per-call cost dominated), with
+    the cycles that start with empty queues and fit the ports skipped."""
+    R, W, D = spm.read_ports_per_line, spm.write_ports_per_line, spm.write_queue_depth
+    n_cycles = rd.shape[0]
+    busy = np.flatnonzero((rd > R).any(axis=1) | (wr > W).any(axis=1)).tolist()
+    lines = range(spm.lines)
+    q = [0] * spm.lines
+    stall, t, nxt = 0, 0, 0
+    while True:
+        if not any(q):
+            # empty queues: every cycle up to the next busy one retires its stores in place
+            while nxt < len(busy) and busy[nxt] < t:
+                nxt += 1
+            if nxt == len(busy):
+                break
+            t = busy[nxt]
+        if t >= n_cycles:
+            break
+        r_t, w_t = rd[t].tolist(), wr[t].tolist()
+        c = max(1, max(-(-r // R) for r in r_t))
+        e = 0
+        for i in lines:
+            v = q[i] + w_t[i]
+            v -= min(v, c * W)
+            q[i] = v
+            e = max(e, -(-max(v - D, 0) // W))
+        if e:
+            q = [v - min(v, e * W) for v in q]
+        stall += c - 1 + e
+        t += 1
+    return stall + max(-(-v // W) for v in q)

@@ -1,0 +1,180 @@
+"""Planning speed (issue 14 point 4) without changing a plan: the layout search's stall count
+(`plan.layout_cost.kernel_stalls`, kernel by kernel in `spm_layout._LayoutCost`) equals the
+engine's on random layouts, and stage schedules kept on disk (`plan.stage_mapping`) are reused
+by a fresh process and ignored when stale, damaged or for another body."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from dataflow.arch.load import load_arch
+from dataflow.cachefiles import frame_entry
+from dataflow.dfg.lower_butterfly import ButterflyKind, ButterflySpec, group_kernel, split_stages
+from dataflow.plan import spm_layout, stage_mapping
+from dataflow.plan.layout_cost import kernel_stalls
+from dataflow.plan.orchestrate import _tile_plan
+
+ARCH = load_arch("arch_configs/mlx_4x4.yaml")
+
+
+def _plan(n, real=True):
+    spec = ButterflySpec(n=n, batch=16, lanes=ARCH.pe_array.simd_lanes, kind=ButterflyKind.FFT,
+                         bitrev_input=True, real_input=real)
+    tp = _tile_plan(spec, ARCH, "multilayer", 8)
+    groups = split_stages(tp.spec.stages, tp.stages_per_kernel)
+    return tp.spec, groups, tp.tile_rows, ARCH.pe_array.instruction_entries // len(groups)
+
+
+def _random_layouts(spec, buffers, count, seed):
+    rng = np.random.default_rng(seed)
+    S = spec.stages
+    for _ in range(count):
+        yield (tuple(tuple(int(v) for v in rng.permutation(S)) for _ in range(buffers)),
+               tuple(int(rng.integers(0, spec.n)) for _ in range(buffers)))
+
+
+@pytest.mark.parametrize("n,real", [(64, False), (128, True)])
+def test_layout_cost_equals_the_engine_on_random_layouts(n, real):
+    spec, groups, rows, budget = _plan(n, real)
+    assert len(groups) >= 2 and spec.skew_lines
+    cost = spm_layout._LayoutCost(spec, ARCH, groups, rows, budget, "multilayer")
+    ident = (tuple(tuple(range(spec.stages)) for _ in range(len(groups) + 1)),
+             (0,) * (len(groups) + 1))
+    seen = set()
+    for layout in [ident, *_random_layouts(spec, len(groups) + 1, 4, n)]:
+        sp = dataclasses.replace(spec, skew_perm=layout[0], skew_flip=layout[1])
+        want = spm_layout.layout_stalls(sp, ARCH, groups, rows, budget)
+        assert cost(layout) == want, layout
+        seen.add(want)
+    # the layouts differ in stalls, so an equality here is not a constant agreeing with itself
+    assert len(seen) > 1
+    # every kernel of the two-tile program is counted the same, one at a time
+    prog, kms = spm_layout._two_tile_program(spec, ARCH, groups, rows, budget)
+    from dataflow.mapper.mapping import Mapping
+    from dataflow.pe_array.simulate import run_array
+    arrays = run_array(Mapping(program=prog, arch=ARCH, kernels=tuple(kms),
+                               orchestration="multilayer"))
+    for km, a in zip(kms, arrays):
+        assert kernel_stalls(km, ARCH) == sum(t.stall_cycles_spm_conflict for t in a.tiles)
+
+
+def test_a_kernel_with_accumulation_is_left_to_the_engine():
+    from dataflow.dfg.ops import Op
+    from dataflow.plan.layout_cost import timing_only
+    spec, groups, rows, budget = _plan(64)
+    km = stage_mapping.map_stage_kernel(group_kernel(spec, groups[0], len(groups), 0), ARCH,
+                                        rows, budget)
+    assert timing_only(km)
+    store = next(n for n in km.kernel.nodes if n.op is Op.STORE)
+    nodes = tuple(dataclasses.replace(n, op=Op.ACC) if n is store else n
+                  for n in km.kernel.nodes)
+    odd = dataclasses.replace(km, kernel=dataclasses.replace(km.kernel, nodes=nodes))
+    assert not timing_only(odd)
+    assert kernel_stalls(odd, ARCH) is None
+
+
+@pytest.fixture
+def stage_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("DATAFLOW_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(stage_mapping, "_SHAPES", stage_mapping.BoundedCache(8))
+    return tmp_path / "stages"
+
+
+def _kernel():
+    spec, groups, rows, budget = _plan(64)
+    return group_kernel(spec, groups[0], len(groups), 0), rows, budget
+
+
+def _no_mapping(monkeypatch):
+    def fail(*a, **k):
+        raise AssertionError("mapped again")
+    monkeypatch.setattr(stage_mapping, "map_kernel", fail)
+
+
+def _same(a, b):
+    return (a.copies, a.ii, a.placements, a.routes, a.tiles, a.allocations) == \
+        (b.copies, b.ii, b.placements, b.routes, b.tiles, b.allocations)
+
+
+def test_stage_schedule_is_reused_from_disk(stage_dir, monkeypatch):
+    kernel, rows, budget = _kernel()
+    first = stage_mapping.map_stage_kernel(kernel, ARCH, rows, budget)
+    files = list(stage_dir.glob("*.mapping"))
+    assert len(files) == 1
+    monkeypatch.setattr(stage_mapping, "_SHAPES", stage_mapping.BoundedCache(8))  # new process
+    _no_mapping(monkeypatch)
+    again = stage_mapping.map_stage_kernel(kernel, ARCH, rows, budget)
+    assert again.kernel is kernel and _same(first, again) and again.notes == first.notes
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "stale", "other body", "illegal"])
+def test_a_bad_stage_file_is_deleted_and_remapped(stage_dir, monkeypatch, damage):
+    kernel, rows, budget = _kernel()
+    first = stage_mapping.map_stage_kernel(kernel, ARCH, rows, budget)
+    (path,) = stage_dir.glob("*.mapping")
+    clean = path.read_bytes()
+    if damage == "flip":
+        blob = bytearray(clean)
+        blob[len(blob) // 2] ^= 0x40
+        path.write_bytes(bytes(blob))
+    elif damage == "truncate":
+        path.write_bytes(clean[: len(clean) // 2])
+    elif damage == "stale":
+        header, payload = clean.split(b"\n", 1)
+        path.write_bytes(header.replace(b'"fingerprint": "', b'"fingerprint": "0') + b"\n"
+                         + payload)
+    else:
+        import pickle
+        record = pickle.loads(clean.split(b"\n", 1)[1])
+        if damage == "other body":
+            record["body"] = "another body"
+        else:  # a schedule that puts two nodes on one PE slot
+            km = record["km"]
+            p0, p1 = km.placements[0], km.placements[1]
+            bad = (p0, dataclasses.replace(p1, pe=p0.pe, time=p0.time), *km.placements[2:])
+            record["km"] = dataclasses.replace(km, placements=bad)
+        path.write_bytes(frame_entry(stage_mapping.STAGE_KIND, stage_mapping.STAGE_VERSION,
+                                     pickle.dumps(record)))
+    monkeypatch.setattr(stage_mapping, "_SHAPES", stage_mapping.BoundedCache(8))
+    assert stage_mapping._stage_disk_get(
+        (stage_mapping.shape_key(kernel, ARCH), budget), kernel, ARCH, rows) is None
+    assert not path.exists()
+    again = stage_mapping.map_stage_kernel(kernel, ARCH, rows, budget)  # mapped and rewritten
+    assert _same(first, again)
+    assert path.exists()
+
+
+@pytest.mark.parametrize("depth,ports", [(0, 1), (1, 1), (2, 1), (4, 2)])
+def test_port_stalls_step_like_store_queues(depth, ports):
+    """`layout_cost._stalls` (queues stepped in integers, idle cycles skipped; port_cycles
+    without queues) against `StoreQueues` stepped over every cycle, on random row accesses."""
+    from dataflow.arch.spec import AddressMapping
+    from dataflow.plan.layout_cost import _stalls
+    from dataflow.spm.lines import StoreQueues
+    spm = dataclasses.replace(ARCH.spm, write_queue_depth=depth, read_ports_per_line=ports,
+                              write_ports_per_line=ports)
+    assert spm.address_mapping == AddressMapping.INTERLEAVED  # row r on line r % lines
+    rng = np.random.default_rng(depth * 10 + ports)
+    totals = set()
+    for trial in range(30):
+        cycles = int(rng.integers(1, 60))
+        busy = rng.random() * 0.6
+        shape = (cycles, spm.lines)
+        rd = rng.integers(0, 3 * ports, shape) * (rng.random(shape) < busy)
+        wr = rng.integers(0, 4 * ports, shape) * (rng.random(shape) < busy)
+
+        def accesses(counts):
+            # counts[t, line] distinct rows of that line in cycle t
+            cyc, row = [], []
+            for t, ln in zip(*np.nonzero(counts)):
+                for j in range(counts[t, ln]):
+                    cyc.append(t)
+                    row.append(ln + spm.lines * j)
+            return [(np.array(cyc, np.int64), np.array(row, np.int64))] if cyc else []
+
+        sq = StoreQueues(spm)
+        want = sum(sq.cycle(rd[t], wr[t])[0] for t in range(cycles)) + sq.drain()[0]
+        assert _stalls(accesses(rd), accesses(wr), spm, cycles) == want, trial
+        totals.add(want)
+    assert len(totals) > 3
