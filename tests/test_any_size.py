@@ -240,3 +240,90 @@ def test_progress_shows_on_a_terminal_only():
         p.step(3)
         p.close()
     assert "gemm: tile 3/10" in out.getvalue() and quiet.getvalue() == ""
+
+
+# --- attention: query-row blocks (docs/conventions.md#attention-of-any-size) ---------------
+
+def test_attention_split_into_row_blocks_values_equal_numpy():
+    from dataflow.attention.api import make_inputs
+    from dataflow.attention.reference import attention_reference
+    from dataflow.attention.split import plan_split as attention_split
+
+    seq, dim = 512, 32
+    x = make_inputs("window", seq, dim, 0)
+    split = attention_split(TINY, x["pos"], x["crd"], seq, dim, dim)
+    # K's packed window of a block takes at most half the SPM: (rows + 16) x 32 <= 2048 words
+    assert split is not None and split.count > 2 and (split.rows + 16) * dim <= 2048
+    assert attention_split(api.resolve_arch("default"), x["pos"], x["crd"], seq, dim,
+                           dim) is None  # fits whole: runs exactly as before
+    r = api.simulate("attention", TINY, seq=seq, dim=dim, pattern="window")
+    assert r.values_match_reference
+    assert_close(r.output, attention_reference(x["q"], x["k"], x["v"], x["pos"], x["crd"]))
+    notes = " ".join(r.notes)
+    assert f"cut into {split.count} block(s) of {split.rows} rows" in notes
+    # first, interior and last blocks differ at the sequence's ends; the interior ones repeat
+    assert "timing memoised: 3 distinct block programs simulated" in notes
+    assert len(r.kernels) == 5 * split.count
+    _floors_hold(r)
+    nnz, lanes = len(x["crd"]), TINY.pe_array.simd_lanes
+    assert r.roofline.compute_cycles == nnz * 2 * dim / (TINY.pe_array.num_pes * lanes)
+
+
+def test_attention_split_memo_equals_simulating_every_block(monkeypatch):
+    from dataflow.attention import split as attention_split
+
+    r = api.simulate("attention", TINY, seq=384, dim=32, pattern="dilated")
+    fresh = iter(range(10**6))
+    monkeypatch.setattr(attention_split, "_key",
+                        lambda lp, lc, keys: next(fresh))  # every block its own: all simulated
+    full = api.simulate("attention", TINY, seq=384, dim=32, pattern="dilated")
+    assert "timing memoised" in " ".join(r.notes) and full.values_match_reference
+    for field in ("cycles", "compute_cycles", "dram_bytes_read", "dram_bytes_written"):
+        assert getattr(r, field) == getattr(full, field), field
+    assert_close(r.output, full.output)
+
+
+def test_attention_row_too_wide_for_the_spm_is_one_clear_error():
+    with pytest.raises(UserError, match=r"row \d+ attends 512 keys, whose K and V rows "
+                                        r"\(512 x 32 words\) need more than half"):
+        api.simulate("attention", TINY, seq=512, dim=32, pattern="dense")
+
+
+# --- relu-ffn: token blocks (docs/conventions.md#relu-ffn-and-moe-of-any-size) -------------
+
+@pytest.mark.parametrize("granularity", ["32x1", "dense"])
+def test_relu_ffn_split_into_token_blocks_values_equal_numpy(granularity):
+    from dataflow.dynamic.ffn import ffn_reference, make_ffn_operands
+    from dataflow.dynamic.ffn_split import plan_tokens
+
+    tokens, dim, hidden = 256, 32, 64
+    rows = plan_tokens(SMALL, granularity, tokens, dim, hidden)
+    assert rows is not None and rows % 32 == 0 and rows < tokens
+    assert plan_tokens(api.resolve_arch("default"), granularity, tokens, dim, hidden) is None
+    r = api.simulate("relu-ffn", SMALL, tokens=tokens, dim=dim, hidden=hidden,
+                     granularity=granularity)
+    assert r.values_match_reference
+    assert_close(r.output, ffn_reference(*make_ffn_operands(tokens, dim, hidden, 0.9)))
+    blocks = -(-tokens // rows)
+    assert f"cut into {blocks} block(s) of {rows}" in " ".join(r.notes)
+    _floors_hold(r)
+
+
+def test_relu_ffn_memo_equals_simulating_every_block(monkeypatch):
+    from dataflow.dynamic import ffn_split
+
+    args = dict(tokens=256, dim=32, hidden=64, granularity="32x1")
+    r = api.simulate("relu-ffn", SMALL, **args)
+    assert "timing memoised: 1 distinct" in " ".join(r.notes)  # the dead neurons set the index
+    fresh = iter(range(10**6))
+    monkeypatch.setattr(ffn_split, "_key", lambda *a: next(fresh))
+    full = api.simulate("relu-ffn", SMALL, **args)
+    for field in ("cycles", "compute_cycles", "dram_bytes_read", "dram_bytes_written", "macs"):
+        assert getattr(r, field) == getattr(full, field), field
+    assert_close(r.output, full.output)
+
+
+def test_relu_ffn_weights_too_large_for_the_spm_is_one_clear_error():
+    with pytest.raises(UserError, match=r"relu-ffn \(--dim 128 --hidden 256\) does not fit "
+                                        r"the SPM .* even split into token blocks"):
+        api.simulate("relu-ffn", TINY, tokens=64, dim=128, hidden=256)

@@ -18,6 +18,7 @@ from dataflow.attention.patterns import (
     resolve,
 )
 from dataflow.attention.reference import attention_reference
+from dataflow.attention.split import split_attention
 from dataflow.errors import UserError
 from dataflow.pe_array.simulate import simulate_mapping
 from dataflow.ust_frontend.backends import get_executor
@@ -208,8 +209,13 @@ def _run(spec, *, engine: str = "fast", seed: int = 0, trace: bool = False, patt
          seq: int = 128, dim: int = 32, lowering: str = "csr", **pattern_params):
     t0 = time.perf_counter()
     x = make_inputs(pattern, seq, dim, seed, **pattern_params)
+    workload = f"attention/{x['pattern']}"
+    split = split_attention(x["q"], x["k"], x["v"], x["pos"], x["crd"], spec, engine=engine,
+                            workload=workload, trace=trace, lowering=lowering, t0=t0)
+    if split is not None:  # K and V do not fit the SPM (or the host): query-row blocks
+        return split
     return _simulate(x["q"], x["k"], x["v"], x["pos"], x["crd"], spec, engine,
-                     workload=f"attention/{x['pattern']}", trace=trace, t0=t0, cache=False,
+                     workload=workload, trace=trace, t0=t0, cache=False,
                      lowering=lowering)
 
 

@@ -23,6 +23,7 @@ from dataflow.arch import resolve_arch
 from dataflow.dfg.graph import Addr, Buffer, Kernel, Loop, Node, Program
 from dataflow.dfg.lower import gemm_kernel, run_passes
 from dataflow.dfg.ops import Op
+from dataflow.dynamic.ffn_split import split_relu_ffn
 from dataflow.dynamic.lower import (
     ROW_PAD,
     compute_kernels,
@@ -153,6 +154,12 @@ def simulate_relu_ffn(x, w1, b, w2, granularity: str = "32x1", arch=None, *, eng
 
 def run_relu_ffn(spec, *, engine="fast", seed=0, trace=False, tokens=64, dim=64, hidden=256,
                  sparsity=0.9, granularity="32x1"):
+    split = split_relu_ffn(spec, engine=engine, seed=seed, trace=trace, tokens=tokens, dim=dim,
+                           hidden=hidden, sparsity=sparsity, granularity=granularity,
+                           make_operands=make_ffn_operands, simulate=simulate_relu_ffn,
+                           reference=ffn_reference)
+    if split is not None:  # too many tokens for the SPM or the host: token blocks
+        return split
     x, w1, b, w2 = make_ffn_operands(tokens, dim, hidden, sparsity, seed)
     res, _ = simulate_relu_ffn(x, w1, b, w2, granularity, spec, engine=engine, trace=trace)
     return res
