@@ -87,33 +87,34 @@ def verify_pass(prog: Program) -> Program:
 
 
 def drop_dead_nodes(prog: Program) -> Program:
-    """Remove body nodes whose values reach no memory write (none in today's kernels).
+    """Remove body nodes whose values reach no memory write (`live_kernel`, per kernel)."""
+    return dataclasses.replace(prog, kernels=tuple(live_kernel(k) for k in prog.kernels))
+
+
+def live_kernel(k: Kernel) -> Kernel:
+    """`k` without the body nodes whose values reach no memory write (`k` itself when none).
 
     A loop-carried edge is a dependence like an input: its source is live when its destination
     is. The surviving nodes are renumbered 0..n-1 in order and `Kernel.carried` with them; a
     carried edge whose destination is dead goes with it."""
-    kernels = []
-    for k in prog.kernels:
-        live = {n.id for n in k.nodes if n.op.writes_spm}
-        while True:
-            before = len(live)
-            for n in reversed(k.nodes):
-                if n.id in live:
-                    live.update(n.inputs)
-            live.update(src for src, dst, _ in k.carried if dst in live)
-            if len(live) == before:
-                break
-        if len(live) == len(k.nodes):
-            kernels.append(k)
-            continue
-        remap = {old: new for new, old in enumerate(sorted(live))}
-        nodes = tuple(dataclasses.replace(n, id=remap[n.id],
-                                          inputs=tuple(remap[i] for i in n.inputs))
-                      for n in k.nodes if n.id in live)
-        carried = tuple((remap[src], remap[dst], dist) for src, dst, dist in k.carried
-                        if dst in live)
-        kernels.append(dataclasses.replace(k, nodes=nodes, carried=carried))
-    return dataclasses.replace(prog, kernels=tuple(kernels))
+    live = {n.id for n in k.nodes if n.op.writes_spm}
+    while True:
+        before = len(live)
+        for n in reversed(k.nodes):
+            if n.id in live:
+                live.update(n.inputs)
+        live.update(src for src, dst, _ in k.carried if dst in live)
+        if len(live) == before:
+            break
+    if len(live) == len(k.nodes):
+        return k
+    remap = {old: new for new, old in enumerate(sorted(live))}
+    nodes = tuple(dataclasses.replace(n, id=remap[n.id],
+                                      inputs=tuple(remap[i] for i in n.inputs))
+                  for n in k.nodes if n.id in live)
+    carried = tuple((remap[src], remap[dst], dist) for src, dst, dist in k.carried
+                    if dst in live)
+    return dataclasses.replace(k, nodes=nodes, carried=carried)
 
 
 PASSES = (drop_dead_nodes, verify_pass)

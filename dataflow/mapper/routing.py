@@ -357,34 +357,66 @@ class RouteState:
     def _cheapest_path(self, src_pe, dst_pe, depart, start_cost, max_hops, flits, strict,
                        value, extra):
         """Dijkstra over (PE, hops) for one departure cycle, at most `max_hops` hops;
-        (path, cost) or None when dst_pe is not reached."""
+        (path, cost) or None when dst_pe is not reached.
+
+        The innermost loop of the mapper (issue 14; docs/planning_speed.md): `_hop_cost` is
+        inlined with the state in locals, and a (link, hops) step is priced once per search
+        (the carried values, history and `extra` do not change during one search), with the
+        same floating-point operations in the same order, so the paths and costs are those
+        of the plain loop."""
         seen: dict = {}
         # hops left to dst_pe from each row and column (distances are symmetric)
         to_row, to_col = self.rows_from(dst_pe[0]), self.cols_from(dst_pe[1])
         heap = [(start_cost, 0, src_pe)]
         prev = {(src_pe, 0): None}
+        nbrs, hop, ii, cap = self.nbrs, self.hop, self.ii, self.cap
+        carry_get, hist_get, present = self.carry.get, self.history.get, self.present_factor
+        extra_get = extra.get if extra else None
+        steps: dict = {}  # (link id, hops) -> step cost, or None where strict forbids it
+        inf, heappop, heappush = math.inf, heapq.heappop, heapq.heappush
         while heap:
-            cost, h, pe = heapq.heappop(heap)
+            cost, h, pe = heappop(heap)
             if pe == dst_pe:
                 return _backtrack(prev, (pe, h)), cost
-            if seen.get((pe, h), math.inf) < cost or h >= max_hops:
+            if seen.get((pe, h), inf) < cost or h >= max_hops:
                 continue
-            for nb, lid in self.nbrs[pe]:
-                if to_row[nb[0]] + to_col[nb[1]] > max_hops - h - 1:
+            left = max_hops - h - 1
+            head = depart + h * hop
+            for nb, lid in nbrs[pe]:
+                if to_row[nb[0]] + to_col[nb[1]] > left:
                     continue
-                step = self._hop_cost(lid, depart + h * self.hop, flits, strict, value, extra)
+                sk = (lid, h)
+                if sk in steps:
+                    step = steps[sk]
+                else:
+                    # `_hop_cost`, inlined
+                    step = 0.0
+                    for j in range(flits):
+                        k = lid * ii + (head + j) % ii
+                        held = carry_get(k, ())
+                        pending = extra_get(k, ()) if extra_get else ()
+                        if value in held or value in pending:
+                            step += SHARED_FLIT_COST
+                            continue
+                        over = len(held) + len(pending) + 1 - cap
+                        if over > 0 and strict:
+                            step = None
+                            break
+                        step += (1.0 + hist_get(k, 0)) * (1.0 + present * max(0, over))
+                    steps[sk] = step
                 if step is None:
                     continue
                 c2 = cost + step
-                if c2 < seen.get((nb, h + 1), math.inf):
-                    seen[(nb, h + 1)] = c2
-                    prev[(nb, h + 1)] = (pe, h)
-                    heapq.heappush(heap, (c2, h + 1, nb))
+                nk = (nb, h + 1)
+                if c2 < seen.get(nk, inf):
+                    seen[nk] = c2
+                    prev[nk] = (pe, h)
+                    heappush(heap, (c2, h + 1, nb))
         return None
 
     def _hop_cost(self, lid, head, flits, strict: bool, value, extra) -> float | None:
         """PathFinder cost of `value`'s flits crossing link `lid` from cycle `head` on; None
-        when strict and a flit would overuse its (link, slot)."""
+        when strict and a flit would overuse its (link, slot). (`_cheapest_path` inlines it.)"""
         ii = self.ii
         step = 0.0
         for j in range(flits):

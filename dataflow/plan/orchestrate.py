@@ -49,6 +49,7 @@ from enum import Enum
 
 from dataflow.arch.spec import AddressMapping, ArchSpec, PEKind
 from dataflow.dfg.graph import Kernel
+from dataflow.dfg.lower import live_kernel
 from dataflow.dfg.lower_butterfly import (
     ButterflyKind,
     ButterflySpec,
@@ -239,7 +240,9 @@ def choose_stages_per_kernel(spec: ButterflySpec, arch: ArchSpec, max_stages: in
 
 
 def _map_groups(spec, arch, groups, rows, budget):
-    kernels = [group_kernel(spec, g, len(groups), i) for i, g in enumerate(groups)]
+    # the bodies the lowering will run: dead nodes dropped (`lower.live_kernel`; a real
+    # output's imaginary part), so the plan maps no body that never runs
+    kernels = [live_kernel(group_kernel(spec, g, len(groups), i)) for i, g in enumerate(groups)]
     return kernels, [map_stage_kernel(k, arch, rows, budget) for k in kernels]
 
 

@@ -27,7 +27,7 @@ from dataflow.cachefiles import (
     resolve_cache_dir,
     unframe_entry,
 )
-from dataflow.dfg.lower import drop_dead_nodes
+from dataflow.dfg.lower import live_kernel
 from dataflow.dfg.lower_butterfly import (
     ButterflyKind,
     ButterflySpec,
@@ -183,10 +183,9 @@ class _LayoutCost:
         return sum(self.per_kernel[k] for k in keys)
 
     def _mapping(self, spec, i: int):
-        prog, kms = self.program
+        kms = self.program[1]
         one = dataclasses.replace(spec, batch=2 * self.rows * spec.col_blocks * spec.lanes)
-        kernel = group_kernel(one, self.groups[i], len(self.groups), i)
-        kernel = drop_dead_nodes(dataclasses.replace(prog, kernels=(kernel,))).kernels[0]
+        kernel = live_kernel(group_kernel(one, self.groups[i], len(self.groups), i))
         if shape_key(kernel, self.arch) != shape_key(kms[i].kernel, self.arch):
             return map_stage_kernel(kernel, self.arch, self.rows, self.budget)
         tiles, allocs = tile_and_allocate(kernel, self.arch, self.rows)
