@@ -239,9 +239,7 @@ def _evaluate(program: Program, index: int, sched: KernelSchedule, arch: ArchSpe
             raise
         return None
     n = kernel_iterations(body, arch.pe_array.simd_lanes if body.vector_var else 1)
-    # its inputs are the program's: measure
-    first = skew is None and (index == 0 or all(
-        b.name in program.input_map for b in body.buffers if b.role == BufferRole.INPUT))
+    first = skew is None and _measurable(program, body, index)
     if not sched.plain:
         per, km = post_passes(km, arch, program, skew if first or skew is not None else "lines")
     elif first:  # the plain kernel as mapped, or delayed by the line-aware table if faster
@@ -254,12 +252,24 @@ def _evaluate(program: Program, index: int, sched: KernelSchedule, arch: ArchSpe
     return n * km.ii / km.copies, km
 
 
+def _measurable(program: Program, kernel: Kernel, index: int) -> bool:
+    """Whether kernel `index` can run on its own first tile: its inputs are the program's."""
+    return index == 0 or all(b.name in program.input_map for b in kernel.buffers
+                             if b.role == BufferRole.INPUT)
+
+
 def _choose_kernel(program: Program, index: int, arch: ArchSpec,
                    options: dict) -> tuple[KernelMapping, KernelSchedule]:
     """The best generic schedule for kernel `index` of `program`, mapped and post-passed
     (branch and bound over the candidates, `retime.best_candidate`)."""
     kernel = program.kernels[index]
     cands = kernel_candidates(kernel, arch)
+    if not _measurable(program, kernel, index):
+        # a kernel fed by an earlier one is ranked by its steady state (iterations x II /
+        # copies), which sees no SPM conflicts: copies sharing PEs at a longer II look better
+        # than they run (an attention SpMM: 16 copies at II 3 against 5 at II 1, twice as
+        # slow), so only kernels measured on their first tile try them
+        cands = [c for c in cands if not c.copies] or cands
     if len(cands) == 1:  # no search: the line-aware table's delays, unmeasured
         km = map_kernel(apply_kernel_schedule(kernel, cands[0]), arch, **options)
         return line_copies(km, arch), cands[0]
