@@ -776,14 +776,20 @@ def _apply_writes(writes: list[_Writes], bufs: dict[str, np.ndarray]) -> None:
         parts_a, parts_v, parts_m, at = [], [], [], 0
         for j in js:
             w = writes[j]
-            pad = width - w.addr.shape[1]
-            parts_a.append(np.pad(w.addr, ((0, 0), (0, pad))))
-            parts_v.append(np.pad(np.asarray(w.vals).astype(dt), ((0, 0), (0, pad))))
-            parts_m.append(np.pad(w.mask, ((0, 0), (0, pad))))
+            pad = ((0, 0), (0, width - w.addr.shape[1]))
+            vals = np.broadcast_to(np.asarray(w.vals).astype(dt, copy=False), w.addr.shape)
+            if pad[1][1]:
+                parts_a.append(np.pad(w.addr, pad))
+                parts_v.append(np.pad(vals, pad))
+                parts_m.append(np.pad(w.mask, pad))
+            else:
+                parts_a.append(w.addr)
+                parts_v.append(vals)
+                parts_m.append(w.mask)
             local[offsets[j]:offsets[j + 1]] = at + np.arange(len(w.cycle))
             at += len(w.cycle)
-        stacked.append((op, bufs[name], np.concatenate(parts_a), np.concatenate(parts_v),
-                        np.concatenate(parts_m)))
+        stacked.append((op, bufs[name], *(p[0] if len(p) == 1 else np.concatenate(p)
+                                          for p in (parts_a, parts_v, parts_m))))
     which = np.searchsorted(offsets, order, side="right") - 1
     kind = kind_of[which]
     breaks = np.flatnonzero(np.diff(kind)) + 1
