@@ -200,6 +200,7 @@ def _run_tile(ctx: _Kernel, ct: Counters, ti: int, tile: Tile,
         before = _TileCounts.of(ct)
         _count_busy_and_links(ctx, ct, w)
         for node, at, cyc in acc.rows:
+            cyc = _cycles(ctx, w, node) if cyc is None else cyc
             _count_rows(ctx, acc, node, at, cyc, ti, tile)
         stall = _port_stalls(acc, ct, ctx.arch.spm, w.n_cycles)
         if timing is not None:
@@ -353,25 +354,24 @@ def _issue_node(ctx: _Kernel, ct: Counters, w: _Waves, dom, vals: dict[int, np.n
                                  ctx.dtype, node.value)
         return
     at = _addresses(ctx, w, dom, vals, node)
-    cyc = w.wave * ctx.km.ii + np.repeat(ctx.times[:, node.id], w.waves)[:w.n]
     sbase, wlo = spm_base(ctx.km, node.buffer, ti, tile)
     s0 = sbase - wlo + at.a0
     reach = (at.width - 1) * at.stride  # what the last lane adds to lane 0
     acc.pattern.append((node.buffer, s0, int(s0.min()) + min(0, reach),
                         int(s0.max()) + max(0, reach)))
     if node.op.accumulates:
-        flushes, sel = _flushes(ctx, w, vals, node, at, cyc)
+        flushes, sel = _flushes(ctx, w, vals, node, at)
         acc.writes.append(flushes)
         acc.rows.append((node, _Lanes(at.a0[sel], at.stride, at.width, flushes.mask,
                                       full=at.full), flushes.cycle))
         return
-    acc.rows.append((node, at, cyc))
+    acc.rows.append((node, at, None))  # issue cycles computed if the rows are counted
     buf = ctx.bufs[node.buffer]
     if node.op in (Op.LOAD, Op.GATHER):
         vals[node.id] = _gather(buf, at)
     else:
         addr = at.words()
-        acc.writes.append(_Writes(cyc, w.k, node.id, addr,
+        acc.writes.append(_Writes(_cycles(ctx, w, node), w.k, node.id, addr,
                                   _lane_values(vals, node, addr, ctx.dtype), at.mask, node.op,
                                   node.buffer))
 
@@ -440,8 +440,16 @@ def _lane_values(vals, node: Node, addr: np.ndarray, dtype) -> np.ndarray:
     return np.broadcast_to(src if src.ndim == 2 else src.reshape(-1, 1), addr.shape)
 
 
-def _flushes(ctx: _Kernel, w: _Waves, vals, node: Node, at: _Lanes,
-             cyc: np.ndarray) -> tuple[_Writes, np.ndarray]:
+def _cycles(ctx: _Kernel, w: _Waves, node: Node, sel: np.ndarray | None = None) -> np.ndarray:
+    """Issue cycle of `node` in each iteration (or in iterations `sel`): wave * II + its time
+    in its copy's schedule."""
+    if sel is None:
+        return w.wave * ctx.km.ii + np.repeat(ctx.times[:, node.id], w.waves)[:w.n]
+    return w.wave[sel] * ctx.km.ii + ctx.times[w.copy[sel], node.id]
+
+
+def _flushes(ctx: _Kernel, w: _Waves, vals, node: Node,
+             at: _Lanes) -> tuple[_Writes, np.ndarray]:
     """An accumulating node combines in its PE's register and writes the SPM once per run of
     same-address iterations on a copy, at the run's last iteration. Returns the flushes and
     the iterations they happen in."""
@@ -455,8 +463,8 @@ def _flushes(ctx: _Kernel, w: _Waves, vals, node: Node, at: _Lanes,
         src = _lane_values(vals, node, at.mask, ctx.dtype)
         reg = segment_fold(ACC_UFUNC[node.op], ACC_IDENTITY[node.op], src, sel, ctx.dtype)
     addr = lane_addresses(at.a0[sel], at.stride, at.width)
-    return _Writes(cyc[sel], w.k[sel], node.id, addr, reg, at.mask[sel], node.op,
-                   node.buffer), sel
+    return _Writes(_cycles(ctx, w, node, sel), w.k[sel], node.id, addr, reg, at.mask[sel],
+                   node.op, node.buffer), sel
 
 
 def segment_fold(ufunc, identity, src: np.ndarray, ends: np.ndarray, dtype) -> np.ndarray:
@@ -776,14 +784,20 @@ def _apply_writes(writes: list[_Writes], bufs: dict[str, np.ndarray]) -> None:
         parts_a, parts_v, parts_m, at = [], [], [], 0
         for j in js:
             w = writes[j]
-            pad = width - w.addr.shape[1]
-            parts_a.append(np.pad(w.addr, ((0, 0), (0, pad))))
-            parts_v.append(np.pad(np.asarray(w.vals).astype(dt), ((0, 0), (0, pad))))
-            parts_m.append(np.pad(w.mask, ((0, 0), (0, pad))))
+            pad = ((0, 0), (0, width - w.addr.shape[1]))
+            vals = np.broadcast_to(np.asarray(w.vals).astype(dt, copy=False), w.addr.shape)
+            if pad[1][1]:
+                parts_a.append(np.pad(w.addr, pad))
+                parts_v.append(np.pad(vals, pad))
+                parts_m.append(np.pad(w.mask, pad))
+            else:
+                parts_a.append(w.addr)
+                parts_v.append(vals)
+                parts_m.append(w.mask)
             local[offsets[j]:offsets[j + 1]] = at + np.arange(len(w.cycle))
             at += len(w.cycle)
-        stacked.append((op, bufs[name], np.concatenate(parts_a), np.concatenate(parts_v),
-                        np.concatenate(parts_m)))
+        stacked.append((op, bufs[name], *(p[0] if len(p) == 1 else np.concatenate(p)
+                                          for p in (parts_a, parts_v, parts_m))))
     which = np.searchsorted(offsets, order, side="right") - 1
     kind = kind_of[which]
     breaks = np.flatnonzero(np.diff(kind)) + 1
