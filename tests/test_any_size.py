@@ -327,3 +327,26 @@ def test_relu_ffn_weights_too_large_for_the_spm_is_one_clear_error():
     with pytest.raises(UserError, match=r"relu-ffn \(--dim 128 --hidden 256\) does not fit "
                                         r"the SPM .* even split into token blocks"):
         api.simulate("relu-ffn", TINY, tokens=64, dim=128, hidden=256)
+
+
+# --- moe: token blocks (docs/conventions.md#relu-ffn-and-moe-of-any-size) -----------------
+
+@pytest.mark.parametrize("placement", ["parallel", "sequential"])
+def test_moe_split_into_token_blocks_values_equal_numpy(placement):
+    from dataflow.moe.gating import make_moe_operands, moe_reference
+    from dataflow.moe.split import plan_tokens
+
+    args = dict(experts=4, top_k=2, tokens=600, dim=16, hidden=16)
+    rows = plan_tokens(SMALL, 4, 2, 600, 16, 16, 0.0)
+    # the combine's gathered outputs (rows x top_k x hidden) take at most half the SPM
+    assert rows is not None and rows * 32 <= SMALL.spm.capacity_words // 2
+    assert plan_tokens(api.resolve_arch("default"), 4, 2, 600, 16, 16, 0.0) is None
+    r = api.simulate("moe", SMALL, placement=placement, **args)
+    x, wg, bias, w = make_moe_operands(4, 600, 16, 16, 0.0, 0)
+    assert r.values_match_reference
+    assert_close(r.output, moe_reference(x, wg, bias, w, 2))
+    blocks = -(-600 // rows)
+    assert f"cut into {blocks} block(s) of {rows}" in " ".join(r.notes)
+    assert r.cycles >= r.roofline_cycles > 0
+    assert r.roofline.compute_cycles == 600 * (16 * 4 + 2 * (16 * 16 + 16)) / (
+        SMALL.pe_array.num_pes * SMALL.pe_array.simd_lanes)
