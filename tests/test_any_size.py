@@ -350,3 +350,35 @@ def test_moe_split_into_token_blocks_values_equal_numpy(placement):
     assert r.cycles >= r.roofline_cycles > 0
     assert r.roofline.compute_cycles == 600 * (16 * 4 + 2 * (16 * 16 + 16)) / (
         SMALL.pe_array.num_pes * SMALL.pe_array.simd_lanes)
+
+
+# --- butterfly / fft: streamed batch blocks (docs/conventions.md#butterfly-and-fft-over-any-batch)
+
+@pytest.mark.parametrize("workload", ["fft", "butterfly"])
+def test_a_batch_too_large_for_the_host_streams_blocks(monkeypatch, workload):
+    from dataflow.butterfly import reference as bref
+    from dataflow.butterfly.stream import block_rows
+
+    monkeypatch.setattr(workloads, "memory_budget_bytes", lambda: 200_000)
+    batch, n = 64, 64
+    rows = block_rows(batch, n)
+    assert rows is not None and 1 < rows < batch
+    r = api.simulate(workload, batch=batch, n=n, seed=5)
+    blocks = -(-batch // rows)
+    notes = " ".join(r.notes)
+    assert f"in {blocks} block(s) of {rows}" in notes and r.values_match_reference
+    assert f"timing memoised: {2 if batch % rows else 1} distinct block size" in notes
+    fs = bref.random_factors(n, np.random.default_rng(5))
+    for b0 in range(0, batch, rows):  # the blocks are the documented draws
+        x = np.random.default_rng([5, b0]).standard_normal(
+            (min(batch, b0 + rows) - b0, n)).astype(np.float32)
+        want = np.fft.fft(x) if workload == "fft" else bref.butterfly_apply(x, fs)
+        got = r.output[b0:b0 + len(x)]
+        if np.iscomplexobj(want):
+            assert_close(np.stack([got.real, got.imag], -1), np.stack([want.real, want.imag], -1))
+        else:
+            assert_close(got, want)
+    assert r.cycles >= r.roofline_cycles > 0
+    one = api.simulate(workload, batch=rows, n=n)  # a block's floors, once per block
+    assert r.roofline.compute_cycles == pytest.approx(
+        one.roofline.compute_cycles * batch / rows)
