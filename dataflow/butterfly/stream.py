@@ -45,8 +45,9 @@ def block_rows(batch: int, n: int) -> int | None:
         return None
     stages = max(1, int(n).bit_length() - 1)
     per_row = operand_bytes(1, n) + HOST_BYTES_PER_ITERATION * n * stages
-    rows = min(batch, max(1, MAX_BLOCK_WORDS // n), int(host_budget() // per_row))
-    return max(1, rows)
+    factors = 2 * dense_bytes((stages, n, 2), itemsize=16)  # 2 x 2 factors, complex, twice
+    rows = min(batch, max(1, MAX_BLOCK_WORDS // n), int((host_budget() - factors) // per_row))
+    return rows if rows >= 1 else None  # not even one vector: the whole run's check refuses
 
 
 def stream_batch(workload: str, batch: int, n: int, seed: int, make_block, run_block,
