@@ -1,4 +1,4 @@
-"""Any problem size (issue 13 point 4; docs/conventions.md#tiling-any-problem-size): the three
+"""Any problem size (issue 13 point 4; docs/conventions.md#tiling-any-problem-size): the
 runs that were refused before the split, each in a process of its own so its peak memory is
 its own.
 
@@ -7,7 +7,13 @@ its own.
 2. spmm 100000 x 100000 x 64, density 0.001 (B resident was 6.4M words): K panels with the
    partial sums read back, N blocks memoised over the same rows of A;
 3. gemm 10,000,000 x 64 x 64 (the operands did not fit the host's memory): M tiles generated
-   from the seed one at a time, timing memoised per tile shape, every tile's values checked.
+   from the seed one at a time, timing memoised per tile shape, every tile's values checked;
+4. attention, window pattern, --seq 65536 (K and V did not fit the SPM): query-row blocks over
+   their packed keys, timing memoised per local mask (docs/conventions.md#attention-of-any-size);
+5. relu-ffn --tokens 65536 and moe --tokens 100000 (the tokens' activations / gathered X did
+   not fit the SPM): token blocks, each a whole program (#relu-ffn-and-moe-of-any-size);
+6. fft --n 1024 --batch 1000000 (61 GiB of operands): batch blocks streamed from the seed,
+   timing memoised per block size (#butterfly-and-fft-over-any-batch).
 
 Printed per run: simulated cycles, the roofline bound and the fraction reached, wall time and
 peak resident memory (ru_maxrss of the run's process), and the split. `--quick` runs smaller
@@ -42,11 +48,19 @@ RUNS = {
     "dynamic-spmm": {"m": 1024, "k": 1024, "n": 1024, "sparsity": 0.95, "granularity": "32x1"},
     "spmm": {"m": 100000, "k": 100000, "n": 64, "density": 0.001},
     "gemm": {"m": 10_000_000, "k": 64, "n": 64},
+    "attention": {"pattern": "window", "seq": 65536},
+    "relu-ffn": {"tokens": 65536},
+    "moe": {"tokens": 100_000},
+    "fft": {"n": 1024, "batch": 1_000_000},
 }
 QUICK = {
     "dynamic-spmm": {"m": 512, "k": 1024, "n": 1024, "sparsity": 0.95, "granularity": "32x1"},
     "spmm": {"m": 20000, "k": 50000, "n": 64, "density": 0.001},
     "gemm": {"m": 2_000_000, "k": 64, "n": 64},
+    "attention": {"pattern": "window", "seq": 32768},
+    "relu-ffn": {"tokens": 8192},
+    "moe": {"tokens": 20_000},
+    "fft": {"n": 1024, "batch": 1_000_000},
 }
 
 

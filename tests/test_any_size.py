@@ -327,3 +327,58 @@ def test_relu_ffn_weights_too_large_for_the_spm_is_one_clear_error():
     with pytest.raises(UserError, match=r"relu-ffn \(--dim 128 --hidden 256\) does not fit "
                                         r"the SPM .* even split into token blocks"):
         api.simulate("relu-ffn", TINY, tokens=64, dim=128, hidden=256)
+
+
+# --- moe: token blocks (docs/conventions.md#relu-ffn-and-moe-of-any-size) -----------------
+
+@pytest.mark.parametrize("placement", ["parallel", "sequential"])
+def test_moe_split_into_token_blocks_values_equal_numpy(placement):
+    from dataflow.moe.gating import make_moe_operands, moe_reference
+    from dataflow.moe.split import plan_tokens
+
+    args = dict(experts=4, top_k=2, tokens=600, dim=16, hidden=16)
+    rows = plan_tokens(SMALL, 4, 2, 600, 16, 16, 0.0)
+    # the combine's gathered outputs (rows x top_k x hidden) take at most half the SPM
+    assert rows is not None and rows * 32 <= SMALL.spm.capacity_words // 2
+    assert plan_tokens(api.resolve_arch("default"), 4, 2, 600, 16, 16, 0.0) is None
+    r = api.simulate("moe", SMALL, placement=placement, **args)
+    x, wg, bias, w = make_moe_operands(4, 600, 16, 16, 0.0, 0)
+    assert r.values_match_reference
+    assert_close(r.output, moe_reference(x, wg, bias, w, 2))
+    blocks = -(-600 // rows)
+    assert f"cut into {blocks} block(s) of {rows}" in " ".join(r.notes)
+    assert r.cycles >= r.roofline_cycles > 0
+    assert r.roofline.compute_cycles == 600 * (16 * 4 + 2 * (16 * 16 + 16)) / (
+        SMALL.pe_array.num_pes * SMALL.pe_array.simd_lanes)
+
+
+# --- butterfly / fft: streamed batch blocks (docs/conventions.md#butterfly-and-fft-over-any-batch)
+
+@pytest.mark.parametrize("workload", ["fft", "butterfly"])
+def test_a_batch_too_large_for_the_host_streams_blocks(monkeypatch, workload):
+    from dataflow.butterfly import reference as bref
+    from dataflow.butterfly.stream import block_rows
+
+    monkeypatch.setattr(workloads, "memory_budget_bytes", lambda: 200_000)
+    batch, n = 64, 64
+    rows = block_rows(batch, n)
+    assert rows is not None and 1 < rows < batch
+    r = api.simulate(workload, batch=batch, n=n, seed=5)
+    blocks = -(-batch // rows)
+    notes = " ".join(r.notes)
+    assert f"in {blocks} block(s) of {rows}" in notes and r.values_match_reference
+    assert f"timing memoised: {2 if batch % rows else 1} distinct block size" in notes
+    fs = bref.random_factors(n, np.random.default_rng(5))
+    for b0 in range(0, batch, rows):  # the blocks are the documented draws
+        x = np.random.default_rng([5, b0]).standard_normal(
+            (min(batch, b0 + rows) - b0, n)).astype(np.float32)
+        want = np.fft.fft(x) if workload == "fft" else bref.butterfly_apply(x, fs)
+        got = r.output[b0:b0 + len(x)]
+        if np.iscomplexobj(want):
+            assert_close(np.stack([got.real, got.imag], -1), np.stack([want.real, want.imag], -1))
+        else:
+            assert_close(got, want)
+    assert r.cycles >= r.roofline_cycles > 0
+    one = api.simulate(workload, batch=rows, n=n)  # a block's floors, once per block
+    assert r.roofline.compute_cycles == pytest.approx(
+        one.roofline.compute_cycles * batch / rows)

@@ -11,7 +11,8 @@ the float64 reference of the block.
 
 - **Sizes from the SPM.** A block's packed K (or V) takes at most half the SPM and the rest
   holds 8 streamed query rows (Q, the row's scores and coordinates), double-buffered
-  (`dataflow.plan.split.fits_spm`); the block has the most rows whose worst block fits.
+  (`dataflow.plan.split.fits_spm`); the block has the most rows whose worst block fits, at
+  most `MAX_BLOCK_ROWS` (fewer rows simulated per distinct block).
 - **Memoised timing.** Two blocks with the same local mask (row pointers and packed columns)
   and the same shapes run the same program up to the values, so the same cycles: a window
   pattern's interior blocks are one. One representative per key is simulated; the others'
@@ -53,6 +54,11 @@ from dataflow.plan.split import (
 )
 from dataflow.testing import max_abs_error, values_match
 from dataflow.workloads import fits_host_memory, host_budget
+
+#: most query rows of a block: a split run simulates one block per distinct local mask, so
+#: smaller blocks simulate less (a window pattern's first, interior and last), at the cost of
+#: one reconfiguration and the overlapping keys per block
+MAX_BLOCK_ROWS = 4096
 
 
 def _row_words(arch: ArchSpec, dp: int, dv: int, max_row_nnz: int) -> int:
@@ -117,7 +123,7 @@ def plan_split(arch: ArchSpec, pos: np.ndarray, crd: np.ndarray, n: int, d: int,
         worst = int(_distinct_per_block(pos, crd, n, rows).max(initial=0))
         return fits_spm(arch, worst * max(dp, dv), row_words)
 
-    rows = largest(min(m, host_rows), 1, ok)
+    rows = largest(min(m, host_rows, MAX_BLOCK_ROWS), 1, ok)
     if rows is not None:  # equal blocks (the last no shorter): more of them share a program
         rows = piece(m, -(-m // rows))
     if rows is None:

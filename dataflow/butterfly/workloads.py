@@ -14,6 +14,7 @@ import numpy as np
 
 from dataflow.butterfly import reference as ref
 from dataflow.butterfly.ops import run_butterfly_matmul, run_fft, run_fnet_attention
+from dataflow.butterfly.stream import block_rows, stream_batch
 from dataflow.errors import UserError
 from dataflow.plan.orchestrate import ORCHESTRATIONS
 from dataflow.workloads import (
@@ -42,6 +43,12 @@ def _finish(res, y, expected, t0):
     return dataclasses.replace(done, output=y)
 
 
+def _sim(out):
+    """(values, SimResult) of a `run_butterfly_matmul` / `run_fft` answer."""
+    y, run = out
+    return y, run.result
+
+
 def _positive(**kw):
     for k, v in kw.items():
         if v < 1:
@@ -58,6 +65,13 @@ def _run_butterfly(spec, *, engine="fast", seed=0, trace=False, n=64, batch=32,
                    orchestration="multilayer", complex=False):
     _positive(batch=batch)
     ref.log2_exact(n, "--n")
+    if block_rows(batch, n) is not None:  # more vectors than the host holds: streamed blocks
+        fs = ref.random_factors(n, np.random.default_rng(seed), complex_=bool(complex))
+        return stream_batch(
+            "butterfly", batch, n, seed,
+            lambda rng, rows: rng.standard_normal((rows, n)).astype(np.float32),
+            lambda x: _sim(run_butterfly_matmul(x, fs, spec, orchestration, engine)),
+            lambda x: ref.butterfly_apply(x, fs))
     _check_memory(f"butterfly operands (--batch {batch} --n {n})", batch, n)
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)
@@ -72,6 +86,12 @@ def _run_fft(spec, *, engine="fast", seed=0, trace=False, n=64, batch=32,
              orchestration="multilayer"):
     _positive(batch=batch)
     ref.log2_exact(n, "--n")
+    streamed = stream_batch(
+        "fft", batch, n, seed,
+        lambda rng, rows: rng.standard_normal((rows, n)).astype(np.float32),
+        lambda x: _sim(run_fft(x, spec, orchestration, engine)), np.fft.fft)
+    if streamed is not None:  # more vectors than the host holds: streamed blocks
+        return streamed
     _check_memory(f"fft operands (--batch {batch} --n {n})", batch, n)
     t0 = time.perf_counter()
     x = np.random.default_rng(seed).standard_normal((batch, n)).astype(np.float32)

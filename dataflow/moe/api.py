@@ -37,10 +37,11 @@ from dataflow.moe.gating import (
 )
 from dataflow.moe.grouped import grouped_program
 from dataflow.moe.lower import combine_program, expert_program, front_program, sequential_program
+from dataflow.moe.split import split_moe
 from dataflow.pe_array.roofline import program_roofline
 from dataflow.pe_array.simulate import assemble_result, simulate_mapping
 from dataflow.plan.compile import compile_program
-from dataflow.workloads import Param, Workload, finish, register
+from dataflow.workloads import Param, Workload, dense_bytes, finish, register
 
 PLACEMENTS = ("grouped", "parallel", "sequential")
 
@@ -195,6 +196,12 @@ def _run_moe(spec, *, engine="fast", seed=0, trace=False, experts=8, top_k=2, to
              hidden=64, skew=0.0, placement="grouped"):
     check_moe_params(experts, top_k, tokens, dim, hidden)
     x, wg, bias, w = make_moe_operands(experts, tokens, dim, hidden, skew, seed)
+    held = 2 * dense_bytes((tokens, dim), (dim, experts), (experts, dim, hidden),
+                           (tokens, experts, dim + hidden), (tokens, hidden))
+    split = split_moe(spec, x, wg, bias, w, top_k, engine=engine, placement=placement,
+                      operand_bytes=held, simulate=simulate_moe)
+    if split is not None:  # too many tokens for the SPM or the host: token blocks
+        return split
     res, _ = simulate_moe(x, wg, bias, w, top_k, spec, engine=engine, placement=placement)
     return res
 
