@@ -127,6 +127,8 @@ def rec_mii(kernel: Kernel, arch: ArchSpec) -> int:
     """Recurrence-constrained MII: max over dependence cycles of ceil(latency / distance). An
     accumulating op's own recurrence is its register's one-cycle combine (a macc's multiplier
     is pipelined ahead of it: docs/conventions.md#register-blocking)."""
+    if not any(dist for _, _, dist in kernel.carried):
+        return 1  # every edge has distance 0, so no cycle counts (and enumerating them is slow)
     import networkx as nx
 
     g = kernel.graph()
