@@ -39,8 +39,7 @@ def test_xor_policy_cuts_conflicts_of_strided_streams_with_the_same_values():
     # the compiler may block the scores' lane sums differently per policy (another sum
     # order, docs/conventions.md#sparse-line-model): equal up to fp32 tolerances
     np.testing.assert_allclose(inter.output, xor.output, rtol=1e-5, atol=1e-5)
-    # the line-aware copy delays (docs/conventions.md#sparse-line-model) now spread the
-    # interleaved policy's strided streams over the lines in software as the XOR hash does in
-    # hardware: before them xor had under half the interleaved conflicts (2652 against 7528
-    # cycles); now the two are within 10 % and xor still has fewer
-    assert xor.spm_conflict_cycles < inter.spm_conflict_cycles < 1.1 * xor.spm_conflict_cycles
+    # the line-aware copy delays (docs/conventions.md#sparse-line-model) spread some of the
+    # interleaved policy's strided streams in software; the hash still halves the rest
+    assert xor.spm_conflict_cycles < inter.spm_conflict_cycles / 2
+    assert xor.cycles < inter.cycles
