@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from dataflow.arch.spec import ArchSpec, PEKind
 from dataflow.dfg import transform
-from dataflow.dfg.graph import BufferRole, DFGError, Kernel, Program
+from dataflow.dfg.graph import DFGError, Kernel, Program
 from dataflow.dfg.lower import gemm_kernel
 from dataflow.dfg.ops import Op
 from dataflow.mapper import map_program
@@ -223,6 +223,20 @@ def kernel_candidates(kernel: Kernel, arch: ArchSpec) -> list[KernelSchedule]:
     return out
 
 
+def _timing_from_inputs(program: Program, kernel: Kernel) -> bool:
+    """Whether the first tile's timing of `kernel` can be measured before the kernels that
+    feed it run: timing depends on addresses only, so on values only through the indices of
+    its indirect accesses -- measurable when each index is loaded from a program input (the
+    attention's PV product gathers V through the mask's columns, whatever P holds)."""
+    inputs = program.input_map
+    for n in kernel.nodes:
+        if n.addr is not None and n.addr.index_stride:
+            src = kernel.nodes[n.inputs[0]]
+            if src.op is not Op.LOAD or src.buffer not in inputs:
+                return False
+    return True
+
+
 def _evaluate(program: Program, index: int, sched: KernelSchedule, arch: ArchSpec,
               options: dict, skew: bool | None = None):
     """(cycles, mapping) of kernel `index` under `sched`: measured on the first tile for the
@@ -239,9 +253,8 @@ def _evaluate(program: Program, index: int, sched: KernelSchedule, arch: ArchSpe
             raise
         return None
     n = kernel_iterations(body, arch.pe_array.simd_lanes if body.vector_var else 1)
-    # its inputs are the program's: measure
-    first = skew is None and (index == 0 or all(
-        b.name in program.input_map for b in body.buffers if b.role == BufferRole.INPUT))
+    # measured when its timing does not depend on values an earlier kernel makes
+    first = skew is None and (index == 0 or _timing_from_inputs(program, body))
     if not sched.plain:
         per, km = post_passes(km, arch, program, skew if first or skew is not None else "lines")
     elif first:  # the plain kernel as mapped, or delayed by the line-aware table if faster
