@@ -405,8 +405,13 @@ def test_dia_lowering_iterations_and_fewer_cycles_than_csr(default_arch):
     _same_up_to_blocks(iters, {"sddmm": seq * T * dim // lanes, "softmax_max": seq * T,
                                "softmax_exp": seq * T, "softmax_norm": seq * T,
                                "spmm": seq * T * dim // lanes})
-    # no column indices to load and no gathers: fewer array cycles than the CSR program
-    assert dia.compute_cycles < csr.compute_cycles
+    # no column indices to load and no gathers: fewer array cycles for the scores than the
+    # CSR program's (the whole program was faster too until the line-aware delays and lane-sum
+    # blocking, docs/conventions.md#sparse-line-model, sped the CSR program's kernels up more
+    # than the DIA ones: 10,654 against 11,472 cycles here)
+    phase = {low: {kr.kernel: kr.compute_cycles for kr in r.kernels}
+             for low, r in (("csr", csr), ("dia", dia))}
+    assert phase["dia"]["sddmm"] < phase["csr"]["sddmm"]
 
 
 def test_dia_lowering_rejects_other_patterns_and_auto_falls_back():

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from dataflow.arch.spec import ArchSpec, PEKind
 from dataflow.dfg import transform
-from dataflow.dfg.graph import BufferRole, DFGError, Kernel, Program
+from dataflow.dfg.graph import DFGError, Kernel, Program
 from dataflow.dfg.lower import gemm_kernel
 from dataflow.dfg.ops import Op
 from dataflow.mapper import map_program
@@ -223,6 +223,20 @@ def kernel_candidates(kernel: Kernel, arch: ArchSpec) -> list[KernelSchedule]:
     return out
 
 
+def _timing_from_inputs(program: Program, kernel: Kernel) -> bool:
+    """Whether the first tile's timing of `kernel` can be measured before the kernels that
+    feed it run: timing depends on addresses only, so on values only through the indices of
+    its indirect accesses -- measurable when each index is loaded from a program input (the
+    attention's PV product gathers V through the mask's columns, whatever P holds)."""
+    inputs = program.input_map
+    for n in kernel.nodes:
+        if n.addr is not None and n.addr.index_stride:
+            src = kernel.nodes[n.inputs[0]]
+            if src.op is not Op.LOAD or src.buffer not in inputs:
+                return False
+    return True
+
+
 def _evaluate(program: Program, index: int, sched: KernelSchedule, arch: ArchSpec,
               options: dict, skew: bool | None = None):
     """(cycles, mapping) of kernel `index` under `sched`: measured on the first tile for the
@@ -253,9 +267,9 @@ def _evaluate(program: Program, index: int, sched: KernelSchedule, arch: ArchSpe
 
 
 def _measurable(program: Program, kernel: Kernel, index: int) -> bool:
-    """Whether kernel `index` can run on its own first tile: its inputs are the program's."""
-    return index == 0 or all(b.name in program.input_map for b in kernel.buffers
-                             if b.role == BufferRole.INPUT)
+    """Whether kernel `index` is measured on its own first tile: the first kernel, or one
+    whose timing does not depend on values an earlier kernel makes (`_timing_from_inputs`)."""
+    return index == 0 or _timing_from_inputs(program, kernel)
 
 
 def _choose_kernel(program: Program, index: int, arch: ArchSpec,
