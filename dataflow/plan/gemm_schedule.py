@@ -143,8 +143,8 @@ def best_copies(nodes: int, maccs: int, loads: int, arch: ArchSpec) -> tuple[int
     reads in II x the lines' read ports. A body that does not divide the PEs evenly leaves
     PEs idle at II = 1 (an 8 x 1 block of 10 nodes: 6 copies on 64 PEs, 4 idle; one copy on
     16 PEs, 6 idle); at a longer II the copies share PEs and fill them (19 copies at II 3 on
-    64 PEs, 8 at II 5 on 16). Of equal rates the shorter II (docs/conventions.md#register-
-    blocking)."""
+    64 PEs, 8 at II 5 on 16). Of equal rates the shorter II
+    (docs/conventions.md#register-blocking)."""
     pes = arch.pe_array.num_pes
     ports = arch.spm.lines * arch.spm.read_ports_per_line
     best = (0.0, 0, 1)
