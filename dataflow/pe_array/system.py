@@ -43,6 +43,14 @@ def _channel_index(channel_of: dict, kernel: str, buffer: str, channels: int) ->
     return channel_of[key]
 
 
+def _claim_channels(channel_of: dict, kernel: str, tile: TileResult, channels: int) -> None:
+    """Give the first tile's unstriped reads their channels in buffer order, as they get them
+    when issued together after the reconfiguration (a prefetch issues only some of them)."""
+    for b, n in _transfers(tile, "read"):
+        if channels == 1 or n < channels * DRAM_PAGE_BYTES:
+            _channel_index(channel_of, kernel, b, channels)
+
+
 def _one(transfer, name: str, reads: list):
     """The single transfer of `reads`, if any (`run_system.load`)."""
     for b, n in reads:
@@ -154,6 +162,7 @@ def run_system(kernel_tiles: list[tuple[str, tuple[TileResult, ...]]],
 
     def prefetcher(after, name, tile, early):
         yield after  # the previous kernel's loads have landed
+        _claim_channels(channel_of, name, tile, dram.channels)
         yield from load(name, _transfers(tile, "read", only=early))
 
     early_of = list(prefetch or [frozenset()] * len(kernel_tiles))
