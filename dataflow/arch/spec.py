@@ -120,12 +120,15 @@ class SPMSpec:
 
 @dataclass(frozen=True)
 class DRAMSpec:
-    """Off-chip memory as seen by the DMA engines: `bytes_per_cycle` at the array clock."""
+    """Off-chip memory as seen by the DMA engines: `bytes_per_cycle` at the array clock.
+    `prefetch_next_kernel`: the DMA loads the next kernel's first-tile program inputs while the
+    current kernel runs, where the SPM has room (docs/conventions.md#system-level)."""
 
     bytes_per_cycle: float
     latency_cycles: int = 100
     channels: int = 1
     dma_engines: int = 1
+    prefetch_next_kernel: bool = True
 
 
 @dataclass(frozen=True)

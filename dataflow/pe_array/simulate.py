@@ -174,6 +174,26 @@ def with_reloads(arrays: list[ArrayResult], mapping: Mapping,
     return out
 
 
+def _prefetch(mapping: Mapping):
+    """`system.prefetch_sets` from the kernels' SPM allocations (None when the arch has
+    `dram.prefetch_next_kernel: false`): a kernel occupies up to its highest allocated word, an
+    input's first-tile slot is one half of its allocation."""
+    from dataflow.pe_array.system import prefetch_sets
+
+    arch = mapping.arch
+    if not arch.dram.prefetch_next_kernel:
+        return None
+    kernels = []
+    for km in mapping.kernels:
+        allocs = km.allocations
+        ends = [max(a.base, a.base_alt or 0) + a.words for a in allocs]
+        ins = [b.name for b in km.kernel.buffers if b.role == BufferRole.INPUT]
+        outs = [b.name for b in km.kernel.buffers if b.role == BufferRole.OUTPUT]
+        slot = {a.buffer: a.words for a in allocs}
+        kernels.append((ins, outs, slot, max(ends, default=0)))
+    return prefetch_sets(kernels, arch.spm.capacity_words)
+
+
 def simulate_mapping(mapping: Mapping, engine: str = "fast", trace: bool = False,
                      workload: str | None = None, reload: tuple[str, ...] = (),
                      values: bool = True) -> SimResult:
@@ -198,7 +218,8 @@ def simulate_mapping(mapping: Mapping, engine: str = "fast", trace: bool = False
     else:
         from dataflow.pe_array.system import run_system
 
-        timeline = run_system([(a.kernel, a.tiles) for a in arrays], arch)
+        timeline = run_system([(a.kernel, a.tiles) for a in arrays], arch,
+                              prefetch=_prefetch(mapping))
         rd = sum(t.dram_bytes_read for a in arrays for t in a.tiles)
         wr = sum(t.dram_bytes_written for a in arrays for t in a.tiles)
     cycles = timeline.cycles

@@ -2,12 +2,16 @@
 
 Each kernel starts with a reconfiguration; each tile's inputs are loaded by DMA into one half of
 its double buffers while the array computes the previous tile; outputs are written back behind
-the compute. DMA engines and DRAM channels are SimPy resources (see `run_system`).
+the compute. DMA engines and DRAM channels are SimPy resources (see `run_system`). With
+`dram.prefetch_next_kernel` the DMA loads the next kernel's first-tile program inputs while
+the current kernel still runs, where the SPM has room (`prefetch_sets`;
+docs/conventions.md#system-level).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import simpy
 
@@ -19,13 +23,46 @@ from dataflow.pe_array.result import SystemTimeline, TileResult
 DRAM_PAGE_BYTES = 4096
 
 
-def _transfers(t: TileResult, kind: str) -> list[tuple[str, int]]:
+def _transfers(t: TileResult, kind: str, skip=frozenset(), only=None) -> list[tuple[str, int]]:
     """(buffer, bytes) DMA transfers of a tile in one direction (one per buffer; a tile without
-    a per-buffer list moves its bytes as one transfer)."""
+    a per-buffer list moves its bytes as one transfer), less the buffers in `skip`, and only
+    those in `only` when given."""
     if t.dram_transfers:
-        return [(b, n) for b, k, n in t.dram_transfers if k == kind and n > 0]
-    n = t.dram_bytes_read if kind == "read" else t.dram_bytes_written
-    return [("tile", n)] if n > 0 else []
+        out = [(b, n) for b, k, n in t.dram_transfers if k == kind and n > 0]
+    else:
+        n = t.dram_bytes_read if kind == "read" else t.dram_bytes_written
+        out = [("tile", n)] if n > 0 else []
+    return [(b, n) for b, n in out if b not in skip and (only is None or b in only)]
+
+
+def _channel_index(channel_of: dict, kernel: str, buffer: str, channels: int) -> int:
+    """A kernel's buffers spread over the channels in the order they first move."""
+    key = (kernel, buffer)
+    if key not in channel_of:
+        channel_of[key] = sum(1 for k in channel_of if k[0] == kernel) % channels
+    return channel_of[key]
+
+
+def _claim_channels(channel_of: dict, kernel: str, tile: TileResult, channels: int) -> None:
+    """Give the first tile's unstriped reads their channels in buffer order, as they get them
+    when issued together after the reconfiguration (a prefetch issues only some of them)."""
+    for b, n in _transfers(tile, "read"):
+        if channels == 1 or n < channels * DRAM_PAGE_BYTES:
+            _channel_index(channel_of, kernel, b, channels)
+
+
+def _one(transfer, name: str, reads: list):
+    """The single transfer of `reads`, if any (`run_system.load`)."""
+    for b, n in reads:
+        yield from transfer(name, b, n)
+
+
+def _next_early(kernel_tiles, early_of, k: int):
+    """(name, first tile, buffers) of kernel k + 1's prefetch, or None."""
+    if k + 1 < len(kernel_tiles) and early_of[k + 1] and kernel_tiles[k + 1][1]:
+        name, tiles = kernel_tiles[k + 1]
+        return name, tiles[0], early_of[k + 1]
+    return None
 
 
 def _on_every_channel(env: simpy.Environment, channels: list, cycles: float):
@@ -39,8 +76,32 @@ def _on_every_channel(env: simpy.Environment, channels: list, cycles: float):
         c.release(req)
 
 
+def prefetch_sets(kernels: Sequence[tuple[Sequence[str], Sequence[str], dict[str, int], int]],
+                  capacity_words: int) -> list[frozenset[str]]:
+    """Per kernel, the inputs its first tile may load while the previous kernel runs.
+
+    `kernels` in program order: (input names, output names, words of each input's first-tile
+    SPM slot, SPM words the kernel occupies). An input qualifies when no earlier kernel writes
+    it (a program input or weight: its DRAM contents are final before the run) and its slot fits
+    in the SPM beside everything the previous kernel occupies, taken greedily in buffer order
+    (the next kernel's configuration places those buffers in that room). The first kernel has
+    nothing before it to hide behind."""
+    out: list[frozenset[str]] = [frozenset()]
+    written: set[str] = set()
+    for (_, outs, _, occupied), (ins, _, slot, _) in zip(kernels, kernels[1:]):
+        written.update(outs)
+        room, early = capacity_words - occupied, []
+        for b in ins:
+            if b not in written and 0 < slot.get(b, 0) <= room:
+                early.append(b)
+                room -= slot[b]
+        out.append(frozenset(early))
+    return out
+
+
 def run_system(kernel_tiles: list[tuple[str, tuple[TileResult, ...]]],
-               arch: ArchSpec) -> SystemTimeline:
+               arch: ArchSpec, prefetch: Sequence[frozenset[str]] | None = None
+               ) -> SystemTimeline:
     """Schedule the kernels' tiles; the array waits only for data or reconfiguration.
 
     Memory system: `dram.channels` channels share the aggregate `bytes_per_cycle` equally.
@@ -53,6 +114,12 @@ def run_system(kernel_tiles: list[tuple[str, tuple[TileResult, ...]]],
     issued together (one transfer per buffer) and the tile may start when all have landed;
     write-backs go behind the compute. With one engine the latency of every transfer is
     exposed; with more, transfers overlap up to the channel bandwidth.
+
+    `prefetch[k]` (`prefetch_sets`): buffers of kernel k's first tile loaded early, issued as soon
+    as kernel k-1's last load has landed (so they queue behind its loads, beside its
+    write-backs and compute, and through the reconfiguration); kernel k's first tile then also
+    waits for them. None or empty sets: every load is issued after the kernel's
+    reconfiguration, as without prefetch.
     """
     env = simpy.Environment()
     dram = arch.dram
@@ -66,12 +133,6 @@ def run_system(kernel_tiles: list[tuple[str, tuple[TileResult, ...]]],
     writebacks = []
     channel_of: dict[tuple[str, str], int] = {}
 
-    def channel(kernel: str, buffer: str) -> simpy.Resource:
-        key = (kernel, buffer)
-        if key not in channel_of:
-            channel_of[key] = sum(1 for k in channel_of if k[0] == kernel) % dram.channels
-        return channels[channel_of[key]]
-
     def transfer(kernel: str, buffer: str, nbytes: int):
         striped = dram.channels > 1 and nbytes >= dram.channels * DRAM_PAGE_BYTES
         with engines.request() as eng:
@@ -80,29 +141,45 @@ def run_system(kernel_tiles: list[tuple[str, tuple[TileResult, ...]]],
             if striped:
                 yield from _on_every_channel(env, channels, nbytes / dram.bytes_per_cycle)
                 return
-            with channel(kernel, buffer).request() as ch:
+            ch_index = _channel_index(channel_of, kernel, buffer, dram.channels)
+            with channels[ch_index].request() as ch:
                 yield ch
                 yield env.timeout(math.ceil(nbytes / bw))
 
-    def loader(name, tiles, loaded, free):
+    def load(name, reads):
+        if len(reads) > 1:
+            yield simpy.AllOf(env, [env.process(transfer(name, b, n)) for b, n in reads])
+        else:  # one transfer (or none) needs no process of its own
+            yield from _one(transfer, name, reads)
+
+    def loader(name, tiles, loaded, free, early=frozenset(), fetched=None):
         for i, t in enumerate(tiles):
             yield free.get(1)  # one half of the double buffer
-            reads = _transfers(t, "read")
-            if len(reads) == 1:  # no need for a process of its own
-                yield from transfer(name, *reads[0])
-            elif reads:
-                yield simpy.AllOf(env, [env.process(transfer(name, b, n)) for b, n in reads])
+            yield from load(name, _transfers(t, "read", skip=early if i == 0 else frozenset()))
+            if i == 0 and fetched is not None:
+                yield fetched
             loaded[i].succeed()
 
+    def prefetcher(after, name, tile, early):
+        yield after  # the previous kernel's loads have landed
+        _claim_channels(channel_of, name, tile, dram.channels)
+        yield from load(name, _transfers(tile, "read", only=early))
+
+    early_of = list(prefetch or [frozenset()] * len(kernel_tiles))
+
     def array():
-        for name, tiles in kernel_tiles:
+        early, fetched = frozenset(), None  # this kernel's prefetch, started during the last
+        for k, (name, tiles) in enumerate(kernel_tiles):
             start = env.now
             if arch.reconfiguration_cycles:
                 yield env.timeout(arch.reconfiguration_cycles)
                 waits["reconf"] += arch.reconfiguration_cycles
             loaded = [env.event() for _ in tiles]
             free = simpy.Container(env, capacity=2, init=2)
-            env.process(loader(name, tiles, loaded, free))
+            ld = env.process(loader(name, tiles, loaded, free, early, fetched))
+            nxt = _next_early(kernel_tiles, early_of, k)
+            early, fetched = (nxt[2], env.process(prefetcher(ld, *nxt))) if nxt else (
+                frozenset(), None)
             for i, t in enumerate(tiles):
                 before = env.now
                 yield loaded[i]
