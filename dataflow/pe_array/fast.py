@@ -81,6 +81,9 @@ class _Kernel:
     times: np.ndarray
     bufs: dict[str, np.ndarray]
     fetched: dict[str, int]
+    # (iteration, copy, wave, all-live scalar mask) arrays by tile iteration count: tiles of
+    # one size share them (read-only)
+    layouts: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True, eq=False)
@@ -100,6 +103,10 @@ class _Waves:
     mask: np.ndarray
     live: int = 0
     full: bool = False
+    ones_mask: np.ndarray | None = None  # (n, 1) all live: a scalar access's mask, shared
+    # per tile: affine address sums by term set (`_affine_base`), flush iterations by term set
+    bases: dict = field(default_factory=dict)
+    flush_sel: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True, eq=False)
@@ -316,19 +323,31 @@ class _TimingMemo:
 def _waves(ctx: _Kernel, dom: dict[str, np.ndarray], n: int) -> _Waves:
     """Each copy runs one contiguous chunk of ceil(n / copies) iterations, one per wave."""
     kernel, km = ctx.km.kernel, ctx.km
-    k = np.arange(n, dtype=np.int64)
     waves = -(-n // km.copies)
     if kernel.vector_var:
         active = np.minimum(ctx.lanes, kernel.vector_extent - dom[kernel.vector_var])
     else:
         active = np.ones(n, dtype=np.int64)
-    chunks = -(-n // waves)  # copies that get iterations
-    # k // waves and k % waves, without dividing n numbers
-    return _Waves(n=n, k=k, copy=np.repeat(np.arange(chunks), waves)[:n],
-                  wave=np.tile(np.arange(waves, dtype=np.int64), chunks)[:n], waves=waves,
+    layout = ctx.layouts.get(n)
+    if layout is None:
+        chunks = -(-n // waves)  # copies that get iterations
+        # k // waves and k % waves, without dividing n numbers
+        layout = (np.arange(n, dtype=np.int64), np.repeat(np.arange(chunks), waves)[:n],
+                  np.tile(np.arange(waves, dtype=np.int64), chunks)[:n],
+                  np.ones((n, 1), dtype=bool))
+        for a in layout:
+            a.flags.writeable = False
+        ctx.layouts.clear()  # host memory: one tile size's arrays
+        ctx.layouts[n] = layout
+    k, copy, wave, ones = layout
+    full = bool(active.min() >= ctx.lanes)
+    if full:
+        mask = np.ones((n, ctx.lanes), dtype=bool)
+    else:
+        mask = np.arange(ctx.lanes)[None, :] < active[:, None]
+    return _Waves(n=n, k=k, copy=copy, wave=wave, waves=waves,
                   n_cycles=(waves - 1) * km.ii + km.schedule_length, active=active,
-                  mask=np.arange(ctx.lanes)[None, :] < active[:, None],
-                  live=int(active.sum()), full=bool(active.min() >= ctx.lanes))
+                  mask=mask, live=int(active.sum()), full=full, ones_mask=ones)
 
 
 def _count_busy_and_links(ctx: _Kernel, ct: Counters, w: _Waves) -> None:
@@ -414,24 +433,49 @@ def _gather(buf: np.ndarray, at: _Lanes) -> np.ndarray:
     return out
 
 
+def _affine_terms(ctx: _Kernel, node: Node) -> tuple:
+    """The loop terms of a node's lane-0 address: all of them for a vector access (the vector
+    loop's term is lane 0's), all but the vector loop's for a scalar one, unless it spans."""
+    kernel = ctx.km.kernel
+    vv = kernel.vector_var
+    return tuple(sorted((v, c) for v, c in node.addr.terms
+                        if v != vv or node.addr.span or node.id in ctx.vec))
+
+
+def _affine_base(w: _Waves, dom, terms: tuple) -> np.ndarray:
+    """sum of c * dom[v] over `terms`, once per tile and term set (`_Waves.bases`): nodes whose
+    addresses differ only by their constant (a GEMM's MACCs into C's columns) share it. The
+    array is read-only (every user adds to it into a new array)."""
+    base = w.bases.get(terms)
+    if base is None:
+        base = np.zeros(w.n, dtype=np.int64)
+        tmp = np.empty(w.n, dtype=np.int64)
+        for v, c in terms:
+            if c == 1:
+                base += dom[v]
+            else:
+                base += np.multiply(dom[v], c, out=tmp)
+        base.flags.writeable = False
+        w.bases[terms] = base
+    return base
+
+
 def _addresses(ctx: _Kernel, w: _Waves, dom, vals, node: Node) -> _Lanes:
     """Word addresses and live lanes per iteration, `width` lanes for a vector access and one
     for a scalar one; an indirect access adds its loaded index times the stride."""
     kernel = ctx.km.kernel
-    a = np.full(w.n, node.addr.const, dtype=np.int64)
-    for v, c in node.addr.terms:
-        if v != kernel.vector_var or node.addr.span:
-            a = a + c * dom[v]
+    a = _affine_base(w, dom, _affine_terms(ctx, node))
+    if node.addr.const:
+        a = a + node.addr.const
     if node.addr.index_stride:
         a = a + node.addr.index_stride * vals[node.inputs[0]][:, 0].astype(np.int64)
     if node.id not in ctx.vec:
-        return _Lanes(a, 0, 1, np.ones((w.n, 1), dtype=bool), full=True)
+        return _Lanes(a, 0, 1, w.ones_mask, full=True)
     if node.addr.span:  # consecutive words: lanes along memory, `span` of them live
         live = np.arange(ctx.lanes) < node.addr.span
         return _Lanes(a, 1, ctx.lanes, np.broadcast_to(live, (w.n, ctx.lanes)),
                       full=bool(live.all()))
-    cv = node.addr.coef(kernel.vector_var)
-    return _Lanes(a + dom[kernel.vector_var] * cv, cv, ctx.lanes, w.mask, full=w.full)
+    return _Lanes(a, node.addr.coef(kernel.vector_var), ctx.lanes, w.mask, full=w.full)
 
 
 def _lane_values(vals, node: Node, addr: np.ndarray, dtype) -> np.ndarray:
@@ -453,10 +497,17 @@ def _flushes(ctx: _Kernel, w: _Waves, vals, node: Node,
     """An accumulating node combines in its PE's register and writes the SPM once per run of
     same-address iterations on a copy, at the run's last iteration. Returns the flushes and
     the iterations they happen in."""
-    flush = np.ones(w.n, dtype=bool)
-    lane0 = at.a0
-    flush[:-1] = (lane0[1:] != lane0[:-1]) | (w.copy[1:] != w.copy[:-1])
-    sel = np.flatnonzero(flush)
+    # lane 0's address is an affine sum plus a constant unless indirect: nodes of one term set
+    # flush in the same iterations (a run ends where the sum changes)
+    key = None if node.addr.index_stride else _affine_terms(ctx, node)
+    sel = w.flush_sel.get(key) if key is not None else None
+    if sel is None:
+        flush = np.ones(w.n, dtype=bool)
+        lane0 = at.a0
+        flush[:-1] = (lane0[1:] != lane0[:-1]) | (w.copy[1:] != w.copy[:-1])
+        sel = np.flatnonzero(flush)
+        if key is not None:
+            w.flush_sel[key] = sel
     if node.op is Op.MACC and _compiled_fold_pays(at.mask.size, ctx.dtype):
         reg = _macc_fold(ctx, vals, node, at.mask.shape, sel)
     else:
