@@ -106,6 +106,7 @@ class _Waves:
     ones_mask: np.ndarray | None = None  # (n, 1) all live: a scalar access's mask, shared
     # per tile: affine address sums by term set (`_affine_base`), flush iterations by term set
     bases: dict = field(default_factory=dict)
+    base_range: dict = field(default_factory=dict)
     flush_sel: dict = field(default_factory=dict)
 
 
@@ -135,9 +136,23 @@ class _TileAccesses:
     # row counts deferred until the tile's timing is known not to be memoised:
     # (node, addresses, live lanes, cycles) per access stream
     rows: list[tuple] = field(default_factory=list)
-    # per memory node: (buffer, SPM word of lane 0 per iteration, lowest and highest SPM word
-    # any lane may touch); the tile's address pattern (`_TimingMemo`)
-    pattern: list[tuple[str, np.ndarray, int, int]] = field(default_factory=list)
+    # per memory node: (buffer, SPM word of lane 0 per iteration (`_Shifted`), lowest and
+    # highest SPM word any lane may touch); the tile's address pattern (`_TimingMemo`)
+    pattern: list[tuple[str, _Shifted, int, int]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, eq=False)
+class _Shifted:
+    """Lane 0's SPM word per iteration as `base + off` (one int), without adding: nodes of one
+    term set share `base` (`_affine_base`), so the memo compares it once."""
+
+    base: np.ndarray
+    off: int
+
+    @staticmethod
+    def parts(s0) -> tuple[np.ndarray, int]:
+        """(base, off) of a `_Shifted` or of a plain array of words (off 0)."""
+        return (s0.base, int(s0.off)) if isinstance(s0, _Shifted) else (np.asarray(s0), 0)
 
 
 def same_word_rank(words: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -299,11 +314,21 @@ class _TimingMemo:
             if n != w.n or len(old) != len(pattern) or not np.array_equal(active, w.active):
                 continue
             deltas: dict[str, int] = {}
+            same: dict[tuple[int, int], bool] = {}  # base pairs already compared
             ok = True
             for (name, s0, _, _), (oname, o0, _, _) in zip(pattern, old):
-                delta = int(s0[0] - o0[0])
+                # s0 = base + off: s0 - delta == o0 exactly when base - d == obase
+                (base, off), (obase, ooff) = _Shifted.parts(s0), _Shifted.parts(o0)
+                d = int(base[0] - obase[0])
+                delta = d + off - ooff
                 if (name != oname or deltas.setdefault(name, delta) != delta
-                        or not self._shift_ok(delta) or not np.array_equal(s0 - delta, o0)):
+                        or not self._shift_ok(delta)):
+                    ok = False
+                    break
+                key = (id(base), id(obase))
+                if key not in same:
+                    same[key] = bool(np.array_equal(base - d, obase))
+                if not same[key]:
                     ok = False
                     break
             if not ok:
@@ -374,10 +399,18 @@ def _issue_node(ctx: _Kernel, ct: Counters, w: _Waves, dom, vals: dict[int, np.n
         return
     at = _addresses(ctx, w, dom, vals, node)
     sbase, wlo = spm_base(ctx.km, node.buffer, ti, tile)
-    s0 = sbase - wlo + at.a0
     reach = (at.width - 1) * at.stride  # what the last lane adds to lane 0
-    acc.pattern.append((node.buffer, s0, int(s0.min()) + min(0, reach),
-                        int(s0.max()) + max(0, reach)))
+    if node.addr.index_stride:  # lane 0's SPM words: the indirect addresses shifted
+        base, off = at.a0, sbase - wlo
+        lo, hi = int(base.min()), int(base.max())
+    else:  # the tile's affine sum (shared by nodes of its term set) plus a constant
+        terms = _affine_terms(ctx, node)
+        base, off = w.bases[terms], sbase - wlo + node.addr.const
+        if terms not in w.base_range:
+            w.base_range[terms] = (int(base.min()), int(base.max()))
+        lo, hi = w.base_range[terms]
+    acc.pattern.append((node.buffer, _Shifted(base, off), lo + off + min(0, reach),
+                        hi + off + max(0, reach)))
     if node.op.accumulates:
         flushes, sel = _flushes(ctx, w, vals, node, at)
         acc.writes.append(flushes)
