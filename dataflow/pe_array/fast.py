@@ -454,6 +454,13 @@ def _gather(buf: np.ndarray, at: _Lanes) -> np.ndarray:
         addr = at.words()
         return np.where(at.mask, buf[np.where(at.mask, addr, 0)], 0).astype(buf.dtype)
     span = (at.width - 1) * at.stride
+    if (buf.ndim == 1 and int(at.a0.max()) + span < len(buf)
+            and _compiled_fold_pays(4 * at.a0.size * at.width, np.float32)):
+        out = np.empty((len(at.a0), at.width), dtype=buf.dtype)
+        _compiled_gather()(buf, at.a0, at.stride, out)
+        if not at.full:
+            out[~at.mask] = 0
+        return out
     flat = np.ascontiguousarray(buf)
     if int(at.a0.max()) + span >= len(flat):  # dead lanes of the last accesses run past the end
         flat = np.concatenate((flat, np.zeros(span + 1, dtype=flat.dtype)))
@@ -491,6 +498,21 @@ def _affine_base(w: _Waves, dom, terms: tuple) -> np.ndarray:
         base.flags.writeable = False
         w.bases[terms] = base
     return base
+
+
+def _gather_loops(buf, a0, stride, out):  # pragma: no cover - compiled by numba
+    """out[e, l] = buf[a0[e] + l * stride] (every lane inside `buf`)."""
+    for e in range(a0.shape[0]):
+        b = a0[e]
+        for lane in range(out.shape[1]):
+            out[e, lane] = buf[b + lane * stride]
+
+
+@functools.cache
+def _compiled_gather():
+    import numba
+
+    return numba.njit(cache=True)(_gather_loops)
 
 
 def _addresses(ctx: _Kernel, w: _Waves, dom, vals, node: Node) -> _Lanes:
