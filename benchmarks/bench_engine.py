@@ -308,10 +308,20 @@ def corpus(quick: bool):
         captured.append((kernel, arch, a, kw))
         return orig(kernel, arch, *a, **kw)
 
+    # every module that calls map_kernel by its own name (the schedule search in plan/compile
+    # and the stage mapper), patched for the capture; an empty plan cache, so a warm one on
+    # this machine does not hide kernels (the corpus held 58 kernels instead of 111 when
+    # plan/compile's calls went uncaptured)
+    import tempfile
+
+    import dataflow.plan.compile as compile_module
     import dataflow.plan.stage_mapping as orch_module
-    map_module.map_kernel = grab
-    saved_orch = getattr(orch_module, "map_kernel", None)
-    orch_module.map_kernel = grab
+    patched = [(m, m.map_kernel) for m in (map_module, orch_module, compile_module)]
+    for m, _ in patched:
+        m.map_kernel = grab
+    saved_cache = os.environ.get("DATAFLOW_CACHE_DIR")
+    tmp = tempfile.TemporaryDirectory(prefix="bench-corpus-")
+    os.environ["DATAFLOW_CACHE_DIR"] = tmp.name
     try:
         for aname, arch in (list(archs.items())[:1] if quick else archs.items()):
             for wl, params in runs:
@@ -325,8 +335,13 @@ def corpus(quick: bool):
                 for i in range(before, len(captured)):
                     captured[i] = (f"{wl}/{captured[i][0].name}@{aname}",) + captured[i]
     finally:
-        map_module.map_kernel = orig
-        orch_module.map_kernel = saved_orch
+        for m, f in patched:
+            m.map_kernel = f
+        if saved_cache is None:
+            os.environ.pop("DATAFLOW_CACHE_DIR", None)
+        else:
+            os.environ["DATAFLOW_CACHE_DIR"] = saved_cache
+        tmp.cleanup()
     last = {}  # the last call per kernel wins: orchestration retries a failed one with more slack
     for label, kernel, arch, _a, kw in captured:
         if kw.get("max_ii_slack", 8) < 8:
@@ -347,6 +362,7 @@ def mapper_stats(quick: bool):
     rows = []
     for group, label, kernel, arch, kw in items:
         kw = {k: v for k, v in kw.items() if k in ("max_tile_rows", "copies", "max_ii_slack")}
+        map_module.SCHEDULES.clear()  # each kernel cold: no attempt of an earlier one reused
         t0 = time.perf_counter()
         try:
             km = map_module.map_kernel(kernel, arch, **kw)
