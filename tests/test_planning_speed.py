@@ -285,3 +285,33 @@ def test_a_failed_attempt_is_remembered_with_its_reason(monkeypatch):
     again: list[str] = []
     assert map_module._schedule(_fly4(8), arch, 1, 1, again) is None
     assert again == first and first[0].startswith("links:")
+
+
+def test_route_state_keeps_overuse_as_a_scan_counts_it():
+    """`RouteState.over_total` and `overused()` (kept by reserve / unreserve) against a scan of
+    every (link, slot), over random reservations and releases at capacity 1 and 2."""
+    from collections import Counter
+
+    from dataflow.mapper.routing import RouteState
+    from tests.archs import variant
+    for cap in (1, 2):
+        arch = variant(**{"interconnect.links_per_direction": cap})
+        st = RouteState(_fly4(0), arch, 3)
+        rng = np.random.default_rng(cap)
+        held: Counter = Counter()
+        peak = 0
+        for _ in range(2000):
+            keys = [int(k) for k in rng.choice(12, size=int(rng.integers(1, 4)), replace=False)]
+            value = (0, int(rng.integers(0, 5)))
+            mine = [(k, value) for k in keys]
+            if rng.random() < 0.55 or not all(held[m] for m in mine):
+                st.reserve(keys, value)
+                held.update(mine)
+            else:
+                st.unreserve(keys, value)
+                held.subtract(mine)
+            scan = {k: len(c) - cap for k, c in st.carry.items() if len(c) > cap}
+            assert st.overused() == scan and list(st.overused()) == list(scan)
+            assert st.over_total == sum(scan.values())
+            peak = max(peak, st.over_total)
+        assert peak >= 3  # overuse did happen and come and go

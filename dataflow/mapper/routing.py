@@ -254,6 +254,12 @@ class RouteState:
         # (link, slot) -> {value: routes using it}; a link carries each value once per cycle
         # however many consumers downstream share it (multicast), so occupancy = distinct values
         self.carry: dict = {}
+        # kept with `carry` by reserve / unreserve (docs/planning_speed.md): the total overuse,
+        # the overused keys, and each key's position in `carry` (keys are never removed), so
+        # `overused` lists them in carry's order without scanning every (link, slot)
+        self.over_total = 0
+        self.over_keys: set = set()
+        self.seq: dict = {}
         self.history: Counter = Counter()
         self.present_factor = 0.5
         self.entries: Counter = Counter()
@@ -304,16 +310,28 @@ class RouteState:
         return depart + hops * self.hop + (flits - 1 if hops else 0)
 
     def reserve(self, keys, value) -> None:
+        carry, cap = self.carry, self.cap
         for k in keys:
-            c = self.carry.setdefault(k, Counter())
+            c = carry.get(k)
+            if c is None:
+                c = carry[k] = Counter()
+                self.seq[k] = len(self.seq)
+            if value not in c and len(c) >= cap:  # one more distinct value, over capacity
+                self.over_total += 1
+                self.over_keys.add(k)
             c[value] += 1
 
     def unreserve(self, keys, value) -> None:
+        cap = self.cap
         for k in keys:
             c = self.carry[k]
             c[value] -= 1
             if not c[value]:
                 del c[value]
+                if len(c) >= cap:  # it was over capacity by one more
+                    self.over_total -= 1
+                if len(c) <= cap:
+                    self.over_keys.discard(k)
 
     def new_flit(self, k, value, extra) -> int | None:
         """Overuse (> 0: over capacity) if `value` were added to (link, slot) `k` now; None
@@ -328,7 +346,10 @@ class RouteState:
         return all((o := self.new_flit(k, value, extra)) is None or o <= 0 for k in keys)
 
     def overused(self) -> dict:
-        return {k: len(c) - self.cap for k, c in self.carry.items() if len(c) > self.cap}
+        """(link, slot) key -> values beyond capacity, for the overused keys in `carry`'s
+        order."""
+        carry, cap = self.carry, self.cap
+        return {k: len(carry[k]) - cap for k in sorted(self.over_keys, key=self.seq.__getitem__)}
 
     def quick_paths(self, a, b):
         key = (a, b)
