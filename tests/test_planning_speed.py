@@ -315,3 +315,35 @@ def test_route_state_keeps_overuse_as_a_scan_counts_it():
             assert st.over_total == sum(scan.values())
             peak = max(peak, st.over_total)
         assert peak >= 3  # overuse did happen and come and go
+
+
+@pytest.mark.parametrize("n", [64, 256])
+def test_layout_search_with_a_bound_picks_what_the_full_count_picks(n, monkeypatch, tmp_path):
+    """`_LayoutCost` stops counting a candidate's kernels once they reach the best layout's
+    stalls: the search keeps the same layout and note as with every kernel counted, and
+    counts no more kernels."""
+    from dataflow.cachefiles import BoundedCache
+    monkeypatch.setenv("DATAFLOW_CACHE_DIR", str(tmp_path))
+    spec, groups, rows, budget = _plan(n)
+    counted = []
+    real = spm_layout.kernel_stalls
+
+    def count(*a, **k):
+        counted.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(spm_layout, "kernel_stalls", count)
+    runs = []
+    for full in (False, True):
+        monkeypatch.setattr(spm_layout, "_LAYOUTS", BoundedCache(8))
+        for f in tmp_path.glob("layouts/*"):
+            f.unlink()
+        if full:
+            plain = spm_layout._LayoutCost.__call__
+            monkeypatch.setattr(spm_layout._LayoutCost, "__call__",
+                                lambda self, layout, bound=None: plain(self, layout))
+        counted.clear()
+        runs.append((spm_layout.choose_layout(spec, ARCH, groups, rows, budget), len(counted)))
+    (bounded, fewer), (full, every) = runs
+    assert bounded == full and "conflict stall cycles" in full[1]
+    assert fewer <= every
