@@ -334,12 +334,12 @@ def test_layout_search_with_a_bound_picks_what_the_full_count_picks(n, monkeypat
 
     monkeypatch.setattr(spm_layout, "kernel_stalls", count)
     runs = []
+    plain = spm_layout._LayoutCost.__call__
     for full in (False, True):
         monkeypatch.setattr(spm_layout, "_LAYOUTS", BoundedCache(8))
         for f in tmp_path.glob("layouts/*"):
             f.unlink()
         if full:
-            plain = spm_layout._LayoutCost.__call__
             monkeypatch.setattr(spm_layout._LayoutCost, "__call__",
                                 lambda self, layout, bound=None: plain(self, layout))
         counted.clear()

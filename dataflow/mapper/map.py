@@ -16,7 +16,7 @@ DATAFLOWS = ("os", "ws", "is")
 SCHEDULE_MEMO_ENTRIES = 4096  # (arch, body, copies, II) attempts kept per process
 
 #: `schedule_kernel`'s outcome per (arch, body, copies, II): legal placements and routes, or
-#: the failure sentence (docs/planning_speed.md, "Schedules of identical bodies")
+#: the failure sentence (docs/planning_speed.md#schedules-of-identical-bodies)
 SCHEDULES = BoundedCache(SCHEDULE_MEMO_ENTRIES)
 
 

@@ -254,9 +254,10 @@ class RouteState:
         # (link, slot) -> {value: routes using it}; a link carries each value once per cycle
         # however many consumers downstream share it (multicast), so occupancy = distinct values
         self.carry: dict = {}
-        # kept with `carry` by reserve / unreserve (docs/planning_speed.md): the total overuse,
-        # the overused keys, and each key's position in `carry` (keys are never removed), so
-        # `overused` lists them in carry's order without scanning every (link, slot)
+        # kept with `carry` by reserve / unreserve: the total overuse, the overused keys, and
+        # each key's position in `carry` (keys are never removed), so `overused` lists them in
+        # carry's order without scanning every (link, slot)
+        # (docs/planning_speed.md#router-and-repair-bookkeeping)
         self.over_total = 0
         self.over_keys: set = set()
         self.seq: dict = {}

@@ -169,7 +169,8 @@ class _LayoutCost:
     def __call__(self, layout, bound: float = math.inf) -> int:
         """The layout's stalls; once the kernels counted so far reach `bound` (the best
         layout's stalls: only fewer replace it; stalls are never negative), that partial sum,
-        and the other kernels are not counted (docs/planning_speed.md)."""
+        and the other kernels are not counted
+        (docs/planning_speed.md#a-bound-in-the-layout-search)."""
         perms, masks = layout
         keys = [(i, perms[i], masks[i], perms[i + 1], masks[i + 1])
                 for i in range(len(self.groups))]
