@@ -19,11 +19,13 @@ from dataflow.arch import resolve_arch
 from dataflow.dynamic.lower import lower_dense_reference, lower_dynamic_spmm
 from dataflow.dynamic.microtile import (
     MASK_GRANULARITIES,
+    build_index,
     check_shape,
     check_sparsity,
     parse_granularity,
     random_mask,
 )
+from dataflow.dynamic.panel_gemm import lower_panel_gemm, supported
 from dataflow.dynamic.split import (
     check_traceable,
     fits_whole,
@@ -38,6 +40,9 @@ from dataflow.errors import UserError
 from dataflow.pe_array.simulate import simulate_mapping
 from dataflow.plan.compile import compile_program
 from dataflow.workloads import check_host_memory, dense_bytes, finish
+
+#: how 32 x 1 tiles are lowered (`simulate_dynamic_matmul`)
+LOWERINGS = ("panel", "sread")
 
 
 def make_dynamic_operands(m: int, k: int, n: int, sparsity: float, mask_granularity: str,
@@ -70,17 +75,22 @@ def _stats(res, granularity: str, a: np.ndarray, n: int, tile_density: float,
 
 def simulate_dynamic_matmul(a: np.ndarray, b: np.ndarray, granularity: str, arch=None, *,
                             engine: str = "fast", panel_rows: int | None = None,
-                            trace: bool = False, scheme: str = "pit", fetch: str = "gather"):
+                            trace: bool = False, scheme: str = "pit", fetch: str = "gather",
+                            lowering: str = "panel"):
     """Simulate C = A @ B with A's pattern found at run time; returns (SimResult, DynamicStats).
 
     `granularity`: "32x1", "1x64" (PIT micro-tiles), "32x64" (block-sparse tiles) or "dense"
     (GEMM over the zero-filled A, the baseline). The SimResult's values are checked against
     numpy (A @ B in float64). `scheme` picks the 1 x 64 lowering: "pit" (scatter-add per
     k-block, PIT's) or "packed"; `fetch` how gathered operands leave DRAM, "gather" (only the
-    rows the index selects) or "whole" (`dataflow.dynamic.lower.compute_kernels`)."""
+    rows the index selects) or "whole" (`dataflow.dynamic.lower.compute_kernels`). `lowering`
+    for 32 x 1 tiles: "panel" (a gathered-panel GEMM, `dataflow.dynamic.panel_gemm`) or
+    "sread" (`dataflow.dynamic.lower.tile_rows_kernel`, the lowering before it)."""
 
     if granularity not in CHOICES:
         raise UserError(f"--granularity must be one of {CHOICES}, got {granularity!r}")
+    if lowering not in LOWERINGS:
+        raise UserError(f"lowering must be one of {LOWERINGS}, got {lowering!r}")
     t0 = time.perf_counter()
     spec = resolve_arch(arch)
     a = np.asarray(a, dtype=np.float32)
@@ -89,10 +99,16 @@ def simulate_dynamic_matmul(a: np.ndarray, b: np.ndarray, granularity: str, arch
         # docs/conventions.md#tiling-any-problem-size: run in blocks that fit the SPM
         check_traceable(trace, f"dynamic-spmm {a.shape[0]} x {a.shape[1]} x {b.shape[1]}")
         res, stats = split_dynamic(a, b, granularity, spec, engine=engine, scheme=scheme,
-                                   fetch=fetch, t0=t0)
+                                   fetch=fetch, t0=t0, lowering=lowering)
         return dataclasses.replace(res, notes=res.notes + stats.notes()), stats
     if granularity == "dense":
         prog, density, skip = lower_dense_reference(a, b), 1.0, 0
+    elif lowering == "panel" and supported(parse_granularity(granularity)) \
+            and panel_rows is None and a.ndim == 2 and b.ndim == 2 and a.shape[1] == b.shape[0]:
+        check_shape(a.shape[0], a.shape[1], parse_granularity(granularity), granularity)
+        index = build_index(a, parse_granularity(granularity))
+        prog = lower_panel_gemm(a, b, index, capacity_words=spec.spm.capacity_words)
+        density, skip = index.tile_density, a.size  # the scan squares every element once
     else:
         prog, index = lower_dynamic_spmm(a, b, granularity, panel_rows=panel_rows,
                                          capacity_words=spec.spm.capacity_words, scheme=scheme,

@@ -19,7 +19,8 @@ import numpy as np
 from dataflow.arch import ArchSpec
 from dataflow.arch.limits import HOST_BYTES_PER_ITERATION
 from dataflow.dynamic.lower import ROW_PAD, lower_dense_reference, lower_dynamic_spmm
-from dataflow.dynamic.microtile import GRANULARITIES, random_mask, tile_nonzero_mask
+from dataflow.dynamic.microtile import GRANULARITIES, build_index, random_mask, tile_nonzero_mask
+from dataflow.dynamic.panel_gemm import lower_panel_gemm, supported
 from dataflow.dynamic.stats import DynamicStats
 from dataflow.errors import UserError
 from dataflow.plan.split import (
@@ -155,12 +156,23 @@ class _Tally:
 
 
 def _program(ops, blk: Block, granularity: str, arch: ArchSpec, scheme: str, fetch: str,
-             tally: _Tally):
+             tally: _Tally, lowering: str = "panel"):
     a, b = ops
     ab = np.ascontiguousarray(a[:, blk.k0:blk.k1])
     bb = np.ascontiguousarray(b[blk.k0:blk.k1, blk.n0:blk.n1])
     if granularity == "dense":
         return lower_dense_reference(ab, bb)
+    if lowering == "panel" and supported(GRANULARITIES[granularity]):
+        # the first N block of these rows and columns of A builds the index and the compacted
+        # strips and leaves them in DRAM; the later N blocks read them
+        # (dataflow.dynamic.panel_gemm)
+        index = build_index(ab, GRANULARITIES[granularity])
+        if blk.n0 == 0:
+            tally.tiles += index.tile_nonzero.size
+            tally.nonzero_tiles += index.nnz_tiles
+            tally.scanned += ab.size
+        return lower_panel_gemm(ab, bb, index, index_given=blk.n0 > 0,
+                                capacity_words=arch.spm.capacity_words)
     prog, index = lower_dynamic_spmm(ab, bb, granularity, capacity_words=arch.spm.capacity_words,
                                      scheme=scheme, fetch=fetch)
     tally.tiles += index.tile_nonzero.size
@@ -170,7 +182,7 @@ def _program(ops, blk: Block, granularity: str, arch: ArchSpec, scheme: str, fet
 
 
 def _work(split: Split, granularity: str, arch: ArchSpec, operands, scheme: str, fetch: str,
-          tally: _Tally, notes: tuple[str, ...] = ()) -> SplitWork:
+          tally: _Tally, notes: tuple[str, ...] = (), lowering: str = "panel") -> SplitWork:
     m, k, n = split.m, split.k, split.n
 
     def counted(m0: int, m1: int):
@@ -191,7 +203,8 @@ def _work(split: Split, granularity: str, arch: ArchSpec, operands, scheme: str,
 
     return SplitWork(
         workload=f"dynamic-spmm/{granularity}", operands=counted,
-        program=lambda ops, blk: _program(ops, blk, granularity, arch, scheme, fetch, tally),
+        program=lambda ops, blk: _program(ops, blk, granularity, arch, scheme, fetch, tally,
+                                          lowering),
         reference=lambda ops, blk: ops[0].astype(np.float64) @ ops[1][:, blk.n0:blk.n1]
         .astype(np.float64),
         compulsory=compulsory, notes=notes)
@@ -216,7 +229,7 @@ def _limits(split: Split, granularity: str, density: float) -> None:
 
 
 def split_dynamic(a: np.ndarray, b: np.ndarray, granularity: str, spec: ArchSpec, *,
-                  engine: str, scheme: str, fetch: str, t0: float):
+                  engine: str, scheme: str, fetch: str, t0: float, lowering: str = "panel"):
     """(SimResult, DynamicStats) of A @ B (whole arrays in host memory) run in blocks."""
     (m, k), n = a.shape, b.shape[1]
     density = visited(a, granularity)
@@ -224,7 +237,8 @@ def split_dynamic(a: np.ndarray, b: np.ndarray, granularity: str, spec: ArchSpec
     _check_tile(split, density, spec)
     _limits(split, granularity, density)
     tally = _Tally()
-    work = _work(split, granularity, spec, lambda m0, m1: (a[m0:m1], b), scheme, fetch, tally)
+    work = _work(split, granularity, spec, lambda m0, m1: (a[m0:m1], b), scheme, fetch, tally,
+                 lowering=lowering)
     res = run_split(split, work, spec, engine=engine, t0=t0)
     return res, _stats(res, granularity, n, tally)
 
