@@ -20,7 +20,7 @@ from dataflow.arch import ArchSpec
 from dataflow.arch.limits import HOST_BYTES_PER_ITERATION
 from dataflow.dynamic.lower import ROW_PAD, lower_dense_reference, lower_dynamic_spmm
 from dataflow.dynamic.microtile import GRANULARITIES, build_index, random_mask, tile_nonzero_mask
-from dataflow.dynamic.panel_gemm import lower_panel_gemm, supported
+from dataflow.dynamic.panel_gemm import SPARE_SLOTS, lower_panel_gemm, supported
 from dataflow.dynamic.stats import DynamicStats
 from dataflow.errors import UserError
 from dataflow.plan.split import (
@@ -93,7 +93,7 @@ def _host_rows(arch: ArchSpec, m: int, k: int, n: int, kp: int, nb: int, density
 
 
 def plan_dynamic_split(arch: ArchSpec, granularity: str, m: int, k: int, n: int,
-                       streamed: bool, density: float = 1.0) -> Split:
+                       streamed: bool, density: float = 1.0, lowering: str = "panel") -> Split:
     """Blocks that each fit as a dynamic program: B's block and a tile row's panel of A in half
     the SPM (`panel_rows_for`); for 1 x bw tiles, M tiles whose C stays resident beside the
     panel (`_scatter_fits`); K panels whole micro-tiles wide, N blocks whole SIMD vectors; M
@@ -104,9 +104,14 @@ def plan_dynamic_split(arch: ArchSpec, granularity: str, m: int, k: int, n: int,
     dense = granularity == "dense"
     density = 1.0 if dense else density
 
+    panel = not dense and lowering == "panel" and supported((bh, bw))
+
     def fits(kp: int, nb: int) -> bool:
         if dense:
             return fits_spm(arch, kp * nb, _rows(arch, kp, nb))
+        if panel:  # B's block in half the SPM; A's strips are compacted by a kernel of their
+            # own (`panel_gemm.compaction_rows`) and streamed to the GEMM
+            return kp * nb + SPARE_SLOTS + kp <= cap // 2 and bh * kp <= cap // 2
         if cap // 2 - kp * nb < bh * (kp + ROW_PAD):
             return False
         return bh > 1 or _scatter_fits(arch, 1, kp, nb, bw)
@@ -122,8 +127,11 @@ def plan_dynamic_split(arch: ArchSpec, granularity: str, m: int, k: int, n: int,
 
     cut_m = streamed or (bh == 1 and not dense) or not simulable(arch, m, k, n, density)
     return choose_split(arch, m, k, n, fits, m_rows=m_rows if cut_m else None,
-                        traffic=(4 * m * (k + ROW_PAD), 4 * k * n, 4 * m * n),
-                        k_align=1 if dense else bw, n_align=_n_align(arch, n),
+                        # the panel GEMM reads A once and its compacted strips once per N block
+                        traffic=(4 * m * k * density if panel else 4 * m * (k + ROW_PAD),
+                                 4 * k * n, 4 * m * n),
+                        k_align=1 if dense else bw,
+                        n_align=2 * arch.pe_array.simd_lanes if panel else _n_align(arch, n),
                         m_align=bh, streamed=streamed, what=f"dynamic-spmm/{granularity}")
 
 
@@ -233,7 +241,8 @@ def split_dynamic(a: np.ndarray, b: np.ndarray, granularity: str, spec: ArchSpec
     """(SimResult, DynamicStats) of A @ B (whole arrays in host memory) run in blocks."""
     (m, k), n = a.shape, b.shape[1]
     density = visited(a, granularity)
-    split = plan_dynamic_split(spec, granularity, m, k, n, streamed=False, density=density)
+    split = plan_dynamic_split(spec, granularity, m, k, n, streamed=False, density=density,
+                               lowering=lowering)
     _check_tile(split, density, spec)
     _limits(split, granularity, density)
     tally = _Tally()
