@@ -99,16 +99,46 @@ def test_faster_than_the_sread_lowering(arch):
     _floors_hold(new)
 
 
-def test_split_builds_the_index_once_per_block_of_a():
-    """N blocks after the first read the index and the compacted strips the first left in
-    DRAM: one scan of A in the whole run, values equal numpy."""
+def test_n_blocks_are_kernels_of_one_program():
+    """B too large for half the SPM: one GEMM kernel per N block in one program (each block
+    of B its own input, prefetched while the previous kernel computes), one scan of A, C
+    given back row-major; values equal numpy."""
     m, k, n = 64, 256, 96
     r = api.simulate("dynamic-spmm", SMALL, m=m, k=k, n=n, sparsity=0.9, granularity="32x1")
-    assert r.values_match_reference
     a, b = make_dynamic_operands(m, k, n, 0.9, "32x1", 0)
+    assert r.values_match_reference
+    assert_close(r.output, _reference(a, b), dtype=np.float32)
+    names = [kr.kernel for kr in r.kernels]
+    assert not any(nt.startswith("split") for nt in r.notes)
+    assert names.count("index_scan") == 1
+    assert sum(nm.startswith("panel_gemm_") for nm in names) == 6  # 96 columns in blocks of 16
+    _floors_hold(r)
+
+
+def test_split_builds_the_index_once_per_block_of_a():
+    """K too long for a panel beside B's block: the run splits (dataflow.dynamic.split); N
+    blocks after the first read the index and the compacted strips the first left in DRAM, so
+    A is scanned once per K panel, not once per block; values equal numpy."""
+    m, k, n = 64, 512, 48
+    r = api.simulate("dynamic-spmm", SMALL, m=m, k=k, n=n, sparsity=0.9, granularity="32x1")
+    a, b = make_dynamic_operands(m, k, n, 0.9, "32x1", 0)
+    assert r.values_match_reference
     assert_close(r.output, _reference(a, b), dtype=np.float32)
     split = next(nt for nt in r.notes if nt.startswith("split"))
-    assert "1 K panel" in split and "1 N block" not in split
+    assert "2 K panel" in split and "1 N block" not in split
     names = [kr.kernel for kr in r.kernels]
-    assert names.count("index_scan") == 1 and names.count("panel_gemm") > 1
+    assert names.count("index_scan") == 2 and names.count("panel_gemm") > 2
     _floors_hold(r)
+
+
+def test_reference_stepper_equals_the_fast_engine(default_arch):
+    """The panel program's kernels (span loads, lane products, gathers of B's rows) run the
+    same on the cycle-level reference stepper as on the fast engine: cycles and values."""
+    a, b = make_dynamic_operands(64, 64, 16, 0.8, "32x1", seed=1)
+    fast, _ = simulate_dynamic_matmul(a, b, "32x1", default_arch)
+    ref, _ = simulate_dynamic_matmul(a, b, "32x1", default_arch, engine="reference")
+    assert ref.values_match_reference and fast.values_match_reference
+    assert ref.cycles == fast.cycles
+    assert [(k.kernel, k.span_cycles) for k in ref.kernels] == \
+        [(k.kernel, k.span_cycles) for k in fast.kernels]
+    assert np.array_equal(ref.output, fast.output)

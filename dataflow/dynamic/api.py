@@ -18,6 +18,7 @@ import numpy as np
 from dataflow.arch import resolve_arch
 from dataflow.dynamic.lower import lower_dense_reference, lower_dynamic_spmm
 from dataflow.dynamic.microtile import (
+    GRANULARITIES,
     MASK_GRANULARITIES,
     build_index,
     check_shape,
@@ -25,7 +26,12 @@ from dataflow.dynamic.microtile import (
     parse_granularity,
     random_mask,
 )
-from dataflow.dynamic.panel_gemm import lower_panel_gemm, supported
+from dataflow.dynamic.panel_gemm import (
+    c_from_blocks,
+    lower_panel_gemm,
+    plan_n_block,
+    supported,
+)
 from dataflow.dynamic.split import (
     check_traceable,
     fits_whole,
@@ -37,8 +43,10 @@ from dataflow.dynamic.split import (
 )
 from dataflow.dynamic.stats import CHOICES, DynamicStats
 from dataflow.errors import UserError
+from dataflow.pe_array.roofline import floors
 from dataflow.pe_array.simulate import simulate_mapping
 from dataflow.plan.compile import compile_program
+from dataflow.plan.split import moved_words
 from dataflow.workloads import check_host_memory, dense_bytes, finish
 
 #: how 32 x 1 tiles are lowered (`simulate_dynamic_matmul`)
@@ -95,6 +103,15 @@ def simulate_dynamic_matmul(a: np.ndarray, b: np.ndarray, granularity: str, arch
     spec = resolve_arch(arch)
     a = np.asarray(a, dtype=np.float32)
     b = np.asarray(b, dtype=np.float32)
+    panel = lowering == "panel" and panel_rows is None and granularity in GRANULARITIES \
+        and supported(GRANULARITIES[granularity])
+    if panel and a.ndim == 2 and b.ndim == 2 and a.shape[1] == b.shape[0] and 0 not in b.shape:
+        check_shape(a.shape[0], a.shape[1], GRANULARITIES[granularity], granularity)
+        (m, k), n = a.shape, b.shape[1]
+        n_block = plan_n_block(k, n, GRANULARITIES[granularity][0], spec.spm.capacity_words,
+                               spec.pe_array.simd_lanes)
+        if n_block != 0 and simulable(spec, m, k, n, visited(a, granularity)):
+            return _simulate_panel(a, b, granularity, spec, n_block, engine, trace, t0)
     if panel_rows is None and _too_large(a, b, granularity, spec):
         # docs/conventions.md#tiling-any-problem-size: run in blocks that fit the SPM
         check_traceable(trace, f"dynamic-spmm {a.shape[0]} x {a.shape[1]} x {b.shape[1]}")
@@ -103,12 +120,6 @@ def simulate_dynamic_matmul(a: np.ndarray, b: np.ndarray, granularity: str, arch
         return dataclasses.replace(res, notes=res.notes + stats.notes()), stats
     if granularity == "dense":
         prog, density, skip = lower_dense_reference(a, b), 1.0, 0
-    elif lowering == "panel" and supported(parse_granularity(granularity)) \
-            and panel_rows is None and a.ndim == 2 and b.ndim == 2 and a.shape[1] == b.shape[0]:
-        check_shape(a.shape[0], a.shape[1], parse_granularity(granularity), granularity)
-        index = build_index(a, parse_granularity(granularity))
-        prog = lower_panel_gemm(a, b, index, capacity_words=spec.spm.capacity_words)
-        density, skip = index.tile_density, a.size  # the scan squares every element once
     else:
         prog, index = lower_dynamic_spmm(a, b, granularity, panel_rows=panel_rows,
                                          capacity_words=spec.spm.capacity_words, scheme=scheme,
@@ -119,6 +130,30 @@ def simulate_dynamic_matmul(a: np.ndarray, b: np.ndarray, granularity: str, arch
                            workload=f"dynamic-spmm/{granularity}")
     res = finish(res, (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32), t0, mapping)
     stats = _stats(res, granularity, a, b.shape[1], density, skip)
+    return dataclasses.replace(res, notes=res.notes + stats.notes()), stats
+
+
+def _simulate_panel(a, b, granularity: str, spec, n_block: int | None, engine: str, trace: bool,
+                    t0: float):
+    """A 32 x 1 run as one gathered-panel GEMM program (`dataflow.dynamic.panel_gemm`), its N
+    blocks (when B does not fit whole) kernels of that program."""
+    (m, _), n = a.shape, b.shape[1]
+    index = build_index(a, GRANULARITIES[granularity])
+    prog = lower_panel_gemm(a, b, index, capacity_words=spec.spm.capacity_words,
+                            n_block=n_block)
+    mapping = compile_program(prog, spec)
+    res = simulate_mapping(mapping, engine=engine, trace=trace,
+                           workload=f"dynamic-spmm/{granularity}")
+    # the floors of the problem: A read once, the rows of B the kept strips need (what the
+    # gathers moved, each block once) and C written once (docs/conventions.md#dynamic-panel-gemm)
+    b_moved = sum(moved_words(res, name, spec.word_bytes) for name, _ in prog.inputs
+                  if name == "B" or name.startswith("B_"))
+    res = dataclasses.replace(res, output=c_from_blocks(res.output, m, n, n_block),
+                              roofline=floors(spec, prog.macs, a.size + min(b.size, b_moved),
+                                              m * n))
+    res = finish(res, (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32), t0, mapping)
+    # the scan squares every element once: MACs that are not the matmul's
+    stats = _stats(res, granularity, a, n, index.tile_density, a.size)
     return dataclasses.replace(res, notes=res.notes + stats.notes()), stats
 
 

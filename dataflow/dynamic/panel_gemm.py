@@ -89,10 +89,12 @@ def panel_compact_kernel(r0: int, r1: int, k: int, bh: int, pos: np.ndarray, p0:
 
 
 def panel_gemm_kernel(m: int, k: int, n: int, bh: int, pos: np.ndarray, nnz: int,
-                      b_buf: str = "B", c_buf: str = "C", name: str = "panel_gemm") -> Kernel:
+                      b_buf: str = "B", name: str = "panel_gemm", c_offset: int = 0,
+                      c_size: int | None = None) -> Kernel:
     """C[bh tr + 8 ib + u, j] += A_c[bh p + 8 ib + u] * B[crd[p], j] over the kept strips p of
     panel tr (see the module docstring): load crd, gather B's row, load A_c's row, and per row u
-    of the block a product of that row's lane with B's vector, accumulated."""
+    of the block a product of that row's lane with B's vector, accumulated. B (k x n) is one N
+    block, whose m x n block of C starts at word `c_offset` of C (`c_size` words in all)."""
     nodes = [
         Node(0, Op.LOAD, buffer="crd", addr=Addr((("p", 1),)), name="crd"),
         Node(1, Op.GATHER, (0,), buffer=b_buf, addr=Addr((("j", 1),), index_stride=n),
@@ -104,18 +106,59 @@ def panel_gemm_kernel(m: int, k: int, n: int, bh: int, pos: np.ndarray, nnz: int
     for u in range(BODY_ROWS):
         mul, acc = len(nodes), len(nodes) + 1
         nodes += [Node(mul, Op.MUL, (2, 1), lane=u, name=f"a{u}*b"),
-                  Node(acc, Op.ACC, (mul,), buffer=c_buf,
-                       addr=Addr((("tr", bh * n), ("ib", BODY_ROWS * n), ("j", 1)), const=u * n),
-                       name=f"C{u}+=")]
+                  Node(acc, Op.ACC, (mul,), buffer="C",
+                       addr=Addr((("tr", bh * n), ("ib", BODY_ROWS * n), ("j", 1)),
+                                 const=c_offset + u * n), name=f"C{u}+=")]
         carried.append((acc, acc, 1))
     return Kernel(name=name,
                   loops=(Loop("tr", m // bh), Loop("ib", bh // BODY_ROWS), Loop("j", n),
                          Loop("p", pos="tile_pos", parent="tr")),
                   nodes=tuple(nodes),
                   buffers=(Buffer("crd", nnz + SPARE_SLOTS), Buffer(b_buf, k * n, fetch="gather"),
-                           Buffer("A_c", max(1, nnz) * bh), Buffer(c_buf, m * n, "output")),
+                           Buffer("A_c", max(1, nnz) * bh),
+                           Buffer("C", m * n if c_size is None else c_size, "output")),
                   vector_var="j", carried=tuple(carried),
                   domain_arrays=(("tile_pos", np.asarray(pos, dtype=np.int64)),))
+
+
+def n_blocks(n: int, block: int | None) -> list[tuple[int, int]]:
+    """C's columns in blocks of `block` (all of them for None), the last taking the rest."""
+    block = n if block is None else block
+    return [(n0, min(n, n0 + block)) for n0 in range(0, n, block)]
+
+
+def fits_block(k: int, nb: int, bh: int, capacity_words: int) -> bool:
+    """Whether a GEMM kernel over a k x nb block of B fits: the block (gathered, resident whole)
+    and `crd` in half the SPM (the other half streams A_c and C and takes the next block's
+    prefetch), and a compaction group of at least one panel in half."""
+    half = capacity_words // 2
+    return k * nb + SPARE_SLOTS + k <= half and bh * k <= half
+
+
+def plan_n_block(k: int, n: int, bh: int, capacity_words: int, lanes: int) -> int | None:
+    """Columns per N block of one program: None when all of B fits (`fits_block`), else the
+    most whole pairs of SIMD vectors that fit, made even over the blocks; 0 when not even one
+    pair fits (the run splits K too, `dataflow.dynamic.split`)."""
+    if fits_block(k, n, bh, capacity_words):
+        return None
+    align = 2 * lanes
+    nb = (capacity_words // 2 - SPARE_SLOTS - k) // k // align * align
+    if nb <= 0 or not fits_block(k, nb, bh, capacity_words):
+        return 0
+    count = -(-n // nb)
+    even = -(-n // count)
+    return -(-even // align) * align
+
+
+def c_from_blocks(flat: np.ndarray, m: int, n: int, block: int | None) -> np.ndarray:
+    """C (m x n) from its block-major layout: the m x nb block of each N block, one after
+    another (`lower_panel_gemm`)."""
+    flat = np.asarray(flat).ravel()
+    out, at = np.empty((m, n), dtype=flat.dtype), 0
+    for n0, n1 in n_blocks(n, block):
+        out[:, n0:n1] = flat[at:at + m * (n1 - n0)].reshape(m, n1 - n0)
+        at += m * (n1 - n0)
+    return out
 
 
 def compaction_rows(m: int, k: int, bh: int, capacity_words: int | None) -> int:
@@ -158,35 +201,47 @@ def index_build_kernels(a: np.ndarray, index: MicroTileIndex, capacity_words: in
 
 
 def lower_panel_gemm(a: np.ndarray, b: np.ndarray, index: MicroTileIndex, dtype=np.float32,
-                     index_given: bool = False, capacity_words: int | None = None) -> Program:
+                     index_given: bool = False, capacity_words: int | None = None,
+                     n_block: int | None = None) -> Program:
     """The program of C = A @ B (see the module docstring); `index_given`: `crd` and `A_c` are
-    read from DRAM (made by an earlier block's program), not built."""
+    read from DRAM (made by an earlier block's program), not built. `n_block`: one GEMM kernel
+    per block of that many columns of B and C (each B block an input of its own, so the DMA
+    loads the next while a kernel computes, `dram.prefetch_next_kernel`), C stored block-major
+    (`c_from_blocks` gives it back row-major); None: one kernel, C row-major."""
     (m, k), n = a.shape, b.shape[1]
     bh, bw = index.tile
     if not supported(index.tile):
         raise DFGError(f"panel GEMM lowering needs 1-column micro-tiles {BODY_ROWS}k rows high, "
                        f"got {bh} x {bw}")
     nnz = index.nnz_tiles
+    crd = np.concatenate((index.crd, np.zeros(SPARE_SLOTS, dtype=np.int64)))
     if index_given:
         kernels = []
         strips = pack_strips(a, bh).reshape(-1, bh)
-        tile_id = index.tile_id
-        a_c = strips[tile_id].ravel() if nnz else np.zeros(bh, dtype=dtype)
-        inputs = [("crd", np.concatenate((index.crd, np.zeros(SPARE_SLOTS, dtype=np.int64)))),
-                  ("A_c", np.asarray(a_c, dtype=dtype))]
+        a_c = strips[index.tile_id].ravel() if nnz else np.zeros(bh, dtype=dtype)
+        inputs = [("crd", crd), ("A_c", np.asarray(a_c, dtype=dtype))]
     else:
         kernels, inputs = index_build_kernels(a, index, capacity_words, dtype)
+    blocks = n_blocks(n, n_block)
+    b = np.ascontiguousarray(b, dtype=dtype)
     if nnz:
-        kernels.append(panel_gemm_kernel(m, k, n, bh, index.pos, nnz))
+        for i, (n0, n1) in enumerate(blocks):
+            name = "panel_gemm" if len(blocks) == 1 else f"panel_gemm_{i}"
+            buf = "B" if len(blocks) == 1 else f"B_{i}"
+            kernels.append(panel_gemm_kernel(m, k, n1 - n0, bh, index.pos, nnz, buf, name,
+                                             c_offset=m * n0, c_size=m * n))
+            inputs.append((buf, np.ascontiguousarray(b[:, n0:n1]).ravel()))
     else:
         kernels.append(zero_output_kernel(m, n))
     prog = Program(
         name=f"dynamic_spmm_panel_{bh}x{bw}_{m}x{k}x{n}", kernels=tuple(kernels),
-        inputs=(*inputs, ("B", np.ascontiguousarray(b, dtype=dtype).ravel())),
-        outputs=(("C", (m, n)),), dtype=np.dtype(dtype).name,
-        macs=int(np.count_nonzero(a)) * n)
+        inputs=tuple(inputs), outputs=(("C", (m, n)),), dtype=np.dtype(dtype).name,
+        macs=int(np.count_nonzero(a)) * n,
+        # the compacted index's values, which the host knows (its prefix sum is host-computed):
+        # the compiler measures the GEMM kernels with them (`Program.known`)
+        known=() if index_given else (("crd", crd),))
     return run_passes(prog)
 
 
-__all__ = ["BODY_ROWS", "lower_panel_gemm", "pack_strips", "panel_compact_kernel",
-           "panel_gemm_kernel", "supported"]
+__all__ = ["BODY_ROWS", "c_from_blocks", "lower_panel_gemm", "n_blocks", "pack_strips",
+           "panel_compact_kernel", "panel_gemm_kernel", "plan_n_block", "supported"]

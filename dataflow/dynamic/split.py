@@ -20,7 +20,7 @@ from dataflow.arch import ArchSpec
 from dataflow.arch.limits import HOST_BYTES_PER_ITERATION
 from dataflow.dynamic.lower import ROW_PAD, lower_dense_reference, lower_dynamic_spmm
 from dataflow.dynamic.microtile import GRANULARITIES, build_index, random_mask, tile_nonzero_mask
-from dataflow.dynamic.panel_gemm import SPARE_SLOTS, lower_panel_gemm, supported
+from dataflow.dynamic.panel_gemm import fits_block, lower_panel_gemm, supported
 from dataflow.dynamic.stats import DynamicStats
 from dataflow.errors import UserError
 from dataflow.plan.split import (
@@ -111,7 +111,7 @@ def plan_dynamic_split(arch: ArchSpec, granularity: str, m: int, k: int, n: int,
             return fits_spm(arch, kp * nb, _rows(arch, kp, nb))
         if panel:  # B's block in half the SPM; A's strips are compacted by a kernel of their
             # own (`panel_gemm.compaction_rows`) and streamed to the GEMM
-            return kp * nb + SPARE_SLOTS + kp <= cap // 2 and bh * kp <= cap // 2
+            return fits_block(kp, nb, bh, cap)
         if cap // 2 - kp * nb < bh * (kp + ROW_PAD):
             return False
         return bh > 1 or _scatter_fits(arch, 1, kp, nb, bw)
