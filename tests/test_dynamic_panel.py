@@ -142,3 +142,25 @@ def test_reference_stepper_equals_the_fast_engine(default_arch):
     assert [(k.kernel, k.span_cycles) for k in ref.kernels] == \
         [(k.kernel, k.span_cycles) for k in fast.kernels]
     assert np.array_equal(ref.output, fast.output)
+
+
+@pytest.mark.parametrize("lane_sum", [False, True])
+def test_scan_norms_equal_the_hosts(default_arch, lane_sum):
+    """The scan over the tile-major A gives each strip's sum of squares (in PARTS lane
+    partials, or one word with the lane-sum unit), nonzero exactly on the host index's kept
+    strips; the compaction's crd and A_c are the host's."""
+    from dataflow.pe_array.simulate import run_array
+    from dataflow.plan.compile import compile_program
+
+    a, b = make_dynamic_operands(64, 64, 16, 0.7, "32x1", seed=6)
+    index = build_index(a, (32, 1))
+    prog = lower_panel_gemm(a, b, index, lane_sum=lane_sum)
+    arrays = run_array(compile_program(prog, default_arch))
+    out = {name: v for arr in arrays for name, v in arr.outputs}
+    strips = pack_strips(a, 32).reshape(-1, 32).astype(np.float64)
+    norm = out["norm"].reshape(strips.shape[0], -1).sum(axis=1)
+    assert out["norm"].size == strips.shape[0] * (1 if lane_sum else 8)
+    assert_close(norm, (strips ** 2).sum(axis=1), dtype=np.float32)
+    assert np.array_equal(norm > 0, index.tile_nonzero.ravel())
+    assert np.array_equal(out["crd"][:index.nnz_tiles], index.crd)
+    assert np.array_equal(out["A_c"].reshape(-1, 32), strips[index.tile_id].astype(np.float32))

@@ -46,6 +46,7 @@ from dataflow.errors import UserError
 from dataflow.pe_array.roofline import floors
 from dataflow.pe_array.simulate import simulate_mapping
 from dataflow.plan.compile import compile_program
+from dataflow.plan.gemm_schedule import supports
 from dataflow.plan.split import moved_words
 from dataflow.workloads import check_host_memory, dense_bytes, finish
 
@@ -140,7 +141,7 @@ def _simulate_panel(a, b, granularity: str, spec, n_block: int | None, engine: s
     (m, _), n = a.shape, b.shape[1]
     index = build_index(a, GRANULARITIES[granularity])
     prog = lower_panel_gemm(a, b, index, capacity_words=spec.spm.capacity_words,
-                            n_block=n_block)
+                            n_block=n_block, lane_sum=supports(spec, "vsum"))
     mapping = compile_program(prog, spec)
     res = simulate_mapping(mapping, engine=engine, trace=trace,
                            workload=f"dynamic-spmm/{granularity}")

@@ -43,6 +43,7 @@ from dataflow.dynamic.lower import (
     index_compact_kernel,
     index_scan_kernel,
     renamed,
+    square_acc_nodes,
     zero_output_kernel,
 )
 from dataflow.dynamic.microtile import MicroTileIndex
@@ -169,15 +170,32 @@ def compaction_rows(m: int, k: int, bh: int, capacity_words: int | None) -> int:
     return max(bh, min(m, (capacity_words // 2) // (bh * k) * bh))
 
 
+def lane_sum_scan_kernel(tiles: int, bh: int) -> Kernel:
+    """norm[t] = sum of A_t[bh t + e] ** 2 over the strip's words: each SPM row's squares
+    summed over its lanes (`Op.VSUM`) and accumulated over the strip's rows, one word per
+    strip (for an array with a lane-sum unit; `lower.index_scan_kernel` keeps `PARTS` lane
+    partials per strip instead)."""
+    load = Node(0, Op.LOAD, buffer="A", addr=Addr((("t", bh), ("ib", BODY_ROWS), ("e", 1))),
+                name="a")
+    nodes = (*square_acc_nodes(load, "norm", Addr((("t", 1),)))[:3],
+             Node(3, Op.VSUM, (2,), name="sum lanes"),
+             Node(4, Op.ACC, (3,), buffer="norm", addr=Addr((("t", 1),)), name="norm+="))
+    return Kernel(name="index_scan",
+                  loops=(Loop("t", tiles), Loop("e", BODY_ROWS), Loop("ib", bh // BODY_ROWS)),
+                  nodes=nodes, buffers=(Buffer("A", tiles * bh), Buffer("norm", tiles, "output")),
+                  vector_var="e", carried=((4, 4, 1),))
+
+
 def index_build_kernels(a: np.ndarray, index: MicroTileIndex, capacity_words: int | None,
-                        dtype=np.float32):
+                        dtype=np.float32, lane_sum: bool = False):
     """(kernels, inputs) of steps 1-3: the scan of the tile-major A, the compaction of the
     index and of the kept strips (one kernel per group of panels that fits, each reading its
     own copy of those rows, as `lower.compute_kernels` panels A)."""
     (m, k), (bh, _) = a.shape, index.tile
     tiles = index.tile_nonzero.size
     packed = np.asarray(pack_strips(a, bh), dtype=dtype)
-    scan = renamed(index_scan_kernel(tiles, bh, (1, bh), "A"), {}, "index_scan")
+    scan = (lane_sum_scan_kernel(tiles, bh) if lane_sum
+            else renamed(index_scan_kernel(tiles, bh, (1, bh), "A"), {}, "index_scan"))
     # zero strips write spare slots past the kept ones, `SPARE_SLOTS` of them in turn: one
     # spare word would take most of the compaction's writes on one SPM line, one a cycle
     nnz = index.nnz_tiles
@@ -202,12 +220,13 @@ def index_build_kernels(a: np.ndarray, index: MicroTileIndex, capacity_words: in
 
 def lower_panel_gemm(a: np.ndarray, b: np.ndarray, index: MicroTileIndex, dtype=np.float32,
                      index_given: bool = False, capacity_words: int | None = None,
-                     n_block: int | None = None) -> Program:
+                     n_block: int | None = None, lane_sum: bool = False) -> Program:
     """The program of C = A @ B (see the module docstring); `index_given`: `crd` and `A_c` are
     read from DRAM (made by an earlier block's program), not built. `n_block`: one GEMM kernel
     per block of that many columns of B and C (each B block an input of its own, so the DMA
     loads the next while a kernel computes, `dram.prefetch_next_kernel`), C stored block-major
-    (`c_from_blocks` gives it back row-major); None: one kernel, C row-major."""
+    (`c_from_blocks` gives it back row-major); None: one kernel, C row-major. `lane_sum`: the
+    scan sums each row's lanes (an array with a `vsum` unit), one norm word per strip."""
     (m, k), n = a.shape, b.shape[1]
     bh, bw = index.tile
     if not supported(index.tile):
@@ -221,7 +240,7 @@ def lower_panel_gemm(a: np.ndarray, b: np.ndarray, index: MicroTileIndex, dtype=
         a_c = strips[index.tile_id].ravel() if nnz else np.zeros(bh, dtype=dtype)
         inputs = [("crd", crd), ("A_c", np.asarray(a_c, dtype=dtype))]
     else:
-        kernels, inputs = index_build_kernels(a, index, capacity_words, dtype)
+        kernels, inputs = index_build_kernels(a, index, capacity_words, dtype, lane_sum)
     blocks = n_blocks(n, n_block)
     b = np.ascontiguousarray(b, dtype=dtype)
     if nnz:

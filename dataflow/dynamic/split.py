@@ -23,6 +23,7 @@ from dataflow.dynamic.microtile import GRANULARITIES, build_index, random_mask, 
 from dataflow.dynamic.panel_gemm import fits_block, lower_panel_gemm, supported
 from dataflow.dynamic.stats import DynamicStats
 from dataflow.errors import UserError
+from dataflow.plan.gemm_schedule import supports
 from dataflow.plan.split import (
     Block,
     Split,
@@ -180,7 +181,8 @@ def _program(ops, blk: Block, granularity: str, arch: ArchSpec, scheme: str, fet
             tally.nonzero_tiles += index.nnz_tiles
             tally.scanned += ab.size
         return lower_panel_gemm(ab, bb, index, index_given=blk.n0 > 0,
-                                capacity_words=arch.spm.capacity_words)
+                                capacity_words=arch.spm.capacity_words,
+                                lane_sum=supports(arch, "vsum"))
     prog, index = lower_dynamic_spmm(ab, bb, granularity, capacity_words=arch.spm.capacity_words,
                                      scheme=scheme, fetch=fetch)
     tally.tiles += index.tile_nonzero.size
