@@ -393,6 +393,10 @@ class Program:
     # (buffer, columns, row pitch): an output stored with rows `pitch` words apart, of which
     # the first `columns` are its values (`dfg.transform.pitch_output_rows`)
     output_pitch: tuple[tuple[str, int, int], ...] = ()
+    # values of buffers an earlier kernel makes that the host knows before the run (a run-time
+    # index whose prefix sum the host computes): the compiler measures a later kernel's timing
+    # with them (`plan.compile`); the engines never read them
+    known: tuple[tuple[str, np.ndarray], ...] = ()
 
     def __hash__(self) -> int:
         return id(self)

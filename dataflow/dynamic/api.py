@@ -18,11 +18,19 @@ import numpy as np
 from dataflow.arch import resolve_arch
 from dataflow.dynamic.lower import lower_dense_reference, lower_dynamic_spmm
 from dataflow.dynamic.microtile import (
+    GRANULARITIES,
     MASK_GRANULARITIES,
+    build_index,
     check_shape,
     check_sparsity,
     parse_granularity,
     random_mask,
+)
+from dataflow.dynamic.panel_gemm import (
+    c_from_blocks,
+    lower_panel_gemm,
+    plan_n_block,
+    supported,
 )
 from dataflow.dynamic.split import (
     check_traceable,
@@ -35,9 +43,15 @@ from dataflow.dynamic.split import (
 )
 from dataflow.dynamic.stats import CHOICES, DynamicStats
 from dataflow.errors import UserError
+from dataflow.pe_array.roofline import floors
 from dataflow.pe_array.simulate import simulate_mapping
 from dataflow.plan.compile import compile_program
+from dataflow.plan.gemm_schedule import supports
+from dataflow.plan.split import moved_words
 from dataflow.workloads import check_host_memory, dense_bytes, finish
+
+#: how 32 x 1 tiles are lowered (`simulate_dynamic_matmul`)
+LOWERINGS = ("panel", "sread")
 
 
 def make_dynamic_operands(m: int, k: int, n: int, sparsity: float, mask_granularity: str,
@@ -70,26 +84,40 @@ def _stats(res, granularity: str, a: np.ndarray, n: int, tile_density: float,
 
 def simulate_dynamic_matmul(a: np.ndarray, b: np.ndarray, granularity: str, arch=None, *,
                             engine: str = "fast", panel_rows: int | None = None,
-                            trace: bool = False, scheme: str = "pit", fetch: str = "gather"):
+                            trace: bool = False, scheme: str = "pit", fetch: str = "gather",
+                            lowering: str = "panel"):
     """Simulate C = A @ B with A's pattern found at run time; returns (SimResult, DynamicStats).
 
     `granularity`: "32x1", "1x64" (PIT micro-tiles), "32x64" (block-sparse tiles) or "dense"
     (GEMM over the zero-filled A, the baseline). The SimResult's values are checked against
     numpy (A @ B in float64). `scheme` picks the 1 x 64 lowering: "pit" (scatter-add per
     k-block, PIT's) or "packed"; `fetch` how gathered operands leave DRAM, "gather" (only the
-    rows the index selects) or "whole" (`dataflow.dynamic.lower.compute_kernels`)."""
+    rows the index selects) or "whole" (`dataflow.dynamic.lower.compute_kernels`). `lowering`
+    for 32 x 1 tiles: "panel" (a gathered-panel GEMM, `dataflow.dynamic.panel_gemm`) or
+    "sread" (`dataflow.dynamic.lower.tile_rows_kernel`, the lowering before it)."""
 
     if granularity not in CHOICES:
         raise UserError(f"--granularity must be one of {CHOICES}, got {granularity!r}")
+    if lowering not in LOWERINGS:
+        raise UserError(f"lowering must be one of {LOWERINGS}, got {lowering!r}")
     t0 = time.perf_counter()
     spec = resolve_arch(arch)
     a = np.asarray(a, dtype=np.float32)
     b = np.asarray(b, dtype=np.float32)
+    panel = lowering == "panel" and panel_rows is None and granularity in GRANULARITIES \
+        and supported(GRANULARITIES[granularity])
+    if panel and a.ndim == 2 and b.ndim == 2 and a.shape[1] == b.shape[0] and 0 not in b.shape:
+        check_shape(a.shape[0], a.shape[1], GRANULARITIES[granularity], granularity)
+        (m, k), n = a.shape, b.shape[1]
+        n_block = plan_n_block(k, n, GRANULARITIES[granularity][0], spec.spm.capacity_words,
+                               spec.pe_array.simd_lanes)
+        if n_block != 0 and simulable(spec, m, k, n, visited(a, granularity)):
+            return _simulate_panel(a, b, granularity, spec, n_block, engine, trace, t0)
     if panel_rows is None and _too_large(a, b, granularity, spec):
         # docs/conventions.md#tiling-any-problem-size: run in blocks that fit the SPM
         check_traceable(trace, f"dynamic-spmm {a.shape[0]} x {a.shape[1]} x {b.shape[1]}")
         res, stats = split_dynamic(a, b, granularity, spec, engine=engine, scheme=scheme,
-                                   fetch=fetch, t0=t0)
+                                   fetch=fetch, t0=t0, lowering=lowering)
         return dataclasses.replace(res, notes=res.notes + stats.notes()), stats
     if granularity == "dense":
         prog, density, skip = lower_dense_reference(a, b), 1.0, 0
@@ -103,6 +131,30 @@ def simulate_dynamic_matmul(a: np.ndarray, b: np.ndarray, granularity: str, arch
                            workload=f"dynamic-spmm/{granularity}")
     res = finish(res, (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32), t0, mapping)
     stats = _stats(res, granularity, a, b.shape[1], density, skip)
+    return dataclasses.replace(res, notes=res.notes + stats.notes()), stats
+
+
+def _simulate_panel(a, b, granularity: str, spec, n_block: int | None, engine: str, trace: bool,
+                    t0: float):
+    """A 32 x 1 run as one gathered-panel GEMM program (`dataflow.dynamic.panel_gemm`), its N
+    blocks (when B does not fit whole) kernels of that program."""
+    (m, _), n = a.shape, b.shape[1]
+    index = build_index(a, GRANULARITIES[granularity])
+    prog = lower_panel_gemm(a, b, index, capacity_words=spec.spm.capacity_words,
+                            n_block=n_block, lane_sum=supports(spec, "vsum"))
+    mapping = compile_program(prog, spec)
+    res = simulate_mapping(mapping, engine=engine, trace=trace,
+                           workload=f"dynamic-spmm/{granularity}")
+    # the floors of the problem: A read once, the rows of B the kept strips need (what the
+    # gathers moved, each block once) and C written once (docs/conventions.md#dynamic-panel-gemm)
+    b_moved = sum(moved_words(res, name, spec.word_bytes) for name, _ in prog.inputs
+                  if name == "B" or name.startswith("B_"))
+    res = dataclasses.replace(res, output=c_from_blocks(res.output, m, n, n_block),
+                              roofline=floors(spec, prog.macs, a.size + min(b.size, b_moved),
+                                              m * n))
+    res = finish(res, (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32), t0, mapping)
+    # the scan squares every element once: MACs that are not the matmul's
+    stats = _stats(res, granularity, a, n, index.tile_density, a.size)
     return dataclasses.replace(res, notes=res.notes + stats.notes()), stats
 
 

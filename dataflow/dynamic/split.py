@@ -19,9 +19,11 @@ import numpy as np
 from dataflow.arch import ArchSpec
 from dataflow.arch.limits import HOST_BYTES_PER_ITERATION
 from dataflow.dynamic.lower import ROW_PAD, lower_dense_reference, lower_dynamic_spmm
-from dataflow.dynamic.microtile import GRANULARITIES, random_mask, tile_nonzero_mask
+from dataflow.dynamic.microtile import GRANULARITIES, build_index, random_mask, tile_nonzero_mask
+from dataflow.dynamic.panel_gemm import fits_block, lower_panel_gemm, supported
 from dataflow.dynamic.stats import DynamicStats
 from dataflow.errors import UserError
+from dataflow.plan.gemm_schedule import supports
 from dataflow.plan.split import (
     Block,
     Split,
@@ -92,7 +94,7 @@ def _host_rows(arch: ArchSpec, m: int, k: int, n: int, kp: int, nb: int, density
 
 
 def plan_dynamic_split(arch: ArchSpec, granularity: str, m: int, k: int, n: int,
-                       streamed: bool, density: float = 1.0) -> Split:
+                       streamed: bool, density: float = 1.0, lowering: str = "panel") -> Split:
     """Blocks that each fit as a dynamic program: B's block and a tile row's panel of A in half
     the SPM (`panel_rows_for`); for 1 x bw tiles, M tiles whose C stays resident beside the
     panel (`_scatter_fits`); K panels whole micro-tiles wide, N blocks whole SIMD vectors; M
@@ -103,9 +105,14 @@ def plan_dynamic_split(arch: ArchSpec, granularity: str, m: int, k: int, n: int,
     dense = granularity == "dense"
     density = 1.0 if dense else density
 
+    panel = not dense and lowering == "panel" and supported((bh, bw))
+
     def fits(kp: int, nb: int) -> bool:
         if dense:
             return fits_spm(arch, kp * nb, _rows(arch, kp, nb))
+        if panel:  # B's block in half the SPM; A's strips are compacted by a kernel of their
+            # own (`panel_gemm.compaction_rows`) and streamed to the GEMM
+            return fits_block(kp, nb, bh, cap)
         if cap // 2 - kp * nb < bh * (kp + ROW_PAD):
             return False
         return bh > 1 or _scatter_fits(arch, 1, kp, nb, bw)
@@ -121,8 +128,11 @@ def plan_dynamic_split(arch: ArchSpec, granularity: str, m: int, k: int, n: int,
 
     cut_m = streamed or (bh == 1 and not dense) or not simulable(arch, m, k, n, density)
     return choose_split(arch, m, k, n, fits, m_rows=m_rows if cut_m else None,
-                        traffic=(4 * m * (k + ROW_PAD), 4 * k * n, 4 * m * n),
-                        k_align=1 if dense else bw, n_align=_n_align(arch, n),
+                        # the panel GEMM reads A once and its compacted strips once per N block
+                        traffic=(4 * m * k * density if panel else 4 * m * (k + ROW_PAD),
+                                 4 * k * n, 4 * m * n),
+                        k_align=1 if dense else bw,
+                        n_align=2 * arch.pe_array.simd_lanes if panel else _n_align(arch, n),
                         m_align=bh, streamed=streamed, what=f"dynamic-spmm/{granularity}")
 
 
@@ -155,12 +165,24 @@ class _Tally:
 
 
 def _program(ops, blk: Block, granularity: str, arch: ArchSpec, scheme: str, fetch: str,
-             tally: _Tally):
+             tally: _Tally, lowering: str = "panel"):
     a, b = ops
     ab = np.ascontiguousarray(a[:, blk.k0:blk.k1])
     bb = np.ascontiguousarray(b[blk.k0:blk.k1, blk.n0:blk.n1])
     if granularity == "dense":
         return lower_dense_reference(ab, bb)
+    if lowering == "panel" and supported(GRANULARITIES[granularity]):
+        # the first N block of these rows and columns of A builds the index and the compacted
+        # strips and leaves them in DRAM; the later N blocks read them
+        # (dataflow.dynamic.panel_gemm)
+        index = build_index(ab, GRANULARITIES[granularity])
+        if blk.n0 == 0:
+            tally.tiles += index.tile_nonzero.size
+            tally.nonzero_tiles += index.nnz_tiles
+            tally.scanned += ab.size
+        return lower_panel_gemm(ab, bb, index, index_given=blk.n0 > 0,
+                                capacity_words=arch.spm.capacity_words,
+                                lane_sum=supports(arch, "vsum"))
     prog, index = lower_dynamic_spmm(ab, bb, granularity, capacity_words=arch.spm.capacity_words,
                                      scheme=scheme, fetch=fetch)
     tally.tiles += index.tile_nonzero.size
@@ -170,7 +192,7 @@ def _program(ops, blk: Block, granularity: str, arch: ArchSpec, scheme: str, fet
 
 
 def _work(split: Split, granularity: str, arch: ArchSpec, operands, scheme: str, fetch: str,
-          tally: _Tally, notes: tuple[str, ...] = ()) -> SplitWork:
+          tally: _Tally, notes: tuple[str, ...] = (), lowering: str = "panel") -> SplitWork:
     m, k, n = split.m, split.k, split.n
 
     def counted(m0: int, m1: int):
@@ -191,7 +213,8 @@ def _work(split: Split, granularity: str, arch: ArchSpec, operands, scheme: str,
 
     return SplitWork(
         workload=f"dynamic-spmm/{granularity}", operands=counted,
-        program=lambda ops, blk: _program(ops, blk, granularity, arch, scheme, fetch, tally),
+        program=lambda ops, blk: _program(ops, blk, granularity, arch, scheme, fetch, tally,
+                                          lowering),
         reference=lambda ops, blk: ops[0].astype(np.float64) @ ops[1][:, blk.n0:blk.n1]
         .astype(np.float64),
         compulsory=compulsory, notes=notes)
@@ -216,15 +239,17 @@ def _limits(split: Split, granularity: str, density: float) -> None:
 
 
 def split_dynamic(a: np.ndarray, b: np.ndarray, granularity: str, spec: ArchSpec, *,
-                  engine: str, scheme: str, fetch: str, t0: float):
+                  engine: str, scheme: str, fetch: str, t0: float, lowering: str = "panel"):
     """(SimResult, DynamicStats) of A @ B (whole arrays in host memory) run in blocks."""
     (m, k), n = a.shape, b.shape[1]
     density = visited(a, granularity)
-    split = plan_dynamic_split(spec, granularity, m, k, n, streamed=False, density=density)
+    split = plan_dynamic_split(spec, granularity, m, k, n, streamed=False, density=density,
+                               lowering=lowering)
     _check_tile(split, density, spec)
     _limits(split, granularity, density)
     tally = _Tally()
-    work = _work(split, granularity, spec, lambda m0, m1: (a[m0:m1], b), scheme, fetch, tally)
+    work = _work(split, granularity, spec, lambda m0, m1: (a[m0:m1], b), scheme, fetch, tally,
+                 lowering=lowering)
     res = run_split(split, work, spec, engine=engine, t0=t0)
     return res, _stats(res, granularity, n, tally)
 

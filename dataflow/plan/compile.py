@@ -228,7 +228,7 @@ def _timing_from_inputs(program: Program, kernel: Kernel) -> bool:
     feed it run: timing depends on addresses only, so on values only through the indices of
     its indirect accesses -- measurable when each index is loaded from a program input (the
     attention's PV product gathers V through the mask's columns, whatever P holds)."""
-    inputs = program.input_map
+    inputs = {**program.input_map, **dict(program.known)}
     for n in kernel.nodes:
         if n.addr is not None and n.addr.index_stride:
             src = kernel.nodes[n.inputs[0]]

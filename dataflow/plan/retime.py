@@ -260,7 +260,8 @@ def sample_cycles(km: KernelMapping, arch: ArchSpec, program: Program) -> float:
     """Cycles per iteration of the kernel's first tile on the fast engine (stalls included):
     the measured score of a schedule."""
     first = dataclasses.replace(km, tiles=km.tiles[:1])
-    res = run_kernel_fast(first, arch, program.input_map, program.dtype)
+    res = run_kernel_fast(first, arch, {**program.input_map, **dict(program.known)},
+                          program.dtype)
     tile = res.tiles[0]
     return tile.compute_cycles / max(1, tile.iterations)
 
