@@ -6,10 +6,12 @@ read-modify-write; an array whose load/store unit only adds (`acc`, the MLX pres
 The maximum is exact and idempotent (max(x, x) = x), so it is computed by doubling instead,
 from `max`, loads, gathers and a store -- ops such an array has:
 
-- level kernels t = 0 .. K-1 (K = floor(log2 of the longest row)), each a vector loop over the
-  entries: T[t+1][p] = max(T[t][p], T[t][p + 2^t]), so T[t][p] is the maximum of the 2^t
-  entries from p (T[0] the values the accmax took). Near a row's end such a window runs into
-  the next row; those entries are never read below.
+- level kernels t = 0 .. K-1 (K = floor(log2 of the longest row)) over the entries:
+  T[t+1][p] = max(T[t][p], T[t][p + 2^t]), so T[t][p] is the maximum of the 2^t entries from
+  p (T[0] the values the accmax took). Near a row's end such a window runs into the next row;
+  those entries are never read below. The first level walks the rows and their entries (T[0]
+  has no word past its end); the others are vector loops over chunks of `CHUNK` entries into
+  buffers with spare words past the end, so every level streams in tiles.
 - row kernels, one per level k that some row needs: a row of L entries from s to e, k =
   floor(log2 L), has max = max(T[k][s], T[k][e - 2^k + 1]) -- two windows of 2^k inside the
   row that cover it (they overlap; max does not mind). The rows of one k are gathered through
@@ -95,25 +97,55 @@ def _analyse(kernel: Kernel) -> _RowMax:
     return _RowMax(name, entries, starts, target, prelude)
 
 
+#: entries per iteration of a level kernel's outer loop (8 vectors of 8 lanes): the tiles
+#: stream whole chunks, so no level buffer is resident
+CHUNK = 64
+
+
 def _level_size(entries: int, t: int) -> int:
-    """Words of T[t]: a window of 2^t entries starts at each of them."""
-    return entries - (1 << t) + 1
+    """Words of T[t] (t >= 1): every chunk the level kernels write, and the 2^t words a
+    window may read past them (never written: the buffer's -inf, read only by windows whose
+    result is never used)."""
+    return -(-entries // CHUNK) * CHUNK + (1 << t)
 
 
-def _level_kernel(name: str, src: str, dst: str, entries: int, t: int) -> Kernel:
-    """dst[p] = max(src[p], src[p + 2^t]) for every p where T[t+1]'s window fits, a vector
-    loop over p."""
-    step = 1 << t
-    extent = _level_size(entries, t + 1)
+def _first_level(name: str, src: str, dst: str, entries: int, row: Loop,
+                 starts: np.ndarray) -> Kernel:
+    """T[1][p] = max(src[p], src[p + 1]) for p < entries - 1, over the rows and their entries
+    (the source has no spare word past its end, so this level is the exact range; a row
+    loop, so it streams in row tiles)."""
+    pos = f"{name}_pos"
     nodes = (
         Node(0, Op.LOAD, buffer=src, addr=Addr((("p", 1),)), name="x[p]"),
-        Node(1, Op.LOAD, buffer=src, addr=Addr((("p", 1),), step), name=f"x[p+{step}]"),
+        Node(1, Op.LOAD, buffer=src, addr=Addr((("p", 1),), 1), name="x[p+1]"),
         Node(2, Op.MAX, (0, 1), name="max"),
         Node(3, Op.STORE, (2,), buffer=dst, addr=Addr((("p", 1),)), name=f"{dst}="),
     )
-    return Kernel(name=name, loops=(Loop("o", 1), Loop("p", extent)), nodes=nodes,
+    last = np.minimum(starts, entries - 1).astype(np.int64)
+    return Kernel(name=name, loops=(Loop(row.var, row.extent), Loop("p", pos=pos,
+                                                                     parent=row.var)),
+                  nodes=nodes, domain_arrays=((pos, last),),
+                  buffers=(Buffer(src, entries),
+                           Buffer(dst, _level_size(entries, 1), BufferRole.OUTPUT,
+                                  init=-np.inf)))
+
+
+def _level_kernel(name: str, src: str, dst: str, entries: int, t: int) -> Kernel:
+    """T[t+1][p] = max(T[t][p], T[t][p + 2^t]) (t >= 1) over whole chunks covering every p
+    whose window fits, a vector loop over each chunk."""
+    step = 1 << t
+    chunks = -(-(entries - 2 * step + 1) // CHUNK)
+    at = (("o", CHUNK), ("p", 1))
+    nodes = (
+        Node(0, Op.LOAD, buffer=src, addr=Addr(at), name="x[p]"),
+        Node(1, Op.LOAD, buffer=src, addr=Addr(at, step), name=f"x[p+{step}]"),
+        Node(2, Op.MAX, (0, 1), name="max"),
+        Node(3, Op.STORE, (2,), buffer=dst, addr=Addr(at), name=f"{dst}="),
+    )
+    return Kernel(name=name, loops=(Loop("o", chunks), Loop("p", CHUNK)), nodes=nodes,
                   buffers=(Buffer(src, _level_size(entries, t)),
-                           Buffer(dst, extent, BufferRole.OUTPUT)),
+                           Buffer(dst, _level_size(entries, t + 1), BufferRole.OUTPUT,
+                                  init=-np.inf)),
                   vector_var="p")
 
 
@@ -153,10 +185,12 @@ def row_max_kernels(kernel: Kernel) -> tuple[tuple[Kernel, ...], tuple]:
     level = np.floor(np.log2(lengths[rows])).astype(np.int64)
     top = int(level.max())
     names = [rm.values] + [f"{kernel.name}_t{t + 1}" for t in range(top)]
-    sizes = [_level_size(rm.entries, t) for t in range(top + 1)]
+    sizes = [rm.entries] + [_level_size(rm.entries, t) for t in range(1, top + 1)]
     for t in range(top):
-        out.append(_level_kernel(f"{kernel.name}.level{t + 1}", names[t], names[t + 1],
-                                 rm.entries, t))
+        label = f"{kernel.name}.level{t + 1}"
+        out.append(_first_level(label, names[0], names[1], rm.entries, kernel.loops[0],
+                                rm.starts) if t == 0 else
+                   _level_kernel(label, names[t], names[t + 1], rm.entries, t))
     for k in np.unique(level):
         sel = rows[level == k]
         s = rm.starts[sel]
