@@ -15,9 +15,9 @@ from dataflow.arch import load_arch
 from dataflow.attention.api import make_inputs
 from dataflow.attention.lower import lower_attention, softmax_max_kernel
 from dataflow.attention.lower_dia import lower_attention_dia
-from dataflow.dfg.graph import Program
+from dataflow.dfg.graph import Addr, Buffer, BufferRole, Kernel, Loop, Node, Program
 from dataflow.dfg.ops import Op
-from dataflow.dfg.row_max import has_accmax, lower_row_max
+from dataflow.dfg.row_max import CHUNK, has_accmax, lower_row_max
 from dataflow.mapper.map import map_kernel
 from dataflow.mapper.mapping import MappingError
 from dataflow.pe_array.simulate import simulate_mapping
@@ -27,10 +27,20 @@ from tests.conftest import ARCH_DIR
 MLX = ARCH_DIR / "mlx_4x4.yaml"
 
 
-def _row_max_program(pos: np.ndarray, s: np.ndarray) -> Program:
+def _row_max_program(pos: np.ndarray, s: np.ndarray, made: bool = False) -> Program:
+    """rowmax of S's rows; `made`: S copied from an input X by an earlier kernel (so the
+    values get spare words and the first level is a chunked vector loop)."""
     m = len(pos) - 1
     kernel = softmax_max_kernel(m, pos)
-    return Program(name="rowmax", kernels=(kernel,), inputs=(("S", s),),
+    if not made:
+        return Program(name="rowmax", kernels=(kernel,), inputs=(("S", s),),
+                       outputs=(("rowmax", (m,)),))
+    n = len(s)
+    copy = Kernel(name="copy", loops=(Loop("e", n),), buffers=(
+        Buffer("X", n), Buffer("S", n, BufferRole.OUTPUT)), nodes=(
+        Node(0, Op.LOAD, buffer="X", addr=Addr((("e", 1),))),
+        Node(1, Op.STORE, (0,), buffer="S", addr=Addr((("e", 1),)))))
+    return Program(name="rowmax", kernels=(copy, kernel), inputs=(("X", s),),
                    outputs=(("rowmax", (m,)),))
 
 
@@ -50,12 +60,18 @@ def _want(pos, s):
                     dtype=np.float32)
 
 
+@pytest.mark.parametrize("made", [False, True])
 @pytest.mark.parametrize("arch", ["default", "mlx_4x4"])
-def test_doubling_gives_the_row_maximum_bit_for_bit(arch):
+def test_doubling_gives_the_row_maximum_bit_for_bit(arch, made):
     pos, s = _ragged()
-    prog = lower_row_max(_row_max_program(pos, s))
+    prog = lower_row_max(_row_max_program(pos, s, made))
     assert not has_accmax(prog)
-    names = [k.name for k in prog.kernels]
+    names = [k.name for k in prog.kernels][made:]
+    first = prog.kernels[made]
+    assert (first.vector_var is not None) == made  # chunks when S has spare words
+    if made:
+        assert {k.buffer_map["S"].size for k in prog.kernels if "S" in k.buffer_map} == {
+            -(-len(s) // CHUNK) * CHUNK + 1}
     # longest row 40: levels 1..5; rows of 1, 2-3, 4-7, 8-15, 16-31, 32-63 entries
     assert names[:5] == [f"softmax_max.level{t}" for t in range(1, 6)]
     assert names[5:] == [f"softmax_max.rows{k}" for k in range(6)]

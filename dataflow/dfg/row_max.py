@@ -88,7 +88,7 @@ def _analyse(kernel: Kernel) -> _RowMax:
                                       name=f"{name}=") if n is node else n
                   for n in kernel.nodes)
     buffers = tuple(b for b in kernel.buffers if b.name != node.buffer) + (
-        Buffer(name, entries, BufferRole.OUTPUT),)
+        Buffer(name, _level_size(entries, 0), BufferRole.OUTPUT),)  # spare words: see below
     prelude = dataclasses.replace(kernel, name=f"{kernel.name}.values", nodes=nodes,
                                   buffers=buffers,
                                   carried=tuple(e for e in kernel.carried
@@ -103,9 +103,9 @@ CHUNK = 64
 
 
 def _level_size(entries: int, t: int) -> int:
-    """Words of T[t] (t >= 1): every chunk the level kernels write, and the 2^t words a
-    window may read past them (never written: the buffer's -inf, read only by windows whose
-    result is never used)."""
+    """Words of T[t]: every chunk the level kernels write, and the 2^t words a window may
+    read past them (never written: the buffer's init, read only by windows whose result is
+    never used). T[0], the values, has them when an earlier kernel makes it."""
     return -(-entries // CHUNK) * CHUNK + (1 << t)
 
 
@@ -172,10 +172,13 @@ def _row_kernel(name: str, src: str, src_size: int, target: Buffer, k: int,
     return kernel, inputs
 
 
-def row_max_kernels(kernel: Kernel) -> tuple[tuple[Kernel, ...], tuple]:
+def row_max_kernels(kernel: Kernel, spare: bool = False) -> tuple[tuple[Kernel, ...], tuple]:
     """The kernels that replace accmax kernel `kernel` (the module docstring), and the index
-    inputs they read (name, int64 array)."""
+    inputs they read (name, int64 array). `spare`: the values' buffer has the spare words
+    of `_level_size(entries, 0)` (declared so by every kernel), so the first level is a
+    chunked vector loop too."""
     rm = _analyse(kernel)
+    spare = spare or rm.prelude is not None
     lengths = np.diff(rm.starts)
     rows = np.flatnonzero(lengths > 0)
     out: list[Kernel] = [] if rm.prelude is None else [rm.prelude]
@@ -185,11 +188,12 @@ def row_max_kernels(kernel: Kernel) -> tuple[tuple[Kernel, ...], tuple]:
     level = np.floor(np.log2(lengths[rows])).astype(np.int64)
     top = int(level.max())
     names = [rm.values] + [f"{kernel.name}_t{t + 1}" for t in range(top)]
-    sizes = [rm.entries] + [_level_size(rm.entries, t) for t in range(1, top + 1)]
+    sizes = [_level_size(rm.entries, 0) if spare else rm.entries] + [
+        _level_size(rm.entries, t) for t in range(1, top + 1)]
     for t in range(top):
         label = f"{kernel.name}.level{t + 1}"
         out.append(_first_level(label, names[0], names[1], rm.entries, kernel.loops[0],
-                                rm.starts) if t == 0 else
+                                rm.starts) if t == 0 and not spare else
                    _level_kernel(label, names[t], names[t + 1], rm.entries, t))
     for k in np.unique(level):
         sel = rows[level == k]
@@ -202,6 +206,12 @@ def row_max_kernels(kernel: Kernel) -> tuple[tuple[Kernel, ...], tuple]:
     return tuple(out), tuple(inputs)
 
 
+def _resized(kernel: Kernel, buffer: str, size: int) -> Kernel:
+    """`kernel` with `buffer` declared `size` words (at least as many as it had)."""
+    return dataclasses.replace(kernel, buffers=tuple(
+        dataclasses.replace(b, size=size) if b.name == buffer else b for b in kernel.buffers))
+
+
 def has_accmax(program: Program) -> bool:
     return any(n.op is Op.ACC_MAX for k in program.kernels for n in k.nodes)
 
@@ -211,13 +221,24 @@ def lower_row_max(program: Program) -> Program:
     index inputs added. Kernels without an accmax are unchanged."""
     kernels: list[Kernel] = []
     inputs = list(program.inputs)
+    outside = set(program.input_map) | {name for name, _ in program.outputs}
+    resized: dict[str, int] = {}
     for k in program.kernels:
         if any(n.op is Op.ACC_MAX for n in k.nodes):
-            new, ins = row_max_kernels(k)
+            rm = _analyse(k)
+            # values an earlier kernel makes (attention's scores) get spare words past their
+            # end, declared in every kernel (the producer writes only the entries), so the
+            # first level streams in chunks; a program input or output keeps its size
+            spare = rm.prelude is None and rm.values not in outside
+            if spare:
+                resized[rm.values] = _level_size(rm.entries, 0)
+            new, ins = row_max_kernels(k, spare)
             kernels.extend(new)
             inputs.extend(ins)
         else:
             kernels.append(k)
+    for name, size in resized.items():
+        kernels = [_resized(x, name, size) for x in kernels]
     out = dataclasses.replace(program, kernels=tuple(kernels), inputs=tuple(inputs))
     out.verify()
     return out
