@@ -4,17 +4,21 @@
 `vectorise_reduction` runs a dot product `lanes` terms per iteration and sums each vector's
 lanes (`vsum`) before the scalar accumulation. An array without `vsum` (the MLX preset) could
 only run it scalar again (`transform.devectorise_reduction`: one term per iteration). Instead
-the reduction is split in two kernels:
+the reduction is split in two steps:
 
 1. the vector kernel, its lane sum gone: the accumulation becomes a vector one into a partial
    buffer of `lanes` words per result (result e's lane l at e * lanes + l), so each lane adds
    its terms in its PE's register over the chunk loop and flushes one SPM row per result;
-2. a lane-sum kernel over (e, l): result[e] += partial[e * lanes + l], the `lanes` partials
-   of each result added in its accumulator register, one scalar iteration each.
+2. lane-sum kernels: result[e] += the sum of its `lanes` partials -- a vector loop over whole
+   vectors of results (load l's lane j reads result j's partial l, `lanes` words apart: the
+   loads of one vector read the same `lanes` rows), added as a tree (lanes loads, lanes - 1
+   adds, one accumulation: 16 nodes for 8 lanes), and a scalar kernel over (e, l) for the
+   results past the last whole vector.
 
-A reduction of k terms then takes k / lanes vector iterations plus `lanes` scalar ones per
-result, instead of k scalar ones. The sums are in another order (each lane's terms, then the
-lanes): fp32 tolerances, as any vectorised reduction (docs/conventions.md#fp32-tolerances).
+A reduction of k terms then takes k / lanes vector iterations per result plus one vector
+iteration per `lanes` results, instead of k scalar iterations. The sums are in another order
+(each lane's terms, then the lanes as a tree): fp32 tolerances, as any vectorised reduction
+(docs/conventions.md#fp32-tolerances).
 """
 
 from __future__ import annotations
@@ -49,8 +53,8 @@ def _renumber(kernel: Kernel, nodes: list[Node]) -> Kernel:
     return dataclasses.replace(kernel, nodes=out, carried=carried)
 
 
-def lane_partial_kernels(kernel: Kernel, lanes: int) -> tuple[Kernel, Kernel]:
-    """(vector kernel into partials, lane-sum kernel) for a kernel with one lane sum feeding
+def lane_partial_kernels(kernel: Kernel, lanes: int) -> tuple[Kernel, ...]:
+    """(vector kernel into partials, lane-sum kernels) for a kernel with one lane sum feeding
     one accumulation (or a scalar reduction that `_vector_form` vectorises); DFGError when
     it has another shape."""
     where = f"kernel {kernel.name!r}: lane_partial_sums"
@@ -78,16 +82,47 @@ def lane_partial_kernels(kernel: Kernel, lanes: int) -> tuple[Kernel, Kernel]:
                     if b.name == acc.buffer else b for b in vk.buffers)
     k1 = _renumber(dataclasses.replace(vk, buffers=buffers), nodes)
     k1.verify()
-    k2 = Kernel(
-        name=f"{kernel.name}.lanes",
-        loops=(Loop("e", out_buf.size), Loop("l", lanes)),
-        nodes=(Node(0, Op.LOAD, buffer=part, addr=Addr((("e", lanes), ("l", 1))),
-                    name="partial"),
-               Node(1, Op.ACC, (0,), buffer=acc.buffer, addr=Addr((("e", 1),)),
-                    name=f"{acc.buffer}+=")),
-        buffers=(Buffer(part, out_buf.size * lanes), out_buf), carried=((1, 1, 1),))
-    k2.verify()
-    return k1, k2
+    return (k1, *_lane_sum_kernels(kernel.name, part, out_buf, lanes))
+
+
+def _lane_sum_kernels(name: str, part: str, out: Buffer, lanes: int) -> tuple[Kernel, ...]:
+    """result[e] += sum over l of part[e * lanes + l]: a vector kernel over whole vectors of
+    results (lane j of load l reads result j's partial l: lanes words apart, so one vector's
+    loads read the same `lanes` rows), the loads added as a tree; a scalar one for the rest."""
+    whole, rest = divmod(out.size, lanes)
+    bufs = (Buffer(part, out.size * lanes), out)
+    kernels = []
+    if whole:
+        at = (("eo", lanes * lanes), ("ei", lanes))
+        nodes = [Node(l, Op.LOAD, buffer=part, addr=Addr(at, l), name=f"partial {l}")
+                 for l in range(lanes)]
+        level = list(range(lanes))
+        while len(level) > 1:
+            nxt = []
+            for a, b in zip(level[::2], level[1::2]):
+                nodes.append(Node(len(nodes), Op.ADD, (a, b), name="+"))
+                nxt.append(len(nodes) - 1)
+            level = nxt + ([level[-1]] if len(level) % 2 else [])
+        nodes.append(Node(len(nodes), Op.ACC, (level[0],), buffer=out.name,
+                          addr=Addr((("eo", lanes), ("ei", 1))), name=f"{out.name}+="))
+        k = Kernel(name=f"{name}.lanes", loops=(Loop("eo", whole), Loop("ei", lanes)),
+                   nodes=tuple(nodes), buffers=bufs, vector_var="ei",
+                   carried=((len(nodes) - 1,) * 2 + (1,),))
+        k.verify()
+        kernels.append(k)
+    if rest:
+        base = whole * lanes
+        k = Kernel(
+            name=f"{name}.lanes_rest", loops=(Loop("e", rest), Loop("l", lanes)),
+            nodes=(Node(0, Op.LOAD, buffer=part, addr=Addr((("e", lanes), ("l", 1)),
+                                                             base * lanes),
+                        name="partial"),
+                   Node(1, Op.ACC, (0,), buffer=out.name, addr=Addr((("e", 1),), base),
+                        name=f"{out.name}+=")),
+            buffers=bufs, carried=((1, 1, 1),))
+        k.verify()
+        kernels.append(k)
+    return tuple(kernels)
 
 
 def applies(kernel: Kernel, lanes: int) -> bool:
