@@ -94,8 +94,8 @@ def _lane_sum_kernels(name: str, part: str, out: Buffer, lanes: int) -> tuple[Ke
     kernels = []
     if whole:
         at = (("eo", lanes * lanes), ("ei", lanes))
-        nodes = [Node(l, Op.LOAD, buffer=part, addr=Addr(at, l), name=f"partial {l}")
-                 for l in range(lanes)]
+        nodes = [Node(j, Op.LOAD, buffer=part, addr=Addr(at, j), name=f"partial {j}")
+                 for j in range(lanes)]
         level = list(range(lanes))
         while len(level) > 1:
             nxt = []
