@@ -17,6 +17,7 @@ import pytest
 import scipy.sparse as sp
 
 from dataflow.dfg.domain import num_iterations
+from dataflow.dfg.graph import vector_nodes
 from dataflow.mapper import map_program
 from dataflow.pe_array.simulate import simulate_mapping
 from dataflow.testing import assert_close
@@ -244,3 +245,25 @@ def test_compiled_fold_is_exact(preset, prog, monkeypatch):
     off = simulate_mapping(mapping, "fast")
     assert on.to_dict() == off.to_dict()
     assert np.array_equal(on.output, off.output)
+
+
+@pytest.mark.parametrize("jit", ["always", "0"])
+def test_shared_address_sums_are_exact(jit, monkeypatch):
+    """Nodes of one affine term set share the tile's address sum, flush iterations and memo
+    base (`fast._affine_base`, docs/architecture.md#sharing-and-compiled-gathers): the planned
+    GEMM's MACCs differ only by constants, so they share one, and the fast engine equals the
+    reference stepper with the compiled gather on and off; a sum built from the wrong terms
+    (a scalar access keeping the vector loop's) fails it."""
+    from dataflow.pe_array import fast
+    from dataflow.plan.compile import compile_program
+
+    rng = np.random.default_rng(13)
+    a = as_tensor(rng.standard_normal((24, 40), dtype=np.float32))
+    mapping = compile_program(lower_matmul(
+        a, as_tensor(rng.standard_normal((40, 20), dtype=np.float32))), arch("default"))
+    km = mapping.kernels[0]
+    ctx = type("C", (), {"km": km, "vec": frozenset(vector_nodes(km.kernel))})()
+    terms = [fast._affine_terms(ctx, n) for n in km.kernel.nodes if n.op.value == "macc"]
+    assert len(terms) > 1 and len(set(terms)) < len(terms)  # really shared
+    monkeypatch.setenv(fast.FOLD_JIT_ENV, jit)
+    assert_engines_identical(mapping)
