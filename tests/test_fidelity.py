@@ -267,3 +267,28 @@ def test_shared_address_sums_are_exact(jit, monkeypatch):
     assert len(terms) > 1 and len(set(terms)) < len(terms)  # really shared
     monkeypatch.setenv(fast.FOLD_JIT_ENV, jit)
     assert_engines_identical(mapping)
+
+
+def test_accumulators_of_two_term_sets_flush_apart():
+    """Two accumulators of one tile whose addresses have different loop terms (row sums into
+    R[i], column sums into S[kk]) flush at their own run ends: the flush iterations shared
+    per term set (`fast._flushes`) must not leak from one set to the other."""
+    from dataflow.dfg.graph import Addr, Buffer, Kernel, Loop, Node, Program
+    from dataflow.dfg.lower import run_passes
+    from dataflow.dfg.ops import Op
+
+    x = np.random.default_rng(17).standard_normal(512).astype(np.float32)
+    nodes = (Node(0, Op.LOAD, (), buffer="X", addr=Addr((("i", 64), ("kk", 1)))),
+             Node(1, Op.ACC, (0,), buffer="R", addr=Addr((("i", 1),))),
+             Node(2, Op.ACC, (0,), buffer="S", addr=Addr((("kk", 1),))))
+    kernel = Kernel(name="sums", loops=(Loop("i", 8), Loop("kk", 64)), nodes=nodes,
+                    buffers=(Buffer("X", 512), Buffer("R", 8, "output"),
+                             Buffer("S", 64, "output")), carried=((1, 1, 1), (2, 2, 1)))
+    prog = run_passes(Program(name="sums", kernels=(kernel,), inputs=(("X", x),),
+                              outputs=(("R", (8,)), ("S", (64,)))))
+    mapping = map_program(prog, arch("default"))
+    km = mapping.kernels[0]
+    assert max(t.hi - t.lo for t in km.tiles) * 64 > 2 * km.copies  # runs longer than 1
+    res = assert_engines_identical(mapping)
+    assert np.allclose(np.asarray(res.output).ravel()[:8], x.reshape(8, 64).sum(axis=1),
+                       atol=1e-4)
