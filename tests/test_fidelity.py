@@ -292,3 +292,35 @@ def test_accumulators_of_two_term_sets_flush_apart():
     res = assert_engines_identical(mapping)
     assert np.allclose(np.asarray(res.output).ravel()[:8], x.reshape(8, 64).sum(axis=1),
                        atol=1e-4)
+
+
+@pytest.mark.parametrize("preset", ["default", "lanes4-torus"])
+def test_grouped_macc_fold_is_exact(preset, monkeypatch):
+    """The planned GEMM's MACCs (one lane of A each, times B's lanes) fold as one group in one
+    compiled call (`fast._group_macc_fold`): equal to the reference stepper, and to the fast
+    engine folding them one by one (DATAFLOW_MACC_GROUPS=0), every field and bit; the group
+    path is really taken."""
+    from dataflow.pe_array import fast
+    from dataflow.plan.compile import compile_program
+
+    rng = np.random.default_rng(19)
+    a = as_tensor(rng.standard_normal((24, 40), dtype=np.float32))
+    mapping = compile_program(lower_matmul(
+        a, as_tensor(rng.standard_normal((40, 20), dtype=np.float32))), arch(preset))
+    calls = []
+    group_fold = fast._group_macc_fold
+
+    def counted(*args):
+        calls.append(args[3].id)
+        return group_fold(*args)
+
+    monkeypatch.setattr(fast, "_group_macc_fold", counted)
+    monkeypatch.setenv(fast.FOLD_JIT_ENV, "always")
+    monkeypatch.setenv(fast.MACC_GROUPS_ENV, "1")
+    on = assert_engines_identical(mapping)
+    assert len(set(calls)) > 1, "no MACC group folded: this test would not see it go wrong"
+    monkeypatch.setenv(fast.MACC_GROUPS_ENV, "0")
+    off = simulate_mapping(mapping, "fast")
+    assert on.to_dict() == off.to_dict()
+    assert np.array_equal(np.asarray(on.output).view(np.int32),
+                          np.asarray(off.output).view(np.int32))
