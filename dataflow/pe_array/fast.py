@@ -84,6 +84,9 @@ class _Kernel:
     # (iteration, copy, wave, all-live scalar mask) arrays by tile iteration count: tiles of
     # one size share them (read-only)
     layouts: dict = field(default_factory=dict)
+    # MACC node id -> the ids of its group: MACCs of one term set and the same two inputs,
+    # each taking one lane of input 0 (a GEMM's outer product), folded in one compiled call
+    macc_groups: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True, eq=False)
@@ -108,6 +111,7 @@ class _Waves:
     bases: dict = field(default_factory=dict)
     base_range: dict = field(default_factory=dict)
     flush_sel: dict = field(default_factory=dict)
+    group_regs: dict = field(default_factory=dict)  # a MACC group's folded registers by node
 
 
 @dataclass(frozen=True, eq=False)
@@ -179,6 +183,7 @@ def run_kernel_fast(km: KernelMapping, arch: ArchSpec, inputs: dict[str, np.ndar
                   vec=frozenset(vector_nodes(kernel)), times=_issue_times(km), bufs=bufs,
                   # indirect-DMA words per gather-fetched input
                   fetched=gather_fetch_words(kernel, inputs, arch))
+    _group_maccs(ctx)
     ct = Counters(arch)
     timing = _TimingMemo(arch.spm) if tile_memo_enabled(memo) else None
     for ti, tile in enumerate(km.tiles):
@@ -564,7 +569,10 @@ def _flushes(ctx: _Kernel, w: _Waves, vals, node: Node,
         if key is not None:
             w.flush_sel[key] = sel
     if node.op is Op.MACC and _compiled_fold_pays(at.mask.size, ctx.dtype):
-        reg = _macc_fold(ctx, vals, node, at.mask.shape, sel)
+        if node.id in ctx.macc_groups and _macc_groups_on():
+            reg = _group_macc_fold(ctx, w, vals, node, at.mask.shape, sel)
+        else:
+            reg = _macc_fold(ctx, vals, node, at.mask.shape, sel)
     else:
         src = _lane_values(vals, node, at.mask, ctx.dtype)
         reg = segment_fold(ACC_UFUNC[node.op], ACC_IDENTITY[node.op], src, sel, ctx.dtype)
@@ -686,6 +694,81 @@ def _macc_fold_loops(a, b, ends, ident, out):  # pragma: no cover - compiled by 
         for lane in range(width):
             out[r, lane] = reg[lane]
         start = ends[r] + 1
+
+
+#: Environment switch of the grouped MACC folds (`_group_macc_fold`; on unless 0).
+MACC_GROUPS_ENV = "DATAFLOW_MACC_GROUPS"
+
+
+def _macc_groups_on() -> bool:
+    return os.environ.get(MACC_GROUPS_ENV, "1").strip().lower() not in ("0", "false", "no",
+                                                                      "off")
+
+
+def _group_maccs(ctx: _Kernel) -> None:
+    """Fill `ctx.macc_groups`: MACC nodes with the same two inputs, each selecting a lane of
+    input 0 (`Node.lane`), whose lane-0 addresses have one affine term set and no index, so
+    they flush in the same iterations (`_flushes`); groups of two or more."""
+    groups: dict[tuple, list[int]] = {}
+    for n in ctx.km.kernel.nodes:
+        if (n.op is Op.MACC and len(n.inputs) == 2 and n.lane is not None
+                and not n.addr.index_stride):
+            groups.setdefault((n.inputs, _affine_terms(ctx, n)), []).append(n.id)
+    for ids in groups.values():
+        if len(ids) > 1:
+            for i in ids:
+                ctx.macc_groups[i] = tuple(ids)
+
+
+def _group_macc_fold(ctx: _Kernel, w: _Waves, vals, node: Node, shape,
+                     ends: np.ndarray) -> np.ndarray:
+    """`_macc_fold` of every MACC of `node`'s group at once (`_macc_group_loops`): each
+    iteration reads input 1's lanes once and multiplies them by each member's lane of input 0
+    (the rounded product, then the rounded add, one chain per member and lane, in order). The
+    first member folds the group; the others take their registers from `w.group_regs`."""
+    if node.id in w.group_regs:
+        return w.group_regs.pop(node.id)
+    ids = ctx.macc_groups[node.id]
+    nodes = [ctx.km.kernel.nodes[i] for i in ids]
+    a, b = (np.asarray(vals[i]).astype(ctx.dtype, copy=False) for i in node.inputs)
+    b = np.broadcast_to(b if b.ndim == 2 else b.reshape(-1, 1), shape)
+    lanes = np.array([n.lane for n in nodes], dtype=np.int64)
+    out = np.empty((len(ids), len(ends), shape[1]), dtype=ctx.dtype)
+    _compiled_macc_group()(a.reshape(len(a), -1), lanes, b, np.asarray(ends, np.int64),
+                           np.dtype(ctx.dtype).type(ACC_IDENTITY[node.op]), out)
+    for j, i in enumerate(ids):
+        if i != node.id:
+            w.group_regs[i] = out[j]
+    return out[ids.index(node.id)]
+
+
+def _macc_group_loops(a, lanes, b, ends, ident, out):  # pragma: no cover - compiled by numba
+    """out[g, r, l] = ident + a[i, lanes[g]] * b[i, l] + ... over run r's iterations i, in
+    order, one rounding per multiply and per add (independent chains, stepped together)."""
+    groups, width = lanes.shape[0], b.shape[1]
+    reg = np.empty((groups, width), dtype=out.dtype)
+    start = 0
+    for r in range(ends.shape[0]):
+        for g in range(groups):
+            for lane in range(width):
+                reg[g, lane] = ident
+        for i in range(start, ends[r] + 1):
+            for g in range(groups):
+                x = a[i, lanes[g]]
+                for lane in range(width):
+                    p = x * b[i, lane]
+                    reg[g, lane] = reg[g, lane] + p
+        for g in range(groups):
+            for lane in range(width):
+                out[g, r, lane] = reg[g, lane]
+        start = ends[r] + 1
+
+
+@functools.cache
+def _compiled_macc_group():
+    import numba
+
+    return numba.njit(cache=True)(_macc_group_loops)
 
 
 @functools.cache
