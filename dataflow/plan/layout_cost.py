@@ -156,6 +156,10 @@ def _queued_stalls(rd: np.ndarray, wr: np.ndarray, spm: SPMSpec) -> int:
     n_cycles = rd.shape[0]
     busy = np.flatnonzero((rd > R).any(axis=1) | (wr > W).any(axis=1)).tolist()
     lines = range(spm.lines)
+    # each cycle's issue cycles for its reads, max(1, max over lines of ceil(reads / R)),
+    # for every cycle at once (the same integers the loop took per cycle)
+    cycles_for_reads = np.maximum(1, (-(-rd // R)).max(axis=1)).tolist()
+    writes = wr.tolist()
     q = [0] * spm.lines
     stall, t, nxt = 0, 0, 0
     while True:
@@ -168,8 +172,7 @@ def _queued_stalls(rd: np.ndarray, wr: np.ndarray, spm: SPMSpec) -> int:
             t = busy[nxt]
         if t >= n_cycles:
             break
-        r_t, w_t = rd[t].tolist(), wr[t].tolist()
-        c = max(1, max(-(-r // R) for r in r_t))
+        c, w_t = cycles_for_reads[t], writes[t]
         e = 0
         for i in lines:
             v = q[i] + w_t[i]
