@@ -3,7 +3,8 @@ runs that were refused before the split, each in a process of its own so its pea
 its own.
 
 1. dynamic-spmm 1024 x 1024 x 1024, sparsity 0.95, 32 x 1 micro-tiles (B did not fit beside a
-   panel of A): N blocks / K panels of whole dynamic programs;
+   panel of A): N blocks as kernels of one program (docs/conventions.md#dynamic-panel-gemm;
+   K panels of whole dynamic programs where K is too long for that);
 2. spmm 100000 x 100000 x 64, density 0.001 (B resident was 6.4M words): K panels with the
    partial sums read back, N blocks memoised over the same rows of A;
 3. gemm 10,000,000 x 64 x 64 (the operands did not fit the host's memory): M tiles generated

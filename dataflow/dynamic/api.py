@@ -93,8 +93,9 @@ def simulate_dynamic_matmul(a: np.ndarray, b: np.ndarray, granularity: str, arch
     numpy (A @ B in float64). `scheme` picks the 1 x 64 lowering: "pit" (scatter-add per
     k-block, PIT's) or "packed"; `fetch` how gathered operands leave DRAM, "gather" (only the
     rows the index selects) or "whole" (`dataflow.dynamic.lower.compute_kernels`). `lowering`
-    for 32 x 1 tiles: "panel" (a gathered-panel GEMM, `dataflow.dynamic.panel_gemm`) or
-    "sread" (`dataflow.dynamic.lower.tile_rows_kernel`, the lowering before it)."""
+    for 32 x 1 tiles: "panel" (a gathered-panel GEMM, `dataflow.dynamic.panel_gemm`; not with
+    `panel_rows` or fetch="whole") or "sread" (`dataflow.dynamic.lower.tile_rows_kernel`, the
+    lowering before it)."""
 
     if granularity not in CHOICES:
         raise UserError(f"--granularity must be one of {CHOICES}, got {granularity!r}")
@@ -104,8 +105,10 @@ def simulate_dynamic_matmul(a: np.ndarray, b: np.ndarray, granularity: str, arch
     spec = resolve_arch(arch)
     a = np.asarray(a, dtype=np.float32)
     b = np.asarray(b, dtype=np.float32)
-    panel = lowering == "panel" and panel_rows is None and granularity in GRANULARITIES \
-        and supported(GRANULARITIES[granularity])
+    # the panel GEMM's gathers always fetch only the selected rows; panel_rows and
+    # fetch="whole" ask for the SRead lowering's panels and DMA model
+    panel = lowering == "panel" and panel_rows is None and fetch == "gather" \
+        and granularity in GRANULARITIES and supported(GRANULARITIES[granularity])
     if panel and a.ndim == 2 and b.ndim == 2 and a.shape[1] == b.shape[0] and 0 not in b.shape:
         check_shape(a.shape[0], a.shape[1], GRANULARITIES[granularity], granularity)
         (m, k), n = a.shape, b.shape[1]

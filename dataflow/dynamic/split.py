@@ -241,6 +241,7 @@ def _limits(split: Split, granularity: str, density: float) -> None:
 def split_dynamic(a: np.ndarray, b: np.ndarray, granularity: str, spec: ArchSpec, *,
                   engine: str, scheme: str, fetch: str, t0: float, lowering: str = "panel"):
     """(SimResult, DynamicStats) of A @ B (whole arrays in host memory) run in blocks."""
+    lowering = lowering if fetch == "gather" else "sread"  # as `simulate_dynamic_matmul`
     (m, k), n = a.shape, b.shape[1]
     density = visited(a, granularity)
     split = plan_dynamic_split(spec, granularity, m, k, n, streamed=False, density=density,

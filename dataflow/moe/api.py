@@ -35,7 +35,7 @@ from dataflow.moe.gating import (
     moe_reference,
     route,
 )
-from dataflow.moe.grouped import grouped_program
+from dataflow.moe.grouped import grouped_program, retile_small_kernels
 from dataflow.moe.lower import combine_program, expert_program, front_program, sequential_program
 from dataflow.moe.split import split_moe
 from dataflow.pe_array.roofline import program_roofline
@@ -156,9 +156,13 @@ def simulate_moe(x, wg, bias, w, top_k: int, arch=None, *, engine: str = "fast",
     spec = resolve_arch(arch)
     routing = route(gate_logits(x, wg, bias), top_k)
     reference = moe_reference(x, wg, bias, w, top_k)
+    if placement == "grouped":
+        mapping = compile_program(grouped_program(x, wg, w, routing), spec)
+        res, mapping = retile_small_kernels(
+            mapping, spec, lambda m: simulate_mapping(m, engine=engine, workload="moe"))
     if placement in ("sequential", "grouped"):
-        make = sequential_program if placement == "sequential" else grouped_program
-        res, mapping = _run(make(x, wg, w, routing), spec, engine, "moe")
+        if placement == "sequential":
+            res, mapping = _run(sequential_program(x, wg, w, routing), spec, engine, "moe")
         if placement == "grouped":  # the layer's floors, as for the other placements
             res = dataclasses.replace(res, roofline=program_roofline(
                 sequential_program(x, wg, w, routing), spec, []))

@@ -29,8 +29,11 @@ import numpy as np
 from dataflow.dfg.graph import Addr, Buffer, Kernel, Loop, Node, Program
 from dataflow.dfg.lower import run_passes
 from dataflow.dfg.ops import Op
+from dataflow.mapper.legality import check_mapping
+from dataflow.mapper.map import map_kernel
 from dataflow.moe.gating import Routing
 from dataflow.moe.lower import combine_kernel, gate_kernel
+from dataflow.plan.retime import line_copies
 
 #: dispatched rows per body (each expert's rows padded to a multiple): one weight row load
 #: then feeds this many rows' products
@@ -104,3 +107,38 @@ def grouped_program(x, wg, w, routing: Routing, block: int = BLOCK_ROWS) -> Prog
         inputs=(("X", f32(x)), ("Wg", f32(wg)), ("token_of_row", token), ("W", f32(w)),
                 ("row_of", where[routing.row_of.ravel()]), ("gate", f32(routing.gate))),
         outputs=(("Y", (t, h)),), macs=t * d * e + len(routing.token_of_row) * d * h + t * k * h))
+
+
+#: SPM tiles tried for the grouped program's small kernels (`retile_small_kernels`)
+SMALL_KERNEL_TILES = (4, 2, 1)
+
+
+def retile_small_kernels(mapping, arch, run):
+    """(result, mapping) of the grouped program with the gate's and the combine's SPM tiles
+    chosen by measuring the whole program: those kernels move a few hundred bytes to 2 KB per
+    tile, and each transfer holds a DMA engine for the DRAM latency, so the mapper's 8 tiles
+    (`mapper.tiling.MIN_TILES`, sized for overlap) run them at several times their compute;
+    fewer, larger tiles pay the latency fewer times, and when the gate's loads land earlier
+    the experts' weights are prefetched sooner (docs/conventions.md#moe-the-grouped-placement).
+    `run(mapping)` simulates; the mapper's tiling stays a candidate, so the choice never loses
+    to it."""
+    best_res, best = run(mapping), mapping
+    for name in ("combine", "gate"):
+        i = next((i for i, km in enumerate(best.kernels) if km.kernel.name == name), None)
+        if i is None:
+            continue
+        km = best.kernels[i]
+        extent = km.kernel.loops[0].extent
+        for tiles in SMALL_KERNEL_TILES:
+            rows = -(-extent // tiles)
+            if len(km.tiles) <= tiles:
+                continue
+            cand = line_copies(map_kernel(km.kernel, arch, copies=km.copies,
+                                          max_tile_rows=rows), arch)
+            kernels = best.kernels[:i] + (cand,) + best.kernels[i + 1:]
+            trial = dataclasses.replace(best, kernels=kernels)
+            check_mapping(trial)
+            res = run(trial)
+            if res.cycles < best_res.cycles:
+                best_res, best = res, trial
+    return best_res, best
