@@ -15,6 +15,9 @@ the reduction is split in two steps:
    adds, one accumulation: 16 nodes for 8 lanes), and a scalar kernel over (e, l) for the
    results past the last whole vector.
 
+A scalar factor of every term stored at the result's own word (the SDDMM's mask value M[p]
+for C[p]) leaves the vector kernel and multiplies each result once in the lane-sum kernels.
+
 A reduction of k terms then takes k / lanes vector iterations per result plus one vector
 iteration per `lanes` results, instead of k scalar iterations. The sums are in another order
 (each lane's terms, then the lanes as a tree): fp32 tolerances, as any vectorised reduction
