@@ -80,3 +80,15 @@ def test_a_reduction_that_does_not_split_stays_as_it_is(k):
     res = simulate_mapping(mapping)
     want = Sddmm(a, b, mask).execute("numpy").entries()[1]
     assert values_match(np.asarray(res.output).ravel(), want)
+
+
+def test_the_mask_value_is_multiplied_once_after_the_lane_sum():
+    """The SDDMM's every term is multiplied by M[p], the result's own word: the vector kernel
+    accumulates A * B alone and the lane-sum kernels multiply each result once."""
+    a, b, mask = _operands(n=40, k=32)
+    prog = lower_sddmm_csr(a, b, mask.indptr, mask.indices, mask.data)
+    k1, *sums = lane_partial_kernels(prog.kernels[0], 8)
+    assert "M_val" not in k1.buffer_map and sum(n.op is Op.MUL for n in k1.nodes) == 1
+    for k in sums:
+        assert "M_val" in k.buffer_map and any(n.op is Op.MUL for n in k.nodes)
+    assert len(sums[0].nodes) == 18  # 8 rows, 7 adds, the mask's row, a mul, the acc

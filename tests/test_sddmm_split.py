@@ -58,3 +58,14 @@ def test_a_size_that_fits_runs_whole():
     op = Sddmm(a, b, mask)
     assert op.plan(arch=arch, backend="sim", cache=False).kernel_mappings
     assert values_match(op.execute("sim").entries()[1], op.execute("numpy").entries()[1])
+
+
+def test_the_benchmark_size_is_split_on_mlx_only():
+    """m = n = 4096, k = 64 at 1 %: Bᵀ is 262,144 words, the MLX SPM 131,072 (the row the
+    roofline benchmark refused); default.yaml's 1,048,576 hold it whole."""
+    rng = np.random.default_rng(0)
+    pos = np.concatenate(([0], np.cumsum(rng.binomial(4096, 0.01, size=4096))))
+    mlx = arch_from_dict(yaml.safe_load((ARCH_DIR / "mlx_4x4.yaml").read_text()))
+    default = arch_from_dict(yaml.safe_load((ARCH_DIR / "default.yaml").read_text()))
+    assert plan_sddmm_split(mlx, 64, 4096, pos) == 1024  # 4 blocks, half the SPM each
+    assert plan_sddmm_split(default, 64, 4096, pos) is None

@@ -15,6 +15,9 @@ the reduction is split in two steps:
    adds, one accumulation: 16 nodes for 8 lanes), and a scalar kernel over (e, l) for the
    results past the last whole vector.
 
+A scalar factor of every term stored at the result's own word (the SDDMM's mask value M[p]
+for C[p]) leaves the vector kernel and multiplies each result once in the lane-sum kernels.
+
 A reduction of k terms then takes k / lanes vector iterations per result plus one vector
 iteration per `lanes` results, instead of k scalar iterations. The sums are in another order
 (each lane's terms, then the lanes as a tree): fp32 tolerances, as any vectorised reduction
@@ -26,7 +29,17 @@ from __future__ import annotations
 import dataclasses
 
 from dataflow.dfg import transform
-from dataflow.dfg.graph import Addr, Buffer, BufferRole, DFGError, Kernel, Loop, Node, Program
+from dataflow.dfg.graph import (
+    Addr,
+    Buffer,
+    BufferRole,
+    DFGError,
+    Kernel,
+    Loop,
+    Node,
+    Program,
+    vector_nodes,
+)
 from dataflow.dfg.ops import Op
 
 
@@ -75,22 +88,51 @@ def lane_partial_kernels(kernel: Kernel, lanes: int) -> tuple[Kernel, ...]:
     part = f"{acc.buffer}_lanes"
     paddr = Addr(tuple((v, c * lanes) for v, c in acc.addr.terms) + ((vv, 1),),
                  acc.addr.const * lanes)
-    nodes = [dataclasses.replace(acc, inputs=vsum.inputs, buffer=part, addr=paddr,
+    src, scale = vsum.inputs[0], _common_scale(vk, vsum, acc)
+    gone = {vsum.id}
+    if scale is not None:  # the vector term's factor, multiplied once after the lane sum
+        product = vk.nodes[vsum.inputs[0]]
+        src = next(i for i in product.inputs if i != scale.id)
+        gone |= {product.id, scale.id}
+    nodes = [dataclasses.replace(acc, inputs=(src,), buffer=part, addr=paddr,
                                  name=f"{part}+=") if n is acc else n
-             for n in vk.nodes if n is not vsum]
+             for n in vk.nodes if n.id not in gone]
+    used = {n.buffer for n in nodes}  # a hoisted scale's buffer is the lane sums' now
     buffers = tuple(Buffer(part, out_buf.size * lanes, BufferRole.OUTPUT)
-                    if b.name == acc.buffer else b for b in vk.buffers)
+                    if b.name == acc.buffer else b for b in vk.buffers
+                    if b.name in used or b.name == acc.buffer)
     k1 = _renumber(dataclasses.replace(vk, buffers=buffers), nodes)
     k1.verify()
-    return (k1, *_lane_sum_kernels(kernel.name, part, out_buf, lanes))
+    scale_buf = None if scale is None else vk.buffer_map[scale.buffer]
+    return (k1, *_lane_sum_kernels(kernel.name, part, out_buf, lanes, scale_buf))
 
 
-def _lane_sum_kernels(name: str, part: str, out: Buffer, lanes: int) -> tuple[Kernel, ...]:
-    """result[e] += sum over l of part[e * lanes + l]: a vector kernel over whole vectors of
-    results (lane j of load l reads result j's partial l: lanes words apart, so one vector's
-    loads read the same `lanes` rows), the loads added as a tree; a scalar one for the rest."""
+def _common_scale(vk: Kernel, vsum: Node, acc: Node) -> Node | None:
+    """The scalar load that multiplies every term of the reduction, at the result's own word
+    (the SDDMM's mask value M[p] for C[p]): the lane sum's input is mul(vector, that load),
+    each used only there. None when there is none."""
+    product = vk.nodes[vsum.inputs[0]]
+    if product.op is not Op.MUL or product.lane is not None:
+        return None
+    vec = vector_nodes(vk)
+    uses = {n.id: [m.id for m in vk.nodes if n.id in m.inputs] for n in vk.nodes}
+    for i in product.inputs:
+        node, other = vk.nodes[i], [j for j in product.inputs if j != i]
+        if (node.op is Op.LOAD and i not in vec and len(other) == 1 and other[0] in vec
+                and node.addr == acc.addr and uses[i] == [product.id]
+                and uses[product.id] == [vsum.id]):
+            return node
+    return None
+
+
+def _lane_sum_kernels(name: str, part: str, out: Buffer, lanes: int,
+                      scale: Buffer | None = None) -> tuple[Kernel, ...]:
+    """result[e] += scale[e] * sum over l of part[e * lanes + l] (no scale: the sum): a
+    vector kernel over whole vectors of results (lane j of load l reads result j's partial
+    l: lanes words apart, so one vector's loads read the same `lanes` rows), the loads added
+    as a tree; a scalar one for the rest (each partial scaled, then added)."""
     whole, rest = divmod(out.size, lanes)
-    bufs = (Buffer(part, out.size * lanes), out)
+    bufs = (Buffer(part, out.size * lanes), out) + (() if scale is None else (scale,))
     kernels = []
     if whole:
         at = (("eo", lanes * lanes), ("ei", lanes))
@@ -103,8 +145,14 @@ def _lane_sum_kernels(name: str, part: str, out: Buffer, lanes: int) -> tuple[Ke
                 nodes.append(Node(len(nodes), Op.ADD, (a, b), name="+"))
                 nxt.append(len(nodes) - 1)
             level = nxt + ([level[-1]] if len(level) % 2 else [])
-        nodes.append(Node(len(nodes), Op.ACC, (level[0],), buffer=out.name,
-                          addr=Addr((("eo", lanes), ("ei", 1))), name=f"{out.name}+="))
+        total, at_out = level[0], Addr((("eo", lanes), ("ei", 1)))
+        if scale is not None:
+            nodes.append(Node(len(nodes), Op.LOAD, buffer=scale.name, addr=at_out,
+                              name=scale.name))
+            nodes.append(Node(len(nodes), Op.MUL, (total, len(nodes) - 1), name="*"))
+            total = len(nodes) - 1
+        nodes.append(Node(len(nodes), Op.ACC, (total,), buffer=out.name, addr=at_out,
+                          name=f"{out.name}+="))
         k = Kernel(name=f"{name}.lanes", loops=(Loop("eo", whole), Loop("ei", lanes)),
                    nodes=tuple(nodes), buffers=bufs, vector_var="ei",
                    carried=((len(nodes) - 1,) * 2 + (1,),))
@@ -112,14 +160,16 @@ def _lane_sum_kernels(name: str, part: str, out: Buffer, lanes: int) -> tuple[Ke
         kernels.append(k)
     if rest:
         base = whole * lanes
-        k = Kernel(
-            name=f"{name}.lanes_rest", loops=(Loop("e", rest), Loop("l", lanes)),
-            nodes=(Node(0, Op.LOAD, buffer=part, addr=Addr((("e", lanes), ("l", 1)),
-                                                             base * lanes),
-                        name="partial"),
-                   Node(1, Op.ACC, (0,), buffer=out.name, addr=Addr((("e", 1),), base),
-                        name=f"{out.name}+=")),
-            buffers=bufs, carried=((1, 1, 1),))
+        at_out = Addr((("e", 1),), base)
+        nodes = [Node(0, Op.LOAD, buffer=part, addr=Addr((("e", lanes), ("l", 1)),
+                                                         base * lanes), name="partial")]
+        if scale is not None:
+            nodes += [Node(1, Op.LOAD, buffer=scale.name, addr=at_out, name=scale.name),
+                      Node(2, Op.MUL, (0, 1), name="*")]
+        nodes.append(Node(len(nodes), Op.ACC, (len(nodes) - 1,), buffer=out.name,
+                          addr=at_out, name=f"{out.name}+="))
+        k = Kernel(name=f"{name}.lanes_rest", loops=(Loop("e", rest), Loop("l", lanes)),
+                   nodes=tuple(nodes), buffers=bufs, carried=((len(nodes) - 1,) * 2 + (1,),))
         k.verify()
         kernels.append(k)
     return tuple(kernels)
