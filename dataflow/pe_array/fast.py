@@ -21,7 +21,8 @@ line's ports (the stall arithmetic below).
 
 Shortcuts that keep the results identical (accumulator runs folded by length, addresses as
 lane 0 plus a stride, the tile timing memo):
-docs/architecture.md#engine-speed-exact-shortcuts-of-the-fast-engine.
+docs/architecture.md#engine-speed-exact-shortcuts-of-the-fast-engine; address sums shared per
+term set, compiled gathers, grouped MACC folds: docs/architecture.md#sharing-and-compiled-gathers.
 """
 
 from __future__ import annotations
