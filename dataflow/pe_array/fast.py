@@ -589,7 +589,8 @@ def segment_fold(ufunc, identity, src: np.ndarray, ends: np.ndarray, dtype) -> n
     `ufunc.at(reg, run, src)`, faster: runs of one length are folded together as a
     (runs, length, lanes) block (a reshape when every run has that length, else a gather)."""
     src = np.asarray(src)
-    if _compiled_fold_pays(src.size, dtype):
+    ragged = len(ends) > 1 and not _one_length(ends)
+    if _compiled_fold_pays(src.size, dtype, ragged):
         out = np.empty((len(ends),) + src.shape[1:], dtype=dtype)
         src2 = src.astype(dtype, copy=False).reshape(len(src), -1)
         _compiled_fold()(src2, np.asarray(ends, np.int64), np.dtype(dtype).type(identity),
@@ -629,17 +630,24 @@ _FOLD_SPENT = {"numpy_s": 0.0}
 FOLD_JIT_ENV = "DATAFLOW_FOLD_JIT"
 
 
-def _compiled_fold_pays(size: int, dtype) -> bool:
+def _one_length(ends: np.ndarray) -> bool:
+    """Whether the runs ending at `ends` all have one length."""
+    return bool(ends[0] + 1 == ends[1] - ends[0]
+                and (len(ends) == 2 or np.all(np.diff(ends) == ends[1] - ends[0])))
+
+
+def _compiled_fold_pays(size: int, dtype, ragged: bool = False) -> bool:
     """Rent or buy, as `systolic._use_numba`: a float fold runs compiled once numba is loaded
-    (above NUMPY_MAX_FOLD elements), or when numpy's time for it and the folds before would
-    pass numba's start-up; never with DATAFLOW_FOLD_JIT=0, always with =always."""
+    (above NUMPY_MAX_FOLD elements, or of runs of several lengths, which numpy folds one
+    length at a time), or when numpy's time for it and the folds before would pass numba's
+    start-up; never with DATAFLOW_FOLD_JIT=0, always with =always."""
     choice = os.environ.get(FOLD_JIT_ENV, "").strip().lower()
     if np.dtype(dtype).kind != "f" or choice in ("0", "false", "no", "off"):
         return False
     if choice == "always":
         return True
     if "numba" in sys.modules:
-        return size > NUMPY_MAX_FOLD
+        return size > NUMPY_MAX_FOLD or ragged
     return _FOLD_SPENT["numpy_s"] + size * NUMPY_FOLD_S_PER_ELEMENT > NUMBA_STARTUP_S
 
 
@@ -990,11 +998,18 @@ def _apply_writes(writes: list[_Writes], bufs: dict[str, np.ndarray]) -> None:
                                           for p in (parts_a, parts_v, parts_m))))
     which = np.searchsorted(offsets, order, side="right") - 1
     kind = kind_of[which]
-    breaks = np.flatnonzero(np.diff(kind)) + 1
-    for run in np.split(np.arange(len(order)), breaks):
-        if not len(run):
-            continue
-        op, buf, a, v, m = stacked[kind[run[0]]]
-        idx = local[order[run]]
-        sel = m[idx]
-        commit(op, buf, a[idx][sel], v[idx][sel])
+    # updates of different buffers commute: each buffer's updates in commit order, one
+    # `commit` call per run of one op among them (one call per buffer unless ops mix in it)
+    names = list(dict.fromkeys(name for _, name in kinds))
+    buffer_of = np.array([names.index(name) for _, name in kinds], dtype=np.int64)
+    per_buffer = ([np.arange(len(order))] if len(names) == 1 else
+                  [np.flatnonzero(buffer_of[kind] == b) for b in range(len(names))])
+    for pos in per_buffer:
+        breaks = np.flatnonzero(np.diff(kind[pos])) + 1
+        for run in (np.split(pos, breaks) if len(breaks) else (pos,)):
+            if not len(run):
+                continue
+            op, buf, a, v, m = stacked[kind[run[0]]]
+            idx = local[order[run]]
+            sel = m[idx]
+            commit(op, buf, a[idx][sel], v[idx][sel])
