@@ -4,9 +4,10 @@ Rows: dense GEMM 256 x 768 x 768 (one BERT-base projection at sequence 256), CSR
 1 % x 64, dynamic-spmm 1024 x 1024 x 64, attention seq 512 dim 64 (window) — simulated MACs per
 second of wall and of process CPU, warm (one untimed run first, best of `--repeats`), values
 checked against numpy on every run — and the BERT-base encoder layer at sequence 512 (wall and
-CPU seconds, warm). `--baseline DIR` runs the same rows, in a child process each side by side,
-with DIR's `dataflow` (e.g. an unpacked `git archive` of an earlier commit) first, so a
-before/after table comes from one run on one machine load.
+CPU seconds, warm). `--baseline DIR` runs the same rows in a child process with DIR's
+`dataflow` (e.g. an unpacked `git archive` of an earlier commit), then in one with this
+checkout's, so a before/after table comes from one run. Rows share their process as in
+`bench_engine.py` (numba, once a row loads it, serves the later rows).
 
     python benchmarks/bench_engine_kernels.py [--rows gemm,spmm,dynspmm,attention,bert]
         [--repeats 2] [--baseline DIR] [--json OUT]
@@ -157,11 +158,9 @@ def main(argv=None) -> int:
         print(json.dumps(measure(rows, args.repeats)))
         return 0
     before = after = None
-    if args.baseline:  # interleave row by row, so both sides see the same machine load
-        before, after = [], []
-        for r in rows:
-            before += _child(args.baseline.resolve(), [r], args.repeats)
-            after += _child(ROOT, [r], args.repeats)
+    if args.baseline:  # each side in a process of its own, its rows in order (as one run)
+        before = _child(args.baseline.resolve(), rows, args.repeats)
+        after = _child(ROOT, rows, args.repeats)
     else:
         after = measure(rows, args.repeats)
     print(f"load average {os.getloadavg()[0]:.2f}, {os.cpu_count()} cores")
