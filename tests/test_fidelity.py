@@ -250,10 +250,10 @@ def test_compiled_fold_is_exact(preset, prog, monkeypatch):
 @pytest.mark.parametrize("jit", ["always", "0"])
 def test_shared_address_sums_are_exact(jit, monkeypatch):
     """Nodes of one affine term set share the tile's address sum, flush iterations and memo
-    base (`fast._affine_base`, docs/architecture.md#sharing-and-compiled-gathers): the planned
-    GEMM's MACCs differ only by constants, so they share one, and the fast engine equals the
-    reference stepper with the compiled gather on and off; a sum built from the wrong terms
-    (a scalar access keeping the vector loop's) fails it."""
+    base (`fast._affine_base`, docs/architecture.md#sharing-and-compiled-gathers; in a dense
+    nest broadcast along the loop axes): the planned GEMM's MACCs differ only by constants, so
+    they share one, and the fast engine equals the reference stepper with the compiled gather
+    on and off; a sum along the wrong axes fails it."""
     from dataflow.pe_array import fast
     from dataflow.plan.compile import compile_program
 

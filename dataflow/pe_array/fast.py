@@ -28,6 +28,7 @@ term set, compiled gathers, grouped MACC folds: docs/architecture.md#sharing-and
 from __future__ import annotations
 
 import functools
+import math
 import os
 import sys
 import time
@@ -113,6 +114,9 @@ class _Waves:
     base_range: dict = field(default_factory=dict)
     flush_sel: dict = field(default_factory=dict)
     group_regs: dict = field(default_factory=dict)  # a MACC group's folded registers by node
+    # a dense nest's loop values per axis in loop order (`enumerate_domain`'s order is their
+    # row-major product), else None
+    axes: dict | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -216,7 +220,7 @@ def _run_tile(ctx: _Kernel, ct: Counters, ti: int, tile: Tile,
     n = len(dom[kernel.loops[0].var])
     if n == 0:
         return tile_result(kernel, ti, 0, 0, 0, km, ctx.arch, tile, ctx.fetched)
-    w = _waves(ctx, dom, n)
+    w = _waves(ctx, dom, n, _dense_axes(ctx, tile))
     acc = _TileAccesses()
     vals: dict[int, np.ndarray] = {}
     for node in kernel.nodes:
@@ -351,7 +355,21 @@ class _TimingMemo:
         del self.entries[self.KEEP:]
 
 
-def _waves(ctx: _Kernel, dom: dict[str, np.ndarray], n: int) -> _Waves:
+def _dense_axes(ctx: _Kernel, tile: Tile) -> dict[str, np.ndarray] | None:
+    """Each loop's values when every loop is dense (the tile's range of the outer one, the
+    vector loop in steps of the lanes): the domain is their row-major product."""
+    kernel = ctx.km.kernel
+    if not all(lp.is_dense for lp in kernel.loops):
+        return None
+    axes = {kernel.loops[0].var: np.arange(tile.lo, tile.hi, dtype=np.int64)}
+    for lp in kernel.loops[1:]:
+        step = ctx.lanes if lp.var == kernel.vector_var else 1
+        axes[lp.var] = np.arange(0, lp.extent, step, dtype=np.int64)
+    return axes
+
+
+def _waves(ctx: _Kernel, dom: dict[str, np.ndarray], n: int,
+           axes: dict[str, np.ndarray] | None = None) -> _Waves:
     """Each copy runs one contiguous chunk of ceil(n / copies) iterations, one per wave."""
     kernel, km = ctx.km.kernel, ctx.km
     waves = -(-n // km.copies)
@@ -378,7 +396,7 @@ def _waves(ctx: _Kernel, dom: dict[str, np.ndarray], n: int) -> _Waves:
         mask = np.arange(ctx.lanes)[None, :] < active[:, None]
     return _Waves(n=n, k=k, copy=copy, wave=wave, waves=waves,
                   n_cycles=(waves - 1) * km.ii + km.schedule_length, active=active,
-                  mask=mask, live=int(active.sum()), full=full, ones_mask=ones)
+                  mask=mask, live=int(active.sum()), full=full, ones_mask=ones, axes=axes)
 
 
 def _count_busy_and_links(ctx: _Kernel, ct: Counters, w: _Waves) -> None:
@@ -493,6 +511,16 @@ def _affine_base(w: _Waves, dom, terms: tuple) -> np.ndarray:
     addresses differ only by their constant (a GEMM's MACCs into C's columns) share it. The
     array is read-only (every user adds to it into a new array)."""
     base = w.bases.get(terms)
+    shape = tuple(len(vals) for vals in w.axes.values()) if w.axes is not None else ()
+    if base is None and shape and math.prod(shape) == w.n:  # dense: broadcast along the axes
+        grid = np.zeros((1,) * len(shape), dtype=np.int64)
+        for v, c in terms:
+            vals = w.axes[v]
+            axis = list(w.axes).index(v)
+            grid = grid + (c * vals).reshape((1,) * axis + (-1,) + (1,) * (len(shape) - axis - 1))
+        base = np.ascontiguousarray(np.broadcast_to(grid, shape)).reshape(-1)
+        base.flags.writeable = False
+        w.bases[terms] = base
     if base is None:
         base = np.zeros(w.n, dtype=np.int64)
         tmp = np.empty(w.n, dtype=np.int64)
