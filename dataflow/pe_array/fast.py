@@ -512,7 +512,8 @@ def _affine_base(w: _Waves, dom, terms: tuple) -> np.ndarray:
     array is read-only (every user adds to it into a new array)."""
     base = w.bases.get(terms)
     shape = tuple(len(vals) for vals in w.axes.values()) if w.axes is not None else ()
-    if base is None and shape and math.prod(shape) == w.n:  # dense: broadcast along the axes
+    if (base is None and shape and math.prod(shape) == w.n
+            and all(v in w.axes for v, _ in terms)):  # a dense nest: broadcast along the axes
         grid = np.zeros((1,) * len(shape), dtype=np.int64)
         for v, c in terms:
             vals = w.axes[v]
