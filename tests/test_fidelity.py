@@ -250,10 +250,10 @@ def test_compiled_fold_is_exact(preset, prog, monkeypatch):
 @pytest.mark.parametrize("jit", ["always", "0"])
 def test_shared_address_sums_are_exact(jit, monkeypatch):
     """Nodes of one affine term set share the tile's address sum, flush iterations and memo
-    base (`fast._affine_base`, docs/architecture.md#sharing-and-compiled-gathers): the planned
-    GEMM's MACCs differ only by constants, so they share one, and the fast engine equals the
-    reference stepper with the compiled gather on and off; a sum built from the wrong terms
-    (a scalar access keeping the vector loop's) fails it."""
+    base (`fast._affine_base`, docs/architecture.md#sharing-and-compiled-gathers; in a dense
+    nest broadcast along the loop axes): the planned GEMM's MACCs differ only by constants, so
+    they share one, and the fast engine equals the reference stepper with the compiled gather
+    on and off; a sum along the wrong axes fails it."""
     from dataflow.pe_array import fast
     from dataflow.plan.compile import compile_program
 
@@ -324,3 +324,25 @@ def test_grouped_macc_fold_is_exact(preset, monkeypatch):
     assert on.to_dict() == off.to_dict()
     assert np.array_equal(np.asarray(on.output).view(np.int32),
                           np.asarray(off.output).view(np.int32))
+
+
+def test_writes_of_two_ops_into_one_buffer_commit_in_order():
+    """A store and an accumulate into one word of a buffer, beside an accumulate into another
+    buffer: the fast engine commits each buffer's updates in commit order (one call per run of
+    one op; buffers apart, `fast._apply_writes`), equal to the reference stepper; committing a
+    buffer's stores before its accumulates (grouping by op) fails it."""
+    from dataflow.dfg.graph import Addr, Buffer, Kernel, Loop, Node, Program
+    from dataflow.dfg.lower import run_passes
+    from dataflow.dfg.ops import Op
+
+    x = np.random.default_rng(23).standard_normal(256).astype(np.float32)
+    nodes = (Node(0, Op.LOAD, (), buffer="X", addr=Addr((("i", 64), ("kk", 1)))),
+             Node(1, Op.STORE, (0,), buffer="Y", addr=Addr(())),
+             Node(2, Op.ACC, (0,), buffer="Y", addr=Addr(())),
+             Node(3, Op.ACC, (0,), buffer="Z", addr=Addr((("i", 1),))))
+    kernel = Kernel(name="mixed", loops=(Loop("i", 4), Loop("kk", 64)), nodes=nodes,
+                    buffers=(Buffer("X", 256), Buffer("Y", 1, "output"),
+                             Buffer("Z", 4, "output")), carried=((2, 2, 1), (3, 3, 1)))
+    prog = run_passes(Program(name="mixed", kernels=(kernel,), inputs=(("X", x),),
+                              outputs=(("Y", (1,)), ("Z", (4,)))))
+    assert_engines_identical(map_program(prog, arch("default")))

@@ -127,10 +127,14 @@ def test_systolic_numpy_and_numba_products_are_the_same_bits(shape):
 
 def test_large_systolic_products_run_in_numba(monkeypatch):
     """numpy until the time it took (or would take) exceeds numba's start-up; numba for every
-    product above NUMPY_MAX_MACS once loaded."""
+    product above NUMPY_MAX_MACS once loaded (here, or by another engine: numba imported)."""
+    import sys
+
     calls = []
     monkeypatch.setattr(systolic, "_compiled_k_ordered", lambda: lambda *a: calls.append(a))
     monkeypatch.setattr(systolic, "_SPENT", {"numpy_s": 0.0, "numba": False})
+    numba = sys.modules.get("numba")
+    monkeypatch.delitem(sys.modules, "numba", raising=False)  # as in a process without it
     a, b, out = np.ones((4, 4), np.float32), np.ones((4, 4), np.float32), np.zeros((4, 4))
     systolic._matmul_k_ordered(a, b, out)
     assert not calls and systolic._SPENT["numpy_s"] > 0  # 64 MACs: numpy, its time counted
@@ -140,6 +144,9 @@ def test_large_systolic_products_run_in_numba(monkeypatch):
     assert len(calls) == 1 and systolic._SPENT["numba"]
     assert systolic._use_numba(systolic.NUMPY_MAX_MACS + 1)
     assert not systolic._use_numba(systolic.NUMPY_MAX_MACS)
+    systolic._SPENT.update(numpy_s=0.0, numba=False)
+    monkeypatch.setitem(sys.modules, "numba", numba or object())  # loaded by the fast engine
+    assert systolic._use_numba(systolic.NUMPY_MAX_MACS + 1)
 
 
 @pytest.mark.parametrize(("edges", "cycle"), [

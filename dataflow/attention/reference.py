@@ -20,13 +20,15 @@ def attention_reference(q, k, v, pos: np.ndarray, crd: np.ndarray,
     arithmetic does (a NaN score, or an inf score, since inf - inf is NaN, makes the whole row
     NaN). Computed `rows_per_block` query rows at a time, so memory stays
     O(rows_per_block * (n + d)). A block whose mask is at least `DENSE_BLOCK` full takes its
-    scores from the block's dense Q K^T and multiplies the dense P by V (BLAS; each score and
-    output still one float64 dot product of the same pairs); a sparser one gathers the pairs."""
+    scores from the block's dense Q K^T (BLAS; each score still one float64 dot product of the
+    same pair, only attended pairs kept) and, when V is finite, multiplies the dense P by V
+    (unattended zeros times a finite V add nothing); a sparser one gathers the pairs."""
     q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
     pos, crd = np.asarray(pos, np.int64), np.asarray(crd, np.int64)
     m, n = q.shape[0], k.shape[0]
     out = np.zeros((m, v.shape[1]), dtype=np.float32)
     scale = 1.0 / math.sqrt(q.shape[1])
+    finite_v = bool(np.isfinite(v).all())
     for lo in range(0, m, rows_per_block):
         hi = min(m, lo + rows_per_block)
         rows = np.repeat(np.arange(hi - lo), np.diff(pos[lo:hi + 1]))
@@ -42,7 +44,7 @@ def attention_reference(q, k, v, pos: np.ndarray, crd: np.ndarray,
             e = np.exp(s - mx[rows])
         den = np.bincount(rows, weights=e, minlength=hi - lo)
         p = e / den[rows]
-        if dense:
+        if dense and finite_v:  # 0 * inf would reach rows that do not attend it
             full = np.zeros((hi - lo, n))
             full[rows, cols] = p
             out[lo:hi] = full @ v

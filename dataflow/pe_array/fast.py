@@ -21,12 +21,14 @@ line's ports (the stall arithmetic below).
 
 Shortcuts that keep the results identical (accumulator runs folded by length, addresses as
 lane 0 plus a stride, the tile timing memo):
-docs/architecture.md#engine-speed-exact-shortcuts-of-the-fast-engine.
+docs/architecture.md#engine-speed-exact-shortcuts-of-the-fast-engine; address sums shared per
+term set, compiled gathers, grouped MACC folds: docs/architecture.md#sharing-and-compiled-gathers.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import os
 import sys
 import time
@@ -112,6 +114,9 @@ class _Waves:
     base_range: dict = field(default_factory=dict)
     flush_sel: dict = field(default_factory=dict)
     group_regs: dict = field(default_factory=dict)  # a MACC group's folded registers by node
+    # a dense nest's loop values per axis in loop order (`enumerate_domain`'s order is their
+    # row-major product), else None
+    axes: dict | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -215,7 +220,7 @@ def _run_tile(ctx: _Kernel, ct: Counters, ti: int, tile: Tile,
     n = len(dom[kernel.loops[0].var])
     if n == 0:
         return tile_result(kernel, ti, 0, 0, 0, km, ctx.arch, tile, ctx.fetched)
-    w = _waves(ctx, dom, n)
+    w = _waves(ctx, dom, n, _dense_axes(ctx, tile))
     acc = _TileAccesses()
     vals: dict[int, np.ndarray] = {}
     for node in kernel.nodes:
@@ -350,7 +355,21 @@ class _TimingMemo:
         del self.entries[self.KEEP:]
 
 
-def _waves(ctx: _Kernel, dom: dict[str, np.ndarray], n: int) -> _Waves:
+def _dense_axes(ctx: _Kernel, tile: Tile) -> dict[str, np.ndarray] | None:
+    """Each loop's values when every loop is dense (the tile's range of the outer one, the
+    vector loop in steps of the lanes): the domain is their row-major product."""
+    kernel = ctx.km.kernel
+    if not all(lp.is_dense for lp in kernel.loops):
+        return None
+    axes = {kernel.loops[0].var: np.arange(tile.lo, tile.hi, dtype=np.int64)}
+    for lp in kernel.loops[1:]:
+        step = ctx.lanes if lp.var == kernel.vector_var else 1
+        axes[lp.var] = np.arange(0, lp.extent, step, dtype=np.int64)
+    return axes
+
+
+def _waves(ctx: _Kernel, dom: dict[str, np.ndarray], n: int,
+           axes: dict[str, np.ndarray] | None = None) -> _Waves:
     """Each copy runs one contiguous chunk of ceil(n / copies) iterations, one per wave."""
     kernel, km = ctx.km.kernel, ctx.km
     waves = -(-n // km.copies)
@@ -377,7 +396,7 @@ def _waves(ctx: _Kernel, dom: dict[str, np.ndarray], n: int) -> _Waves:
         mask = np.arange(ctx.lanes)[None, :] < active[:, None]
     return _Waves(n=n, k=k, copy=copy, wave=wave, waves=waves,
                   n_cycles=(waves - 1) * km.ii + km.schedule_length, active=active,
-                  mask=mask, live=int(active.sum()), full=full, ones_mask=ones)
+                  mask=mask, live=int(active.sum()), full=full, ones_mask=ones, axes=axes)
 
 
 def _count_busy_and_links(ctx: _Kernel, ct: Counters, w: _Waves) -> None:
@@ -492,6 +511,17 @@ def _affine_base(w: _Waves, dom, terms: tuple) -> np.ndarray:
     addresses differ only by their constant (a GEMM's MACCs into C's columns) share it. The
     array is read-only (every user adds to it into a new array)."""
     base = w.bases.get(terms)
+    shape = tuple(len(vals) for vals in w.axes.values()) if w.axes is not None else ()
+    if (base is None and shape and math.prod(shape) == w.n
+            and all(v in w.axes for v, _ in terms)):  # a dense nest: broadcast along the axes
+        grid = np.zeros((1,) * len(shape), dtype=np.int64)
+        for v, c in terms:
+            vals = w.axes[v]
+            axis = list(w.axes).index(v)
+            grid = grid + (c * vals).reshape((1,) * axis + (-1,) + (1,) * (len(shape) - axis - 1))
+        base = np.ascontiguousarray(np.broadcast_to(grid, shape)).reshape(-1)
+        base.flags.writeable = False
+        w.bases[terms] = base
     if base is None:
         base = np.zeros(w.n, dtype=np.int64)
         tmp = np.empty(w.n, dtype=np.int64)
@@ -588,7 +618,8 @@ def segment_fold(ufunc, identity, src: np.ndarray, ends: np.ndarray, dtype) -> n
     `ufunc.at(reg, run, src)`, faster: runs of one length are folded together as a
     (runs, length, lanes) block (a reshape when every run has that length, else a gather)."""
     src = np.asarray(src)
-    if _compiled_fold_pays(src.size, dtype):
+    ragged = len(ends) > 1 and not _one_length(ends)
+    if _compiled_fold_pays(src.size, dtype, ragged):
         out = np.empty((len(ends),) + src.shape[1:], dtype=dtype)
         src2 = src.astype(dtype, copy=False).reshape(len(src), -1)
         _compiled_fold()(src2, np.asarray(ends, np.int64), np.dtype(dtype).type(identity),
@@ -628,17 +659,24 @@ _FOLD_SPENT = {"numpy_s": 0.0}
 FOLD_JIT_ENV = "DATAFLOW_FOLD_JIT"
 
 
-def _compiled_fold_pays(size: int, dtype) -> bool:
+def _one_length(ends: np.ndarray) -> bool:
+    """Whether the runs ending at `ends` all have one length."""
+    return bool(ends[0] + 1 == ends[1] - ends[0]
+                and (len(ends) == 2 or np.all(np.diff(ends) == ends[1] - ends[0])))
+
+
+def _compiled_fold_pays(size: int, dtype, ragged: bool = False) -> bool:
     """Rent or buy, as `systolic._use_numba`: a float fold runs compiled once numba is loaded
-    (above NUMPY_MAX_FOLD elements), or when numpy's time for it and the folds before would
-    pass numba's start-up; never with DATAFLOW_FOLD_JIT=0, always with =always."""
+    (above NUMPY_MAX_FOLD elements, or of runs of several lengths, which numpy folds one
+    length at a time), or when numpy's time for it and the folds before would pass numba's
+    start-up; never with DATAFLOW_FOLD_JIT=0, always with =always."""
     choice = os.environ.get(FOLD_JIT_ENV, "").strip().lower()
     if np.dtype(dtype).kind != "f" or choice in ("0", "false", "no", "off"):
         return False
     if choice == "always":
         return True
     if "numba" in sys.modules:
-        return size > NUMPY_MAX_FOLD
+        return size > NUMPY_MAX_FOLD or ragged
     return _FOLD_SPENT["numpy_s"] + size * NUMPY_FOLD_S_PER_ELEMENT > NUMBA_STARTUP_S
 
 
@@ -989,11 +1027,18 @@ def _apply_writes(writes: list[_Writes], bufs: dict[str, np.ndarray]) -> None:
                                           for p in (parts_a, parts_v, parts_m))))
     which = np.searchsorted(offsets, order, side="right") - 1
     kind = kind_of[which]
-    breaks = np.flatnonzero(np.diff(kind)) + 1
-    for run in np.split(np.arange(len(order)), breaks):
-        if not len(run):
-            continue
-        op, buf, a, v, m = stacked[kind[run[0]]]
-        idx = local[order[run]]
-        sel = m[idx]
-        commit(op, buf, a[idx][sel], v[idx][sel])
+    # updates of different buffers commute: each buffer's updates in commit order, one
+    # `commit` call per run of one op among them (one call per buffer unless ops mix in it)
+    names = list(dict.fromkeys(name for _, name in kinds))
+    buffer_of = np.array([names.index(name) for _, name in kinds], dtype=np.int64)
+    per_buffer = ([np.arange(len(order))] if len(names) == 1 else
+                  [np.flatnonzero(buffer_of[kind] == b) for b in range(len(names))])
+    for pos in per_buffer:
+        breaks = np.flatnonzero(np.diff(kind[pos])) + 1
+        for run in (np.split(pos, breaks) if len(breaks) else (pos,)):
+            if not len(run):
+                continue
+            op, buf, a, v, m = stacked[kind[run[0]]]
+            idx = local[order[run]]
+            sel = m[idx]
+            commit(op, buf, a[idx][sel], v[idx][sel])

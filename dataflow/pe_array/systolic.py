@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
 import time
 from dataclasses import dataclass
 
@@ -133,7 +134,7 @@ def _use_numba(macs: int) -> bool:
     exceed numba's start-up (renting numpy until the rent paid reaches the price of numba:
     a one-off 512^3 product stays in numpy, 0.25 s; 1024^3, or a sweep of 512^3 ones from its
     fourth, loads numba, 0.2 s a product after the 0.9 s once)."""
-    if _SPENT["numba"]:
+    if _SPENT["numba"] or "numba" in sys.modules:  # loaded (here, or by the fast engine)
         return macs > NUMPY_MAX_MACS
     return _SPENT["numpy_s"] + macs * NUMPY_SECONDS_PER_MAC > NUMBA_STARTUP_S
 
