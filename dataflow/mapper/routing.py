@@ -265,6 +265,7 @@ class RouteState:
         self.present_factor = 0.5
         self.entries: Counter = Counter()
         self.paths_cache: dict = {}
+        self.lids_cache: dict = {}  # path -> link ids along it
         # links as small ints so (link, slot) keys are ints (link_id * II + slot): hashing
         # nested tuples dominated the route search; PE -> ((neighbour, link id), ...), lazily
         self.nbrs = _Neighbours(arch)
@@ -298,10 +299,18 @@ class RouteState:
         self.entries[pe] -= 1
 
     # -- links ----------------------------------------------------------------------------------
+    def path_lids(self, path) -> list[int]:
+        """The link ids along `path`, kept per path for this attempt."""
+        got = self.lids_cache.get(path)
+        if got is None:
+            lid = self.nbrs.link_id
+            got = self.lids_cache[path] = [lid(link) for link in pairwise(path)]
+        return got
+
     def link_keys(self, path, depart, flits):
-        ii, lid = self.ii, self.nbrs.link_id
-        return [lid(link) * ii + (depart + h * self.hop + j) % ii
-                for h, link in enumerate(pairwise(path)) for j in range(flits)]
+        ii, hop = self.ii, self.hop
+        return [lid * ii + (depart + h * hop + j) % ii
+                for h, lid in enumerate(self.path_lids(path)) for j in range(flits)]
 
     def describe(self, key) -> tuple:
         """(link, slot) of an int (link, slot) key."""
@@ -368,9 +377,13 @@ class RouteState:
             if not hops:
                 return path, ready
             last = t - hops * self.hop - (flits - 1)
-            for depart in range(ready, min(last, ready + self.ii - 1) + 1):
-                keys = self.link_keys(path, depart, flits)
-                if self.fits(keys, value, extra):
+            lids, ii, hop, new_flit = self.path_lids(path), self.ii, self.hop, self.new_flit
+            for depart in range(ready, min(last, ready + ii - 1) + 1):
+                # `fits(link_keys(path, depart, flits))`, stopping at the first key over
+                # capacity (the same keys in the same order)
+                if all((o := new_flit(lid * ii + (depart + h * hop + j) % ii, value, extra))
+                       is None or o <= 0
+                       for h, lid in enumerate(lids) for j in range(flits)):
                     return path, depart
         return None
 
