@@ -33,6 +33,7 @@ DEPART_DELAY_COST = 0.01
 # cost of a flit that rides one of the same value already on that (link, slot) (multicast): not
 # zero, so of two shared routes the shorter still wins
 SHARED_FLIT_COST = 0.05
+_NOTHING_PENDING: dict = {}  # a search's `extra` when the caller has none (never written)
 
 
 def is_immediate(kernel: Kernel, node: int) -> bool:
@@ -226,16 +227,17 @@ class _Neighbours(dict):
 
 
 class _IntNeighbours(dict):
-    """PE index (row x cols + column) -> ((neighbour's index, link id, its row, its column),
-    ...): `_Neighbours` for the router's int states, filled on first use."""
+    """PE index (row x cols + column) -> ((neighbour's index, link id x II, its row, its
+    column), ...): `_Neighbours` for the router's int states at one II (link id x II + slot
+    is a (link, slot) key), filled on first use."""
 
-    def __init__(self, nbrs: _Neighbours):
+    def __init__(self, nbrs: _Neighbours, ii: int):
         super().__init__()
-        self.nbrs, self.cols = nbrs, nbrs.cols
+        self.nbrs, self.cols, self.ii = nbrs, nbrs.cols, ii
 
     def __missing__(self, i):
-        cols = self.cols
-        out = self[i] = tuple((nb[0] * cols + nb[1], lid, nb[0], nb[1])
+        cols, ii = self.cols, self.ii
+        out = self[i] = tuple((nb[0] * cols + nb[1], lid * ii, nb[0], nb[1])
                               for nb, lid in self.nbrs[divmod(i, cols)])
         return out
 
@@ -270,7 +272,7 @@ class RouteState:
         # nested tuples dominated the route search; PE -> ((neighbour, link id), ...), lazily
         self.nbrs = _Neighbours(arch)
         self.cols = arch.pe_array.cols
-        self.int_nbrs = _IntNeighbours(self.nbrs)
+        self.int_nbrs = _IntNeighbours(self.nbrs, ii)
 
     def hops(self, a: tuple[int, int], b: tuple[int, int]) -> int:
         """`hop(arch, a, b)`."""
@@ -435,7 +437,7 @@ class RouteState:
         prev = {src_i * span: -1}
         table, hop, ii, cap = self.int_nbrs, self.hop, self.ii, self.cap
         carry_get, hist_get, present = self.carry.get, self.history.get, self.present_factor
-        extra_get = extra.get if extra else None
+        extra_get = (extra or _NOTHING_PENDING).get
         if steps is None:
             steps = {}  # lid x II + head slot -> step cost, or None where strict forbids it
         inf, heappop, heappush = math.inf, heapq.heappop, heapq.heappush
@@ -443,32 +445,35 @@ class RouteState:
             cost, h, pi = heappop(heap)
             if pi == dst_i:
                 return _backtrack_ints(prev, pi * span + h, span, cols), cost
-            if h >= max_hops or seen.get(pi * span + h, inf) < cost:
+            here = pi * span + h
+            if h >= max_hops or seen.get(here, inf) < cost:
                 continue
             left = max_hops - h - 1
             slot = (depart + h * hop) % ii
-            here = pi * span + h
             h1 = h + 1
-            for nb_i, lid, nr, nc in table[pi]:
+            for nb_i, lbase, nr, nc in table[pi]:
                 if to_row[nr] + to_col[nc] > left:
                     continue
-                sk = lid * ii + slot
+                sk = lbase + slot
                 step = steps.get(sk, -1.0)
                 if step == -1.0:
-                    # `_hop_cost`, inlined
+                    # `_hop_cost`, inlined; within capacity the factor
+                    # (1 + present x max(0, over)) is exactly 1.0 and is left out
                     step = 0.0
                     for j in range(flits):
-                        k = lid * ii + (slot + j) % ii
-                        held = carry_get(k, ())
-                        pending = extra_get(k, ()) if extra_get else ()
+                        k = lbase + (slot + j) % ii
+                        held, pending = carry_get(k, ()), extra_get(k, ())
                         if value in held or value in pending:
                             step += SHARED_FLIT_COST
                             continue
                         over = len(held) + len(pending) + 1 - cap
-                        if over > 0 and strict:
-                            step = None
-                            break
-                        step += (1.0 + hist_get(k, 0)) * (1.0 + present * max(0, over))
+                        if over > 0:
+                            if strict:
+                                step = None
+                                break
+                            step += (1.0 + hist_get(k, 0)) * (1.0 + present * over)
+                        else:
+                            step += 1.0 + hist_get(k, 0)
                     steps[sk] = step
                 if step is None:
                     continue
