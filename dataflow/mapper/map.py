@@ -13,7 +13,7 @@ from dataflow.mapper.schedule import anneal, rec_mii, res_mii, schedule_kernel
 from dataflow.mapper.tiling import tile_and_allocate
 
 DATAFLOWS = ("os", "ws", "is")
-SCHEDULE_MEMO_ENTRIES = 4096  # (arch, body, copies, II) attempts kept per process
+SCHEDULE_MEMO_ENTRIES = 512  # (arch, body, copies, II) attempts kept per process (LRU)
 
 #: `schedule_kernel`'s outcome per (arch, body, copies, II): legal placements and routes, or
 #: the failure sentence (docs/planning_speed.md#schedules-of-identical-bodies)

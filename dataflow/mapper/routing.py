@@ -33,6 +33,7 @@ DEPART_DELAY_COST = 0.01
 # cost of a flit that rides one of the same value already on that (link, slot) (multicast): not
 # zero, so of two shared routes the shorter still wins
 SHARED_FLIT_COST = 0.05
+_NOTHING_PENDING: dict = {}  # a search's `extra` when the caller has none (never written)
 
 
 def is_immediate(kernel: Kernel, node: int) -> bool:
@@ -226,16 +227,17 @@ class _Neighbours(dict):
 
 
 class _IntNeighbours(dict):
-    """PE index (row x cols + column) -> ((neighbour's index, link id, its row, its column),
-    ...): `_Neighbours` for the router's int states, filled on first use."""
+    """PE index (row x cols + column) -> ((neighbour's index, link id x II, its row, its
+    column), ...): `_Neighbours` for the router's int states at one II (link id x II + slot
+    is a (link, slot) key), filled on first use."""
 
-    def __init__(self, nbrs: _Neighbours):
+    def __init__(self, nbrs: _Neighbours, ii: int):
         super().__init__()
-        self.nbrs, self.cols = nbrs, nbrs.cols
+        self.nbrs, self.cols, self.ii = nbrs, nbrs.cols, ii
 
     def __missing__(self, i):
-        cols = self.cols
-        out = self[i] = tuple((nb[0] * cols + nb[1], lid, nb[0], nb[1])
+        cols, ii = self.cols, self.ii
+        out = self[i] = tuple((nb[0] * cols + nb[1], lid * ii, nb[0], nb[1])
                               for nb, lid in self.nbrs[divmod(i, cols)])
         return out
 
@@ -265,11 +267,12 @@ class RouteState:
         self.present_factor = 0.5
         self.entries: Counter = Counter()
         self.paths_cache: dict = {}
+        self.lids_cache: dict = {}  # path -> link ids along it
         # links as small ints so (link, slot) keys are ints (link_id * II + slot): hashing
         # nested tuples dominated the route search; PE -> ((neighbour, link id), ...), lazily
         self.nbrs = _Neighbours(arch)
         self.cols = arch.pe_array.cols
-        self.int_nbrs = _IntNeighbours(self.nbrs)
+        self.int_nbrs = _IntNeighbours(self.nbrs, ii)
 
     def hops(self, a: tuple[int, int], b: tuple[int, int]) -> int:
         """`hop(arch, a, b)`."""
@@ -298,10 +301,18 @@ class RouteState:
         self.entries[pe] -= 1
 
     # -- links ----------------------------------------------------------------------------------
+    def path_lids(self, path) -> list[int]:
+        """The link ids along `path`, kept per path for this attempt."""
+        got = self.lids_cache.get(path)
+        if got is None:
+            lid = self.nbrs.link_id
+            got = self.lids_cache[path] = [lid(link) for link in pairwise(path)]
+        return got
+
     def link_keys(self, path, depart, flits):
-        ii, lid = self.ii, self.nbrs.link_id
-        return [lid(link) * ii + (depart + h * self.hop + j) % ii
-                for h, link in enumerate(pairwise(path)) for j in range(flits)]
+        ii, hop = self.ii, self.hop
+        return [lid * ii + (depart + h * hop + j) % ii
+                for h, lid in enumerate(self.path_lids(path)) for j in range(flits)]
 
     def describe(self, key) -> tuple:
         """(link, slot) of an int (link, slot) key."""
@@ -368,9 +379,13 @@ class RouteState:
             if not hops:
                 return path, ready
             last = t - hops * self.hop - (flits - 1)
-            for depart in range(ready, min(last, ready + self.ii - 1) + 1):
-                keys = self.link_keys(path, depart, flits)
-                if self.fits(keys, value, extra):
+            lids, ii, hop, new_flit = self.path_lids(path), self.ii, self.hop, self.new_flit
+            for depart in range(ready, min(last, ready + ii - 1) + 1):
+                # `fits(link_keys(path, depart, flits))`, stopping at the first key over
+                # capacity (the same keys in the same order)
+                if all((o := new_flit(lid * ii + (depart + h * hop + j) % ii, value, extra))
+                       is None or o <= 0
+                       for h, lid in enumerate(lids) for j in range(flits)):
                     return path, depart
         return None
 
@@ -422,7 +437,7 @@ class RouteState:
         prev = {src_i * span: -1}
         table, hop, ii, cap = self.int_nbrs, self.hop, self.ii, self.cap
         carry_get, hist_get, present = self.carry.get, self.history.get, self.present_factor
-        extra_get = extra.get if extra else None
+        extra_get = (extra or _NOTHING_PENDING).get
         if steps is None:
             steps = {}  # lid x II + head slot -> step cost, or None where strict forbids it
         inf, heappop, heappush = math.inf, heapq.heappop, heapq.heappush
@@ -430,32 +445,35 @@ class RouteState:
             cost, h, pi = heappop(heap)
             if pi == dst_i:
                 return _backtrack_ints(prev, pi * span + h, span, cols), cost
-            if h >= max_hops or seen.get(pi * span + h, inf) < cost:
+            here = pi * span + h
+            if h >= max_hops or seen.get(here, inf) < cost:
                 continue
             left = max_hops - h - 1
             slot = (depart + h * hop) % ii
-            here = pi * span + h
             h1 = h + 1
-            for nb_i, lid, nr, nc in table[pi]:
+            for nb_i, lbase, nr, nc in table[pi]:
                 if to_row[nr] + to_col[nc] > left:
                     continue
-                sk = lid * ii + slot
+                sk = lbase + slot
                 step = steps.get(sk, -1.0)
                 if step == -1.0:
-                    # `_hop_cost`, inlined
+                    # `_hop_cost`, inlined; within capacity the factor
+                    # (1 + present x max(0, over)) is exactly 1.0 and is left out
                     step = 0.0
                     for j in range(flits):
-                        k = lid * ii + (slot + j) % ii
-                        held = carry_get(k, ())
-                        pending = extra_get(k, ()) if extra_get else ()
+                        k = lbase + (slot + j) % ii
+                        held, pending = carry_get(k, ()), extra_get(k, ())
                         if value in held or value in pending:
                             step += SHARED_FLIT_COST
                             continue
                         over = len(held) + len(pending) + 1 - cap
-                        if over > 0 and strict:
-                            step = None
-                            break
-                        step += (1.0 + hist_get(k, 0)) * (1.0 + present * max(0, over))
+                        if over > 0:
+                            if strict:
+                                step = None
+                                break
+                            step += (1.0 + hist_get(k, 0)) * (1.0 + present * over)
+                        else:
+                            step += 1.0 + hist_get(k, 0)
                     steps[sk] = step
                 if step is None:
                     continue

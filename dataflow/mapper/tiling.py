@@ -44,7 +44,9 @@ def _row_windows(kernel: Kernel, lanes: int,
     outer = kernel.loops[0]
     dom = enumerate_domain(kernel, lanes)
     o = dom[outer.var]
-    out = {}
+    # per buffer, each iteration's lowest and highest word over the buffer's nodes, then one
+    # reduction per outer index (the min of mins is the min: integers, any order)
+    spans: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for n in kernel.nodes:
         if not n.op.is_memory or not streamed[n.buffer]:
             continue
@@ -62,13 +64,13 @@ def _row_windows(kernel: Kernel, lanes: int,
                 lo_a, hi_a = a, a + 1
         else:
             lo_a, hi_a = a, a + max(1, n.addr.span)
-        lo = _per_outer(np.minimum, np.iinfo(np.int64).max, o, lo_a, outer.extent)
-        hi = _per_outer(np.maximum, np.iinfo(np.int64).min, o, hi_a, outer.extent)
-        if n.buffer in out:
-            lo = np.minimum(lo, out[n.buffer][0])
-            hi = np.maximum(hi, out[n.buffer][1])
-        out[n.buffer] = (lo, hi)
-    return out
+        if n.buffer in spans:
+            lo_a = np.minimum(lo_a, spans[n.buffer][0])
+            hi_a = np.maximum(hi_a, spans[n.buffer][1])
+        spans[n.buffer] = (lo_a, hi_a)
+    return {name: (_per_outer(np.minimum, np.iinfo(np.int64).max, o, lo_a, outer.extent),
+                   _per_outer(np.maximum, np.iinfo(np.int64).min, o, hi_a, outer.extent))
+            for name, (lo_a, hi_a) in spans.items()}
 
 
 def _per_outer(ufunc, empty: int, o: np.ndarray, vals: np.ndarray, extent: int) -> np.ndarray:

@@ -173,14 +173,20 @@ def _queued_stalls(rd: np.ndarray, wr: np.ndarray, spm: SPMSpec) -> int:
         if t >= n_cycles:
             break
         c, w_t = cycles_for_reads[t], writes[t]
-        e = 0
+        # per line: v - min(v, c W) retired, then ceil(max(v - D, 0) / W) extra cycles for
+        # the longest queue beyond its depth (v >= 0; the same integers, fewer calls)
+        e, cw = 0, c * W
         for i in lines:
             v = q[i] + w_t[i]
-            v -= min(v, c * W)
+            v = v - cw if v > cw else 0
             q[i] = v
-            e = max(e, -(-max(v - D, 0) // W))
+            if v > D:
+                x = -(-(v - D) // W)
+                if x > e:
+                    e = x
         if e:
-            q = [v - min(v, e * W) for v in q]
+            ew = e * W
+            q = [v - ew if v > ew else 0 for v in q]
         stall += c - 1 + e
         t += 1
     return stall + max(-(-v // W) for v in q)

@@ -165,6 +165,7 @@ class _LayoutCost:
         self.rows, self.budget, self.mode = rows, budget, mode
         self.per_kernel: dict = {}
         self.program = None  # the identity layout's two-tile program and mappings
+        self.shapes: dict = {}  # kernel index -> shape_key of the identity layout's body
 
     def __call__(self, layout, bound: float = math.inf) -> int:
         """The layout's stalls; once the kernels counted so far reach `bound` (the best
@@ -199,7 +200,9 @@ class _LayoutCost:
         kms = self.program[1]
         one = dataclasses.replace(spec, batch=2 * self.rows * spec.col_blocks * spec.lanes)
         kernel = live_kernel(group_kernel(one, self.groups[i], len(self.groups), i))
-        if shape_key(kernel, self.arch) != shape_key(kms[i].kernel, self.arch):
+        if i not in self.shapes:  # the identity layout's body, keyed once per kernel
+            self.shapes[i] = shape_key(kms[i].kernel, self.arch)
+        if shape_key(kernel, self.arch) != self.shapes[i]:
             return map_stage_kernel(kernel, self.arch, self.rows, self.budget)
         tiles, allocs = tile_and_allocate(kernel, self.arch, self.rows)
         return dataclasses.replace(kms[i], kernel=kernel, tiles=tiles, allocations=allocs)
