@@ -23,22 +23,22 @@ def test_retile_keeps_values_and_never_loses(default_arch):
     assert res.cycles <= plain.cycles
     assert_close(res.output, plain.output)
     assert_close(res.output, moe_reference(x, wg, bias, w, 2), dtype=np.float32)
-    kernels = {km.kernel.name: km for km in chosen.kernels}
-    assert kernels["experts"] is mapping.kernels[1]  # only the small kernels are retiled
+    # the kernels are the same, only their SPM tiles differ
+    assert [str(km.kernel) for km in chosen.kernels] == [str(km.kernel) for km in mapping.kernels]
 
 
 def test_default_sizes_faster_than_the_mappers_tiling(default_arch):
     """The issue's MoE (8 experts, top 2, 64 tokens, dim and hidden 64): fewer cycles with the
-    gate and combine retiled than with the mapper's 8 tiles per kernel (measured: 7,255 against
-    9,219 with X's rows padded; 7,297 against 9,261 without)."""
+    kernels retiled than with the mapper's 8 tiles per kernel (measured: 6,963 against 9,219
+    with X's rows padded; 7,297 against 9,261 without, the gate and combine alone)."""
     ops = make_moe_operands(8, 64, 64, 64, 0.0, seed=0)
     res, routing = simulate_moe(*ops, 2, default_arch)
     assert res.values_match_reference
     mapping = compile_program(grouped_program(ops[0], ops[1], ops[3], routing), default_arch)
     plain = simulate_mapping(mapping)
     assert res.cycles < plain.cycles
-    small = {k.kernel: len(k.tiles) for k in res.kernels}
-    assert small["gate"] < 8 or small["combine"] < 8
+    tiles = {k.kernel: len(k.tiles) for k in res.kernels}
+    assert min(tiles.values()) < 8
     assert res.cycles >= res.roofline_cycles > 0
 
 

@@ -124,8 +124,11 @@ def grouped_program(x, wg, w, routing: Routing, block: int = BLOCK_ROWS) -> Prog
 #: words of pad after each token's row of the experts' copy of X (`grouped_program`)
 X_PAD = 8
 
-#: SPM tiles tried for the grouped program's small kernels (`retile_small_kernels`)
+#: SPM tiles tried for the grouped program's kernels (`retile_small_kernels`)
 SMALL_KERNEL_TILES = (4, 2, 1)
+#: the kernels retiled, in order: the small ones first, then the experts (fewer, larger
+#: tiles of two or more experts' weights each: fewer DMA latencies, less overlap)
+RETILED = ("combine", "gate", "experts")
 
 
 def retile_small_kernels(mapping, arch, run):
@@ -135,10 +138,10 @@ def retile_small_kernels(mapping, arch, run):
     (`mapper.tiling.MIN_TILES`, sized for overlap) run them at several times their compute;
     fewer, larger tiles pay the latency fewer times, and when the gate's loads land earlier
     the experts' weights are prefetched sooner (docs/conventions.md#moe-the-grouped-placement).
-    `run(mapping)` simulates; the mapper's tiling stays a candidate, so the choice never loses
-    to it."""
+    The experts kernel is tried the same way last. `run(mapping)` simulates; the mapper's
+    tiling stays a candidate, so the choice never loses to it."""
     best_res, best = run(mapping), mapping
-    for name in ("combine", "gate"):
+    for name in RETILED:
         i = next((i for i, km in enumerate(best.kernels) if km.kernel.name == name), None)
         if i is None:
             continue
