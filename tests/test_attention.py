@@ -427,3 +427,23 @@ def test_dia_lowering_rejects_other_patterns_and_auto_falls_back():
     pos, crd, _ = mask_csr("dense", 16)  # a band too, but half of its DIA positions are fillers
     assert SparseAttention(q, k, v, pos, crd, lowering="auto").lowering == "csr"
     assert SparseAttention(q, k, v, pos, crd, lowering="dia").lowering == "dia"
+
+
+def test_reference_dense_blocks_equal_gathered_pairs(monkeypatch):
+    """`attention_reference` on a dense or causal mask takes its scores from dense Q K^T
+    blocks (`DENSE_BLOCK`): the same output, and the same rows NaN when q or k hold NaN or
+    inf, as gathering the attended pairs one by one."""
+    import dataflow.attention.reference as r
+
+    rng = np.random.default_rng(4)
+    q, k, v = (rng.standard_normal((96, 16), dtype=np.float32) for _ in range(3))
+    q[3, 5], k[7, 1] = np.nan, np.inf
+    for mask in (np.ones((96, 96)), np.tril(np.ones((96, 96)))):
+        pos, crd, _ = mask_csr(mask, 96)
+        monkeypatch.setattr(r, "DENSE_BLOCK", 0.25)
+        dense = r.attention_reference(q, k, v, pos, crd, rows_per_block=40)
+        monkeypatch.setattr(r, "DENSE_BLOCK", 2.0)  # never dense
+        pairs = r.attention_reference(q, k, v, pos, crd, rows_per_block=40)
+        assert np.array_equal(np.isnan(dense), np.isnan(pairs))
+        assert np.isnan(pairs).any() and not np.isnan(pairs).all()
+        np.testing.assert_allclose(dense, pairs, rtol=1e-6, atol=1e-7, equal_nan=True)

@@ -139,3 +139,25 @@ def test_segment_fold_equals_in_order_accumulation(shape):
             for fold in (fast._segment_fold_numpy, compiled, fast.segment_fold):
                 got = fold(ufunc, ident, src, ends, np.float32)
                 assert np.array_equal(want.view(np.int32), got.view(np.int32)), fold
+
+
+@pytest.mark.parametrize("stride", [1, 2, 5])
+@pytest.mark.parametrize("dtype", [np.float32, np.int64])
+def test_compiled_gather_equals_numpy(stride, dtype, monkeypatch):
+    """`fast._gather` through the compiled loop (`_gather_loops`) gives the same values, dead
+    lanes zero, as numpy's strided view, for full and partial lanes and any buffer dtype."""
+    from dataflow.pe_array import fast
+
+    rng = np.random.default_rng(2)
+    buf = (rng.standard_normal(400) * 100).astype(dtype)
+    a0 = rng.integers(0, 400 - 7 * stride, 300)
+    active = rng.integers(1, 9, 300)
+    for mask in (np.ones((300, 8), bool), np.arange(8)[None, :] < active[:, None]):
+        at = fast._Lanes(a0, stride, 8, mask, full=bool(mask.all()))
+        monkeypatch.setenv(fast.FOLD_JIT_ENV, "always")
+        on = fast._gather(buf, at)
+        monkeypatch.setenv(fast.FOLD_JIT_ENV, "0")
+        off = fast._gather(buf, at)
+        want = np.where(mask, buf[a0[:, None] + stride * np.arange(8)], 0)
+        assert on.dtype == off.dtype == buf.dtype
+        assert np.array_equal(on, want) and np.array_equal(off, want)

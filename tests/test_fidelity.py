@@ -17,6 +17,7 @@ import pytest
 import scipy.sparse as sp
 
 from dataflow.dfg.domain import num_iterations
+from dataflow.dfg.graph import vector_nodes
 from dataflow.mapper import map_program
 from dataflow.pe_array.simulate import simulate_mapping
 from dataflow.testing import assert_close
@@ -244,3 +245,82 @@ def test_compiled_fold_is_exact(preset, prog, monkeypatch):
     off = simulate_mapping(mapping, "fast")
     assert on.to_dict() == off.to_dict()
     assert np.array_equal(on.output, off.output)
+
+
+@pytest.mark.parametrize("jit", ["always", "0"])
+def test_shared_address_sums_are_exact(jit, monkeypatch):
+    """Nodes of one affine term set share the tile's address sum, flush iterations and memo
+    base (`fast._affine_base`, docs/architecture.md#sharing-and-compiled-gathers): the planned
+    GEMM's MACCs differ only by constants, so they share one, and the fast engine equals the
+    reference stepper with the compiled gather on and off; a sum built from the wrong terms
+    (a scalar access keeping the vector loop's) fails it."""
+    from dataflow.pe_array import fast
+    from dataflow.plan.compile import compile_program
+
+    rng = np.random.default_rng(13)
+    a = as_tensor(rng.standard_normal((24, 40), dtype=np.float32))
+    mapping = compile_program(lower_matmul(
+        a, as_tensor(rng.standard_normal((40, 20), dtype=np.float32))), arch("default"))
+    km = mapping.kernels[0]
+    ctx = type("C", (), {"km": km, "vec": frozenset(vector_nodes(km.kernel))})()
+    terms = [fast._affine_terms(ctx, n) for n in km.kernel.nodes if n.op.value == "macc"]
+    assert len(terms) > 1 and len(set(terms)) < len(terms)  # really shared
+    monkeypatch.setenv(fast.FOLD_JIT_ENV, jit)
+    assert_engines_identical(mapping)
+
+
+def test_accumulators_of_two_term_sets_flush_apart():
+    """Two accumulators of one tile whose addresses have different loop terms (row sums into
+    R[i], column sums into S[kk]) flush at their own run ends: the flush iterations shared
+    per term set (`fast._flushes`) must not leak from one set to the other."""
+    from dataflow.dfg.graph import Addr, Buffer, Kernel, Loop, Node, Program
+    from dataflow.dfg.lower import run_passes
+    from dataflow.dfg.ops import Op
+
+    x = np.random.default_rng(17).standard_normal(512).astype(np.float32)
+    nodes = (Node(0, Op.LOAD, (), buffer="X", addr=Addr((("i", 64), ("kk", 1)))),
+             Node(1, Op.ACC, (0,), buffer="R", addr=Addr((("i", 1),))),
+             Node(2, Op.ACC, (0,), buffer="S", addr=Addr((("kk", 1),))))
+    kernel = Kernel(name="sums", loops=(Loop("i", 8), Loop("kk", 64)), nodes=nodes,
+                    buffers=(Buffer("X", 512), Buffer("R", 8, "output"),
+                             Buffer("S", 64, "output")), carried=((1, 1, 1), (2, 2, 1)))
+    prog = run_passes(Program(name="sums", kernels=(kernel,), inputs=(("X", x),),
+                              outputs=(("R", (8,)), ("S", (64,)))))
+    mapping = map_program(prog, arch("default"))
+    km = mapping.kernels[0]
+    assert max(t.hi - t.lo for t in km.tiles) * 64 > 2 * km.copies  # runs longer than 1
+    res = assert_engines_identical(mapping)
+    assert np.allclose(np.asarray(res.output).ravel()[:8], x.reshape(8, 64).sum(axis=1),
+                       atol=1e-4)
+
+
+@pytest.mark.parametrize("preset", ["default", "lanes4-torus"])
+def test_grouped_macc_fold_is_exact(preset, monkeypatch):
+    """The planned GEMM's MACCs (one lane of A each, times B's lanes) fold as one group in one
+    compiled call (`fast._group_macc_fold`): equal to the reference stepper, and to the fast
+    engine folding them one by one (DATAFLOW_MACC_GROUPS=0), every field and bit; the group
+    path is really taken."""
+    from dataflow.pe_array import fast
+    from dataflow.plan.compile import compile_program
+
+    rng = np.random.default_rng(19)
+    a = as_tensor(rng.standard_normal((24, 40), dtype=np.float32))
+    mapping = compile_program(lower_matmul(
+        a, as_tensor(rng.standard_normal((40, 20), dtype=np.float32))), arch(preset))
+    calls = []
+    group_fold = fast._group_macc_fold
+
+    def counted(*args):
+        calls.append(args[3].id)
+        return group_fold(*args)
+
+    monkeypatch.setattr(fast, "_group_macc_fold", counted)
+    monkeypatch.setenv(fast.FOLD_JIT_ENV, "always")
+    monkeypatch.setenv(fast.MACC_GROUPS_ENV, "1")
+    on = assert_engines_identical(mapping)
+    assert len(set(calls)) > 1, "no MACC group folded: this test would not see it go wrong"
+    monkeypatch.setenv(fast.MACC_GROUPS_ENV, "0")
+    off = simulate_mapping(mapping, "fast")
+    assert on.to_dict() == off.to_dict()
+    assert np.array_equal(np.asarray(on.output).view(np.int32),
+                          np.asarray(off.output).view(np.int32))

@@ -213,3 +213,137 @@ def test_rec_mii_shortcut_is_the_cycle_enumeration():
     # both paths are exercised: bodies with loop-carried edges and plain ones
     assert any(c for _, _, c in got)
     assert any(not c for _, _, c in got)
+
+
+# --- schedules of identical bodies (mapper/map.py `_schedule`) ---------------------------------
+
+def _fly4(const: int = 0, vector: bool = False):
+    """tests/test_mapper_routing.py's fly4 with its addresses moved by `const` words; `vector`
+    makes the loads vectors (more link flits: another body for the scheduler)."""
+    from dataflow.dfg.graph import Addr, Buffer, Kernel, Loop, Node
+    from dataflow.dfg.ops import Op
+    step = (("i", 4),) if not vector else (("i", 4), ("v", 1))
+    nodes = [Node(i, Op.LOAD, buffer="X", addr=Addr(step, const=i + const)) for i in range(4)]
+    for a, b in ((0, 1), (0, 1), (2, 3), (2, 3), (4, 6), (4, 6), (5, 7), (5, 7)):
+        nodes.append(Node(len(nodes), Op.ADD if len(nodes) % 2 else Op.SUB, (a, b)))
+    for j, v in enumerate(range(8, 12)):
+        nodes.append(Node(len(nodes), Op.STORE, (v,), buffer="Y",
+                          addr=Addr((("i", 4),), const=j + const)))
+    loops = (Loop("i", 16),) + ((Loop("v", 4),) if vector else ())
+    return Kernel(f"fly4+{const}", loops, tuple(nodes),
+                  (Buffer("X", 256), Buffer("Y", 256, "output")),
+                  vector_var="v" if vector else None)
+
+
+def test_identical_bodies_are_scheduled_once(monkeypatch):
+    """A body with other addresses reuses the memoised attempts (no schedule_kernel call) and
+    gets exactly the mapping an unmemoised call gives; another body (vector loads: more
+    flits) is scheduled anew."""
+    import dataflow.mapper.map as map_module
+    from dataflow.mapper.legality import check_kernel_mapping
+    from tests.archs import variant
+    arch = variant(**{"interconnect.links_per_direction": 1})
+    calls = []
+    real = map_module.schedule_kernel
+
+    def counted(kernel, *a, **k):
+        calls.append(kernel.name)
+        return real(kernel, *a, **k)
+
+    monkeypatch.setattr(map_module, "schedule_kernel", counted)
+    monkeypatch.setattr(map_module, "SCHEDULES", map_module.BoundedCache(64))
+    first = map_module.map_kernel(_fly4(0), arch, copies=2)
+    n = len(calls)
+    assert n >= 1
+    moved = _fly4(64)
+    assert map_module.body_key(moved) == map_module.body_key(_fly4(0))
+    again = map_module.map_kernel(moved, arch, copies=2)
+    assert len(calls) == n  # nothing scheduled
+    check_kernel_mapping(again, arch)
+    assert again.kernel is moved
+    map_module.SCHEDULES.clear()
+    fresh = map_module.map_kernel(moved, arch, copies=2)
+    assert len(calls) == 2 * n
+    assert (again.copies, again.ii, again.placements, again.routes) == \
+        (fresh.copies, fresh.ii, fresh.placements, fresh.routes) == \
+        (first.copies, first.ii, first.placements, first.routes)
+    vec = _fly4(0, vector=True)
+    assert map_module.body_key(vec) != map_module.body_key(_fly4(0))
+    map_module.map_kernel(vec, arch, copies=2)
+    assert len(calls) > 2 * n
+
+
+def test_a_failed_attempt_is_remembered_with_its_reason(monkeypatch):
+    import dataflow.mapper.map as map_module
+    from tests.archs import variant
+    arch = variant(**{"interconnect.links_per_direction": 1, "pe_array.rows": 4,
+                      "pe_array.cols": 4})
+    monkeypatch.setattr(map_module, "SCHEDULES", map_module.BoundedCache(64))
+    first: list[str] = []
+    assert map_module._schedule(_fly4(0), arch, 1, 1, first) is None
+    monkeypatch.setattr(map_module, "schedule_kernel", None)  # a second call would fail
+    again: list[str] = []
+    assert map_module._schedule(_fly4(8), arch, 1, 1, again) is None
+    assert again == first and first[0].startswith("links:")
+
+
+def test_route_state_keeps_overuse_as_a_scan_counts_it():
+    """`RouteState.over_total` and `overused()` (kept by reserve / unreserve) against a scan of
+    every (link, slot), over random reservations and releases at capacity 1 and 2."""
+    from collections import Counter
+
+    from dataflow.mapper.routing import RouteState
+    from tests.archs import variant
+    for cap in (1, 2):
+        arch = variant(**{"interconnect.links_per_direction": cap})
+        st = RouteState(_fly4(0), arch, 3)
+        rng = np.random.default_rng(cap)
+        held: Counter = Counter()
+        peak = 0
+        for _ in range(2000):
+            keys = [int(k) for k in rng.choice(12, size=int(rng.integers(1, 4)), replace=False)]
+            value = (0, int(rng.integers(0, 5)))
+            mine = [(k, value) for k in keys]
+            if rng.random() < 0.55 or not all(held[m] for m in mine):
+                st.reserve(keys, value)
+                held.update(mine)
+            else:
+                st.unreserve(keys, value)
+                held.subtract(mine)
+            scan = {k: len(c) - cap for k, c in st.carry.items() if len(c) > cap}
+            assert st.overused() == scan and list(st.overused()) == list(scan)
+            assert st.over_total == sum(scan.values())
+            peak = max(peak, st.over_total)
+        assert peak >= 3  # overuse did happen and come and go
+
+
+@pytest.mark.parametrize("n", [64, 256])
+def test_layout_search_with_a_bound_picks_what_the_full_count_picks(n, monkeypatch, tmp_path):
+    """`_LayoutCost` stops counting a candidate's kernels once they reach the best layout's
+    stalls: the search keeps the same layout and note as with every kernel counted, and
+    counts no more kernels."""
+    from dataflow.cachefiles import BoundedCache
+    monkeypatch.setenv("DATAFLOW_CACHE_DIR", str(tmp_path))
+    spec, groups, rows, budget = _plan(n)
+    counted = []
+    real = spm_layout.kernel_stalls
+
+    def count(*a, **k):
+        counted.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(spm_layout, "kernel_stalls", count)
+    runs = []
+    plain = spm_layout._LayoutCost.__call__
+    for full in (False, True):
+        monkeypatch.setattr(spm_layout, "_LAYOUTS", BoundedCache(8))
+        for f in tmp_path.glob("layouts/*"):
+            f.unlink()
+        if full:
+            monkeypatch.setattr(spm_layout._LayoutCost, "__call__",
+                                lambda self, layout, bound=None: plain(self, layout))
+        counted.clear()
+        runs.append((spm_layout.choose_layout(spec, ARCH, groups, rows, budget), len(counted)))
+    (bounded, fewer), (full, every) = runs
+    assert bounded == full and "conflict stall cycles" in full[1]
+    assert fewer <= every

@@ -56,10 +56,6 @@ def test_bound_names_the_largest_floor():
 @pytest.mark.parametrize("arch", ["default", "mlx_4x4"])
 @pytest.mark.parametrize("workload", sorted(SMALL))
 def test_no_run_or_kernel_beats_its_roofline(workload, arch):
-    if (workload, arch) == ("attention", "mlx_4x4"):
-        # its lane sums run as scalar accumulations now (docs/conventions.md#sparse-line-model),
-        # but the softmax needs accmax and div, which the MLX preset does not run
-        pytest.skip("the MLX preset has no accmax or div unit for the softmax")
     r = dataflow.simulate(workload, arch=arch, **SMALL[workload])
     assert r.values_match_reference
     assert r.roofline is not None and r.roofline_cycles > 0

@@ -128,8 +128,8 @@ def issue_bound_cycles(nnz: int, dim: int, dim_v: int, arch) -> dict[str, int]:
 def phase_cycles(res) -> dict[str, int]:
     """Compute cycles of a simulated attention by phase: sddmm, softmax (3 kernels), spmm."""
     out = {"sddmm": 0, "softmax": 0, "spmm": 0}
-    for kr in res.kernels:
-        phase = KERNEL_PHASE.get(kr.kernel, kr.kernel)
+    for kr in res.kernels:  # "softmax_max.level1": a kernel that replaces softmax_max
+        phase = KERNEL_PHASE.get(kr.kernel.split(".")[0], kr.kernel)
         out[phase] = out.get(phase, 0) + kr.compute_cycles
     return out
 
@@ -146,7 +146,7 @@ def _as_matrix(name: str, x) -> np.ndarray:
 
 def sparse_attention(q, k, v, pattern="dense", backend: str = "numpy", arch=None, *,
                      engine: str = "fast", return_result: bool = False, cache=None,
-                     lowering: str = "csr", **pattern_params):
+                     lowering: str = "csr", reference=None, **pattern_params):
     """Masked attention softmax(mask(Q K^T / sqrt(d))) V with a structured sparsity pattern.
 
     `pattern` is a name from `PATTERNS` (its parameters, e.g. `window=8`, `dilation=2`,
@@ -158,6 +158,8 @@ def sparse_attention(q, k, v, pattern="dense", backend: str = "numpy", arch=None
     (lower + map) are cached like the other frontend ops' (`cache`: a PlanCache, None for the
     default memory + disk cache, False to always plan afresh). `lowering` (sim): "csr" for
     any mask, "dia" for banded masks (window, dilated: affine, no gathers), "auto" to pick.
+    `reference` (sim): `attention_reference(q, k, v, pos, crd)` when the caller has computed it
+    already (a model layer keeps it), so the check does not compute it again.
     """
     warn_if_grad("sparse_attention", q, k, v)
     if backend not in BACKENDS:
@@ -181,19 +183,21 @@ def sparse_attention(q, k, v, pattern="dense", backend: str = "numpy", arch=None
             raise UserError("return_result needs backend='sim'")
         return get_executor("attention", backend)(q, k, v, pos, crd, pattern, pattern_params)
     res = _simulate(q, k, v, pos, crd, arch, engine, workload="attention", cache=cache,
-                    lowering=lowering)
+                    lowering=lowering, reference=reference)
     return (res.output, res) if return_result else res.output
 
 
 def _simulate(q, k, v, pos, crd, arch, engine, workload, trace=False, t0=None, cache=None,
-              lowering="csr"):
+              lowering="csr", reference=None):
     """Plan (through the plan cache unless `cache` is False), run the engine, check values."""
     t0 = time.perf_counter() if t0 is None else t0
     op = SparseAttention(q, k, v, pos, crd, lowering=lowering)
     plan = op.plan(arch=arch, cache=cache)
     mapping = plan.bind(op._lower())
     res = simulate_mapping(mapping, engine=engine, trace=trace, workload=workload)
-    res = finish(res, attention_reference(q, k, v, pos, crd), t0, mapping)
+    if reference is None:
+        reference = attention_reference(q, k, v, pos, crd)
+    res = finish(res, reference, t0, mapping)
     ph = phase_cycles(res)
     bound = compute_bound_cycles(len(crd), q.shape[1], v.shape[1], plan.arch)
     extra = (f"attention nnz {len(crd):,} of {q.shape[0] * k.shape[0]:,} "

@@ -74,7 +74,8 @@ def _successors(kernel: Kernel) -> dict[int, list[int]]:
 
 
 def _overuse(st: RouteState) -> int:
-    return sum(max(0, len(c) - st.cap) for c in st.carry.values())
+    """Values beyond capacity summed over every (link, slot) (kept by `RouteState`)."""
+    return st.over_total
 
 
 def _retime(st: RouteState, where, routes) -> None:
@@ -104,9 +105,11 @@ def _dependence_window(kernel: Kernel, where, succs, copy: int, nid: int,
 
 def _pick_congested_node(st: RouteState, routes, rng: random.Random) -> tuple[int, int]:
     """(copy, node) at one end of a route through a random overused (link, slot)."""
-    over = [k for k, c in st.carry.items() if len(c) > st.cap]
+    over = list(st.overused())
     key = rng.choice(over)
-    users = [rk for rk, (_, _, keys) in routes.items() if key in keys]
+    # only routes of a value on that (link, slot) can cross it: the cheap test first
+    on = st.carry[key]
+    users = [rk for rk, (_, _, keys) in routes.items() if (rk[0], rk[1]) in on and key in keys]
     copy, s, d = rng.choice(users)
     return copy, rng.choice((s, d))
 

@@ -5,13 +5,48 @@ from __future__ import annotations
 import heapq
 
 from dataflow.arch.spec import ArchSpec, PEKind
-from dataflow.dfg.graph import Kernel, Program
+from dataflow.cachefiles import BoundedCache
+from dataflow.dfg.graph import Kernel, Program, vector_nodes
 from dataflow.mapper.legality import check_kernel_mapping, check_mapping
 from dataflow.mapper.mapping import KernelMapping, Mapping, MappingError, SystolicMapping
 from dataflow.mapper.schedule import anneal, rec_mii, res_mii, schedule_kernel
 from dataflow.mapper.tiling import tile_and_allocate
 
 DATAFLOWS = ("os", "ws", "is")
+SCHEDULE_MEMO_ENTRIES = 4096  # (arch, body, copies, II) attempts kept per process
+
+#: `schedule_kernel`'s outcome per (arch, body, copies, II): legal placements and routes, or
+#: the failure sentence (docs/planning_speed.md#schedules-of-identical-bodies)
+SCHEDULES = BoundedCache(SCHEDULE_MEMO_ENTRIES)
+
+
+def body_key(kernel: Kernel) -> tuple:
+    """Everything of a kernel `schedule_kernel` reads: each node's op, inputs and vector-ness
+    (link flits). Not addresses, buffers or loops: bodies with equal keys get the same
+    placements and routes, and differ only in tiles, SPM allocation and register pressure,
+    which `check_kernel_mapping` checks per kernel."""
+    vec = vector_nodes(kernel)
+    return tuple((n.op, n.inputs, n.id in vec) for n in kernel.nodes)
+
+
+def _schedule(kernel: Kernel, arch: ArchSpec, copies: int, ii: int, diag: list[str]):
+    """`schedule_kernel`, memoised on (arch, `body_key`, copies, II). It is deterministic (its
+    random moves are seeded), so a hit returns what the call would: the stage bodies a
+    butterfly repeats across layers, FNet's sequence and hidden FFTs, and the copy counts
+    `stage_mapping._more_copies` and a retry with more slack probe again are scheduled once."""
+    key = (arch, body_key(kernel), copies, ii)
+    hit = SCHEDULES.get(key)
+    if hit is None:
+        why: list[str] = []
+        got = schedule_kernel(kernel, arch, copies, ii, why)
+        if got is not None:
+            got = (tuple(got[0]), tuple(got[1]))
+        hit = (got, why[-1] if why else None)
+        SCHEDULES.put(key, hit)
+    got, message = hit
+    if message is not None:
+        diag.append(message)
+    return got
 
 
 def _score(copies: int, ii: int) -> tuple[float, int]:
@@ -88,7 +123,7 @@ def _best_schedule(kernel, arch, candidates, rec, max_ii_slack, allocs, tiles):
         if ii < mii + max_ii_slack:
             heapq.heappush(heap, (tuple(-x for x in _score(u, ii + 1)), u, ii + 1, mii, res))
         diag: list[str] = []
-        got = schedule_kernel(kernel, arch, u, ii, diag)
+        got = _schedule(kernel, arch, u, ii, diag)
         if got is None:
             why[u] = f"at II = {ii}: {diag[-1]}" if diag else f"at II = {ii}"
             continue

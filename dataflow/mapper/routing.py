@@ -225,6 +225,21 @@ class _Neighbours(dict):
         return pe, _neighbours(self.arch, pe)[lid % self.width]
 
 
+class _IntNeighbours(dict):
+    """PE index (row x cols + column) -> ((neighbour's index, link id, its row, its column),
+    ...): `_Neighbours` for the router's int states, filled on first use."""
+
+    def __init__(self, nbrs: _Neighbours):
+        super().__init__()
+        self.nbrs, self.cols = nbrs, nbrs.cols
+
+    def __missing__(self, i):
+        cols = self.cols
+        out = self[i] = tuple((nb[0] * cols + nb[1], lid, nb[0], nb[1])
+                              for nb, lid in self.nbrs[divmod(i, cols)])
+        return out
+
+
 class RouteState:
     """Reservation tables and PathFinder costs for one (copies, II) attempt."""
 
@@ -239,6 +254,13 @@ class RouteState:
         # (link, slot) -> {value: routes using it}; a link carries each value once per cycle
         # however many consumers downstream share it (multicast), so occupancy = distinct values
         self.carry: dict = {}
+        # kept with `carry` by reserve / unreserve: the total overuse, the overused keys, and
+        # each key's position in `carry` (keys are never removed), so `overused` lists them in
+        # carry's order without scanning every (link, slot)
+        # (docs/planning_speed.md#router-and-repair-bookkeeping)
+        self.over_total = 0
+        self.over_keys: set = set()
+        self.seq: dict = {}
         self.history: Counter = Counter()
         self.present_factor = 0.5
         self.entries: Counter = Counter()
@@ -246,6 +268,8 @@ class RouteState:
         # links as small ints so (link, slot) keys are ints (link_id * II + slot): hashing
         # nested tuples dominated the route search; PE -> ((neighbour, link id), ...), lazily
         self.nbrs = _Neighbours(arch)
+        self.cols = arch.pe_array.cols
+        self.int_nbrs = _IntNeighbours(self.nbrs)
 
     def hops(self, a: tuple[int, int], b: tuple[int, int]) -> int:
         """`hop(arch, a, b)`."""
@@ -287,16 +311,28 @@ class RouteState:
         return depart + hops * self.hop + (flits - 1 if hops else 0)
 
     def reserve(self, keys, value) -> None:
+        carry, cap = self.carry, self.cap
         for k in keys:
-            c = self.carry.setdefault(k, Counter())
+            c = carry.get(k)
+            if c is None:
+                c = carry[k] = Counter()
+                self.seq[k] = len(self.seq)
+            if value not in c and len(c) >= cap:  # one more distinct value, over capacity
+                self.over_total += 1
+                self.over_keys.add(k)
             c[value] += 1
 
     def unreserve(self, keys, value) -> None:
+        cap = self.cap
         for k in keys:
             c = self.carry[k]
             c[value] -= 1
             if not c[value]:
                 del c[value]
+                if len(c) >= cap:  # it was over capacity by one more
+                    self.over_total -= 1
+                if len(c) <= cap:
+                    self.over_keys.discard(k)
 
     def new_flit(self, k, value, extra) -> int | None:
         """Overuse (> 0: over capacity) if `value` were added to (link, slot) `k` now; None
@@ -311,7 +347,10 @@ class RouteState:
         return all((o := self.new_flit(k, value, extra)) is None or o <= 0 for k in keys)
 
     def overused(self) -> dict:
-        return {k: len(c) - self.cap for k, c in self.carry.items() if len(c) > self.cap}
+        """(link, slot) key -> values beyond capacity, for the overused keys in `carry`'s
+        order."""
+        carry, cap = self.carry, self.cap
+        return {k: len(carry[k]) - cap for k in sorted(self.over_keys, key=self.seq.__getitem__)}
 
     def quick_paths(self, a, b):
         key = (a, b)
@@ -341,6 +380,9 @@ class RouteState:
         strict forbids overuse. Returns (path, depart, cost) or None."""
         hop, ii = self.hop, self.ii
         best = None
+        # a step's price depends on its link and its head's slot only, and nothing it reads
+        # changes during this call: priced once for every departure (docs/planning_speed.md)
+        steps: dict = {}
         for depart in range(ready, ready + min(ii, max(1, t - ready + 1))):
             max_hops = (t - depart - (flits - 1)) // hop
             if self.hops(src_pe, dst_pe) > max_hops:
@@ -349,50 +391,61 @@ class RouteState:
                 return (src_pe,), depart, 0.0
             start_cost = DEPART_DELAY_COST * (depart - ready)
             got = self._cheapest_path(src_pe, dst_pe, depart, start_cost, max_hops, flits,
-                                      strict, value, extra)
+                                      strict, value, extra, steps,
+                                      math.inf if best is None else best[2])
             if got is not None and (best is None or got[1] < best[2]):
                 best = (got[0], depart, got[1])
         return best
 
     def _cheapest_path(self, src_pe, dst_pe, depart, start_cost, max_hops, flits, strict,
-                       value, extra):
+                       value, extra, steps=None, bound=math.inf):
         """Dijkstra over (PE, hops) for one departure cycle, at most `max_hops` hops;
-        (path, cost) or None when dst_pe is not reached.
+        (path, cost) or None when dst_pe is not reached at a cost below `bound` (the cost of
+        an earlier departure's route, which only a cheaper one replaces: states at `bound` or
+        above are never pushed, and every state below it is popped in the order it was).
 
         The innermost loop of the mapper (issue 14; docs/planning_speed.md): `_hop_cost` is
-        inlined with the state in locals, and a (link, hops) step is priced once per search
-        (the carried values, history and `extra` do not change during one search), with the
-        same floating-point operations in the same order, so the paths and costs are those
-        of the plain loop."""
+        inlined with the state in locals, a step is priced once per (link, head slot) (the
+        carried values, history and `extra` do not change during one search; `steps` may be
+        shared by the departures of one `search_route`), and a PE is the int
+        row x cols + column, a state the int PE x (max_hops + 1) + hops: the heap orders
+        (cost, hops, PE) as it ordered (cost, hops, (row, column)), and the floating-point
+        operations are the same in the same order, so the paths and costs are those of the
+        plain loop."""
+        cols = self.cols
+        span = max_hops + 1
         seen: dict = {}
         # hops left to dst_pe from each row and column (distances are symmetric)
         to_row, to_col = self.rows_from(dst_pe[0]), self.cols_from(dst_pe[1])
-        heap = [(start_cost, 0, src_pe)]
-        prev = {(src_pe, 0): None}
-        nbrs, hop, ii, cap = self.nbrs, self.hop, self.ii, self.cap
+        src_i, dst_i = src_pe[0] * cols + src_pe[1], dst_pe[0] * cols + dst_pe[1]
+        heap = [(start_cost, 0, src_i)]
+        prev = {src_i * span: -1}
+        table, hop, ii, cap = self.int_nbrs, self.hop, self.ii, self.cap
         carry_get, hist_get, present = self.carry.get, self.history.get, self.present_factor
         extra_get = extra.get if extra else None
-        steps: dict = {}  # (link id, hops) -> step cost, or None where strict forbids it
+        if steps is None:
+            steps = {}  # lid x II + head slot -> step cost, or None where strict forbids it
         inf, heappop, heappush = math.inf, heapq.heappop, heapq.heappush
         while heap:
-            cost, h, pe = heappop(heap)
-            if pe == dst_pe:
-                return _backtrack(prev, (pe, h)), cost
-            if seen.get((pe, h), inf) < cost or h >= max_hops:
+            cost, h, pi = heappop(heap)
+            if pi == dst_i:
+                return _backtrack_ints(prev, pi * span + h, span, cols), cost
+            if h >= max_hops or seen.get(pi * span + h, inf) < cost:
                 continue
             left = max_hops - h - 1
-            head = depart + h * hop
-            for nb, lid in nbrs[pe]:
-                if to_row[nb[0]] + to_col[nb[1]] > left:
+            slot = (depart + h * hop) % ii
+            here = pi * span + h
+            h1 = h + 1
+            for nb_i, lid, nr, nc in table[pi]:
+                if to_row[nr] + to_col[nc] > left:
                     continue
-                sk = (lid, h)
-                if sk in steps:
-                    step = steps[sk]
-                else:
+                sk = lid * ii + slot
+                step = steps.get(sk, -1.0)
+                if step == -1.0:
                     # `_hop_cost`, inlined
                     step = 0.0
                     for j in range(flits):
-                        k = lid * ii + (head + j) % ii
+                        k = lid * ii + (slot + j) % ii
                         held = carry_get(k, ())
                         pending = extra_get(k, ()) if extra_get else ()
                         if value in held or value in pending:
@@ -407,11 +460,13 @@ class RouteState:
                 if step is None:
                     continue
                 c2 = cost + step
-                nk = (nb, h + 1)
+                if c2 >= bound:
+                    continue
+                nk = nb_i * span + h1
                 if c2 < seen.get(nk, inf):
                     seen[nk] = c2
-                    prev[nk] = (pe, h)
-                    heappush(heap, (c2, h + 1, nb))
+                    prev[nk] = here
+                    heappush(heap, (c2, h1, nb_i))
         return None
 
     def _hop_cost(self, lid, head, flits, strict: bool, value, extra) -> float | None:
@@ -431,10 +486,10 @@ class RouteState:
         return step
 
 
-def _backtrack(prev, node) -> tuple:
-    """The PEs from the search's start to `node` = (PE, hops), following `prev`."""
-    path = [node[0]]
-    while prev[node] is not None:
-        node = prev[node]
-        path.append(node[0])
+def _backtrack_ints(prev, state: int, span: int, cols: int) -> tuple:
+    """The PEs from the search's start to `state` (PE x span + hops), following `prev`."""
+    path = []
+    while state != -1:
+        path.append(divmod(state // span, cols))
+        state = prev[state]
     return tuple(path[::-1])

@@ -197,13 +197,15 @@ def run_attention(layer: Layer, inputs, weights, arch: ArchSpec, options: RunOpt
     pattern = layer.op or "dense"
     mask = np.tril(np.ones((seq, seq), dtype=np.float32)) if pattern == "causal" else pattern
     results, outs, refs = [], [], []
+    pos, crd, _ = mask_csr(mask, seq)
     for h in range(qh.shape[0]):
+        # the reference once per head: the layer keeps it, the run checks against it
+        refs.append(attention_reference(qh[h], kh[h], vh[h], pos, crd))
         out, res = sparse_attention(qh[h], kh[h], vh[h], pattern=mask, backend="sim", arch=arch,
-                                    engine=options.engine, return_result=True)
+                                    engine=options.engine, return_result=True,
+                                    reference=refs[-1])
         results.append(res)
         outs.append(out)
-        pos, crd, _ = mask_csr(mask, seq)
-        refs.append(attention_reference(qh[h], kh[h], vh[h], pos, crd))
     out, ref = np.stack(outs), np.stack(refs)
     if q.ndim == 2:
         out, ref = (x.transpose(1, 0, 2).reshape(seq, -1) for x in (out, ref))

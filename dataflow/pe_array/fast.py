@@ -81,6 +81,12 @@ class _Kernel:
     times: np.ndarray
     bufs: dict[str, np.ndarray]
     fetched: dict[str, int]
+    # (iteration, copy, wave, all-live scalar mask) arrays by tile iteration count: tiles of
+    # one size share them (read-only)
+    layouts: dict = field(default_factory=dict)
+    # MACC node id -> the ids of its group: MACCs of one term set and the same two inputs,
+    # each taking one lane of input 0 (a GEMM's outer product), folded in one compiled call
+    macc_groups: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True, eq=False)
@@ -100,6 +106,12 @@ class _Waves:
     mask: np.ndarray
     live: int = 0
     full: bool = False
+    ones_mask: np.ndarray | None = None  # (n, 1) all live: a scalar access's mask, shared
+    # per tile: affine address sums by term set (`_affine_base`), flush iterations by term set
+    bases: dict = field(default_factory=dict)
+    base_range: dict = field(default_factory=dict)
+    flush_sel: dict = field(default_factory=dict)
+    group_regs: dict = field(default_factory=dict)  # a MACC group's folded registers by node
 
 
 @dataclass(frozen=True, eq=False)
@@ -128,9 +140,23 @@ class _TileAccesses:
     # row counts deferred until the tile's timing is known not to be memoised:
     # (node, addresses, live lanes, cycles) per access stream
     rows: list[tuple] = field(default_factory=list)
-    # per memory node: (buffer, SPM word of lane 0 per iteration, lowest and highest SPM word
-    # any lane may touch); the tile's address pattern (`_TimingMemo`)
-    pattern: list[tuple[str, np.ndarray, int, int]] = field(default_factory=list)
+    # per memory node: (buffer, SPM word of lane 0 per iteration (`_Shifted`), lowest and
+    # highest SPM word any lane may touch); the tile's address pattern (`_TimingMemo`)
+    pattern: list[tuple[str, _Shifted, int, int]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, eq=False)
+class _Shifted:
+    """Lane 0's SPM word per iteration as `base + off` (one int), without adding: nodes of one
+    term set share `base` (`_affine_base`), so the memo compares it once."""
+
+    base: np.ndarray
+    off: int
+
+    @staticmethod
+    def parts(s0) -> tuple[np.ndarray, int]:
+        """(base, off) of a `_Shifted` or of a plain array of words (off 0)."""
+        return (s0.base, int(s0.off)) if isinstance(s0, _Shifted) else (np.asarray(s0), 0)
 
 
 def same_word_rank(words: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -157,6 +183,7 @@ def run_kernel_fast(km: KernelMapping, arch: ArchSpec, inputs: dict[str, np.ndar
                   vec=frozenset(vector_nodes(kernel)), times=_issue_times(km), bufs=bufs,
                   # indirect-DMA words per gather-fetched input
                   fetched=gather_fetch_words(kernel, inputs, arch))
+    _group_maccs(ctx)
     ct = Counters(arch)
     timing = _TimingMemo(arch.spm) if tile_memo_enabled(memo) else None
     for ti, tile in enumerate(km.tiles):
@@ -292,11 +319,21 @@ class _TimingMemo:
             if n != w.n or len(old) != len(pattern) or not np.array_equal(active, w.active):
                 continue
             deltas: dict[str, int] = {}
+            same: dict[tuple[int, int], bool] = {}  # base pairs already compared
             ok = True
             for (name, s0, _, _), (oname, o0, _, _) in zip(pattern, old):
-                delta = int(s0[0] - o0[0])
+                # s0 = base + off: s0 - delta == o0 exactly when base - d == obase
+                (base, off), (obase, ooff) = _Shifted.parts(s0), _Shifted.parts(o0)
+                d = int(base[0] - obase[0])
+                delta = d + off - ooff
                 if (name != oname or deltas.setdefault(name, delta) != delta
-                        or not self._shift_ok(delta) or not np.array_equal(s0 - delta, o0)):
+                        or not self._shift_ok(delta)):
+                    ok = False
+                    break
+                key = (id(base), id(obase))
+                if key not in same:
+                    same[key] = bool(np.array_equal(base - d, obase))
+                if not same[key]:
                     ok = False
                     break
             if not ok:
@@ -316,19 +353,31 @@ class _TimingMemo:
 def _waves(ctx: _Kernel, dom: dict[str, np.ndarray], n: int) -> _Waves:
     """Each copy runs one contiguous chunk of ceil(n / copies) iterations, one per wave."""
     kernel, km = ctx.km.kernel, ctx.km
-    k = np.arange(n, dtype=np.int64)
     waves = -(-n // km.copies)
     if kernel.vector_var:
         active = np.minimum(ctx.lanes, kernel.vector_extent - dom[kernel.vector_var])
     else:
         active = np.ones(n, dtype=np.int64)
-    chunks = -(-n // waves)  # copies that get iterations
-    # k // waves and k % waves, without dividing n numbers
-    return _Waves(n=n, k=k, copy=np.repeat(np.arange(chunks), waves)[:n],
-                  wave=np.tile(np.arange(waves, dtype=np.int64), chunks)[:n], waves=waves,
+    layout = ctx.layouts.get(n)
+    if layout is None:
+        chunks = -(-n // waves)  # copies that get iterations
+        # k // waves and k % waves, without dividing n numbers
+        layout = (np.arange(n, dtype=np.int64), np.repeat(np.arange(chunks), waves)[:n],
+                  np.tile(np.arange(waves, dtype=np.int64), chunks)[:n],
+                  np.ones((n, 1), dtype=bool))
+        for a in layout:
+            a.flags.writeable = False
+        ctx.layouts.clear()  # host memory: one tile size's arrays
+        ctx.layouts[n] = layout
+    k, copy, wave, ones = layout
+    full = bool(active.min() >= ctx.lanes)
+    if full:
+        mask = np.ones((n, ctx.lanes), dtype=bool)
+    else:
+        mask = np.arange(ctx.lanes)[None, :] < active[:, None]
+    return _Waves(n=n, k=k, copy=copy, wave=wave, waves=waves,
                   n_cycles=(waves - 1) * km.ii + km.schedule_length, active=active,
-                  mask=np.arange(ctx.lanes)[None, :] < active[:, None],
-                  live=int(active.sum()), full=bool(active.min() >= ctx.lanes))
+                  mask=mask, live=int(active.sum()), full=full, ones_mask=ones)
 
 
 def _count_busy_and_links(ctx: _Kernel, ct: Counters, w: _Waves) -> None:
@@ -355,10 +404,18 @@ def _issue_node(ctx: _Kernel, ct: Counters, w: _Waves, dom, vals: dict[int, np.n
         return
     at = _addresses(ctx, w, dom, vals, node)
     sbase, wlo = spm_base(ctx.km, node.buffer, ti, tile)
-    s0 = sbase - wlo + at.a0
     reach = (at.width - 1) * at.stride  # what the last lane adds to lane 0
-    acc.pattern.append((node.buffer, s0, int(s0.min()) + min(0, reach),
-                        int(s0.max()) + max(0, reach)))
+    if node.addr.index_stride:  # lane 0's SPM words: the indirect addresses shifted
+        base, off = at.a0, sbase - wlo
+        lo, hi = int(base.min()), int(base.max())
+    else:  # the tile's affine sum (shared by nodes of its term set) plus a constant
+        terms = _affine_terms(ctx, node)
+        base, off = w.bases[terms], sbase - wlo + node.addr.const
+        if terms not in w.base_range:
+            w.base_range[terms] = (int(base.min()), int(base.max()))
+        lo, hi = w.base_range[terms]
+    acc.pattern.append((node.buffer, _Shifted(base, off), lo + off + min(0, reach),
+                        hi + off + max(0, reach)))
     if node.op.accumulates:
         flushes, sel = _flushes(ctx, w, vals, node, at)
         acc.writes.append(flushes)
@@ -402,6 +459,13 @@ def _gather(buf: np.ndarray, at: _Lanes) -> np.ndarray:
         addr = at.words()
         return np.where(at.mask, buf[np.where(at.mask, addr, 0)], 0).astype(buf.dtype)
     span = (at.width - 1) * at.stride
+    if (buf.ndim == 1 and int(at.a0.max()) + span < len(buf)
+            and _compiled_fold_pays(4 * at.a0.size * at.width, np.float32)):
+        out = np.empty((len(at.a0), at.width), dtype=buf.dtype)
+        _compiled_gather()(buf, at.a0, at.stride, out)
+        if not at.full:
+            out[~at.mask] = 0
+        return out
     flat = np.ascontiguousarray(buf)
     if int(at.a0.max()) + span >= len(flat):  # dead lanes of the last accesses run past the end
         flat = np.concatenate((flat, np.zeros(span + 1, dtype=flat.dtype)))
@@ -414,24 +478,64 @@ def _gather(buf: np.ndarray, at: _Lanes) -> np.ndarray:
     return out
 
 
+def _affine_terms(ctx: _Kernel, node: Node) -> tuple:
+    """The loop terms of a node's lane-0 address: all of them for a vector access (the vector
+    loop's term is lane 0's), all but the vector loop's for a scalar one, unless it spans."""
+    kernel = ctx.km.kernel
+    vv = kernel.vector_var
+    return tuple(sorted((v, c) for v, c in node.addr.terms
+                        if v != vv or node.addr.span or node.id in ctx.vec))
+
+
+def _affine_base(w: _Waves, dom, terms: tuple) -> np.ndarray:
+    """sum of c * dom[v] over `terms`, once per tile and term set (`_Waves.bases`): nodes whose
+    addresses differ only by their constant (a GEMM's MACCs into C's columns) share it. The
+    array is read-only (every user adds to it into a new array)."""
+    base = w.bases.get(terms)
+    if base is None:
+        base = np.zeros(w.n, dtype=np.int64)
+        tmp = np.empty(w.n, dtype=np.int64)
+        for v, c in terms:
+            if c == 1:
+                base += dom[v]
+            else:
+                base += np.multiply(dom[v], c, out=tmp)
+        base.flags.writeable = False
+        w.bases[terms] = base
+    return base
+
+
+def _gather_loops(buf, a0, stride, out):  # pragma: no cover - compiled by numba
+    """out[e, l] = buf[a0[e] + l * stride] (every lane inside `buf`)."""
+    for e in range(a0.shape[0]):
+        b = a0[e]
+        for lane in range(out.shape[1]):
+            out[e, lane] = buf[b + lane * stride]
+
+
+@functools.cache
+def _compiled_gather():
+    import numba
+
+    return numba.njit(cache=True)(_gather_loops)
+
+
 def _addresses(ctx: _Kernel, w: _Waves, dom, vals, node: Node) -> _Lanes:
     """Word addresses and live lanes per iteration, `width` lanes for a vector access and one
     for a scalar one; an indirect access adds its loaded index times the stride."""
     kernel = ctx.km.kernel
-    a = np.full(w.n, node.addr.const, dtype=np.int64)
-    for v, c in node.addr.terms:
-        if v != kernel.vector_var or node.addr.span:
-            a = a + c * dom[v]
+    a = _affine_base(w, dom, _affine_terms(ctx, node))
+    if node.addr.const:
+        a = a + node.addr.const
     if node.addr.index_stride:
         a = a + node.addr.index_stride * vals[node.inputs[0]][:, 0].astype(np.int64)
     if node.id not in ctx.vec:
-        return _Lanes(a, 0, 1, np.ones((w.n, 1), dtype=bool), full=True)
+        return _Lanes(a, 0, 1, w.ones_mask, full=True)
     if node.addr.span:  # consecutive words: lanes along memory, `span` of them live
         live = np.arange(ctx.lanes) < node.addr.span
         return _Lanes(a, 1, ctx.lanes, np.broadcast_to(live, (w.n, ctx.lanes)),
                       full=bool(live.all()))
-    cv = node.addr.coef(kernel.vector_var)
-    return _Lanes(a + dom[kernel.vector_var] * cv, cv, ctx.lanes, w.mask, full=w.full)
+    return _Lanes(a, node.addr.coef(kernel.vector_var), ctx.lanes, w.mask, full=w.full)
 
 
 def _lane_values(vals, node: Node, addr: np.ndarray, dtype) -> np.ndarray:
@@ -453,12 +557,22 @@ def _flushes(ctx: _Kernel, w: _Waves, vals, node: Node,
     """An accumulating node combines in its PE's register and writes the SPM once per run of
     same-address iterations on a copy, at the run's last iteration. Returns the flushes and
     the iterations they happen in."""
-    flush = np.ones(w.n, dtype=bool)
-    lane0 = at.a0
-    flush[:-1] = (lane0[1:] != lane0[:-1]) | (w.copy[1:] != w.copy[:-1])
-    sel = np.flatnonzero(flush)
+    # lane 0's address is an affine sum plus a constant unless indirect: nodes of one term set
+    # flush in the same iterations (a run ends where the sum changes)
+    key = None if node.addr.index_stride else _affine_terms(ctx, node)
+    sel = w.flush_sel.get(key) if key is not None else None
+    if sel is None:
+        flush = np.ones(w.n, dtype=bool)
+        lane0 = at.a0
+        flush[:-1] = (lane0[1:] != lane0[:-1]) | (w.copy[1:] != w.copy[:-1])
+        sel = np.flatnonzero(flush)
+        if key is not None:
+            w.flush_sel[key] = sel
     if node.op is Op.MACC and _compiled_fold_pays(at.mask.size, ctx.dtype):
-        reg = _macc_fold(ctx, vals, node, at.mask.shape, sel)
+        if node.id in ctx.macc_groups and _macc_groups_on():
+            reg = _group_macc_fold(ctx, w, vals, node, at.mask.shape, sel)
+        else:
+            reg = _macc_fold(ctx, vals, node, at.mask.shape, sel)
     else:
         src = _lane_values(vals, node, at.mask, ctx.dtype)
         reg = segment_fold(ACC_UFUNC[node.op], ACC_IDENTITY[node.op], src, sel, ctx.dtype)
@@ -580,6 +694,81 @@ def _macc_fold_loops(a, b, ends, ident, out):  # pragma: no cover - compiled by 
         for lane in range(width):
             out[r, lane] = reg[lane]
         start = ends[r] + 1
+
+
+#: Environment switch of the grouped MACC folds (`_group_macc_fold`; on unless 0).
+MACC_GROUPS_ENV = "DATAFLOW_MACC_GROUPS"
+
+
+def _macc_groups_on() -> bool:
+    return os.environ.get(MACC_GROUPS_ENV, "1").strip().lower() not in ("0", "false", "no",
+                                                                      "off")
+
+
+def _group_maccs(ctx: _Kernel) -> None:
+    """Fill `ctx.macc_groups`: MACC nodes with the same two inputs, each selecting a lane of
+    input 0 (`Node.lane`), whose lane-0 addresses have one affine term set and no index, so
+    they flush in the same iterations (`_flushes`); groups of two or more."""
+    groups: dict[tuple, list[int]] = {}
+    for n in ctx.km.kernel.nodes:
+        if (n.op is Op.MACC and len(n.inputs) == 2 and n.lane is not None
+                and not n.addr.index_stride):
+            groups.setdefault((n.inputs, _affine_terms(ctx, n)), []).append(n.id)
+    for ids in groups.values():
+        if len(ids) > 1:
+            for i in ids:
+                ctx.macc_groups[i] = tuple(ids)
+
+
+def _group_macc_fold(ctx: _Kernel, w: _Waves, vals, node: Node, shape,
+                     ends: np.ndarray) -> np.ndarray:
+    """`_macc_fold` of every MACC of `node`'s group at once (`_macc_group_loops`): each
+    iteration reads input 1's lanes once and multiplies them by each member's lane of input 0
+    (the rounded product, then the rounded add, one chain per member and lane, in order). The
+    first member folds the group; the others take their registers from `w.group_regs`."""
+    if node.id in w.group_regs:
+        return w.group_regs.pop(node.id)
+    ids = ctx.macc_groups[node.id]
+    nodes = [ctx.km.kernel.nodes[i] for i in ids]
+    a, b = (np.asarray(vals[i]).astype(ctx.dtype, copy=False) for i in node.inputs)
+    b = np.broadcast_to(b if b.ndim == 2 else b.reshape(-1, 1), shape)
+    lanes = np.array([n.lane for n in nodes], dtype=np.int64)
+    out = np.empty((len(ids), len(ends), shape[1]), dtype=ctx.dtype)
+    _compiled_macc_group()(a.reshape(len(a), -1), lanes, b, np.asarray(ends, np.int64),
+                           np.dtype(ctx.dtype).type(ACC_IDENTITY[node.op]), out)
+    for j, i in enumerate(ids):
+        if i != node.id:
+            w.group_regs[i] = out[j]
+    return out[ids.index(node.id)]
+
+
+def _macc_group_loops(a, lanes, b, ends, ident, out):  # pragma: no cover - compiled by numba
+    """out[g, r, l] = ident + a[i, lanes[g]] * b[i, l] + ... over run r's iterations i, in
+    order, one rounding per multiply and per add (independent chains, stepped together)."""
+    groups, width = lanes.shape[0], b.shape[1]
+    reg = np.empty((groups, width), dtype=out.dtype)
+    start = 0
+    for r in range(ends.shape[0]):
+        for g in range(groups):
+            for lane in range(width):
+                reg[g, lane] = ident
+        for i in range(start, ends[r] + 1):
+            for g in range(groups):
+                x = a[i, lanes[g]]
+                for lane in range(width):
+                    p = x * b[i, lane]
+                    reg[g, lane] = reg[g, lane] + p
+        for g in range(groups):
+            for lane in range(width):
+                out[g, r, lane] = reg[g, lane]
+        start = ends[r] + 1
+
+
+@functools.cache
+def _compiled_macc_group():
+    import numba
+
+    return numba.njit(cache=True)(_macc_group_loops)
 
 
 @functools.cache

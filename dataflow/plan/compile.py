@@ -29,8 +29,11 @@ from dataclasses import dataclass
 from dataflow.arch.spec import ArchSpec, PEKind
 from dataflow.dfg import transform
 from dataflow.dfg.graph import DFGError, Kernel, Program
+from dataflow.dfg.lane_partials import applies as lane_partials_apply
+from dataflow.dfg.lane_partials import lane_partial_sums
 from dataflow.dfg.lower import gemm_kernel
 from dataflow.dfg.ops import Op
+from dataflow.dfg.row_max import has_accmax, lower_row_max
 from dataflow.mapper import map_program
 from dataflow.mapper.legality import check_mapping
 from dataflow.mapper.map import map_kernel
@@ -108,10 +111,19 @@ class ProgramSchedule:
 
     gemm: GemmSchedule | None = None
     kernels: tuple[KernelSchedule, ...] = ()
+    # each accmax kernel replaced by max doublings first (an array without an `accmax` unit:
+    # `row_max.lower_row_max`, docs/conventions.md#row-maximum-without-accmax); `kernels`
+    # are then the new program's
+    row_max: bool = False
+    # each lane-sum reduction split into a vector kernel into lane partials and a lane-sum
+    # kernel (an array without `vsum`: `lane_partials.lane_partial_sums`,
+    # docs/conventions.md#lane-partial-sums); applied after `row_max`
+    lane_partials: bool = False
 
     @property
     def plain(self) -> bool:
-        return (self.gemm is None or self.gemm.plain) and all(k.plain for k in self.kernels)
+        return ((self.gemm is None or self.gemm.plain) and all(k.plain for k in self.kernels)
+                and not self.row_max and not self.lane_partials)
 
 
 def apply_kernel_schedule(kernel: Kernel, sched: KernelSchedule) -> Kernel:
@@ -342,7 +354,16 @@ def choose_schedule(program: Program, arch: ArchSpec, dataflow: str | None = Non
     if _blockable(program, arch):
         mapping, sched = compile_gemm(program, arch, **options)
         return mapping, None if sched.plain else ProgramSchedule(gemm=sched)
+    row_max = has_accmax(program) and not supports(arch, "accmax")
+    if row_max:
+        program = lower_row_max(program)
+    lanes = arch.pe_array.simd_lanes
+    partials = (not supports(arch, "vsum") and lanes > 1
+                and any(lane_partials_apply(k, lanes) for k in program.kernels))
+    if partials:
+        program = lane_partial_sums(program, lanes)
     mapping, sched = _compile_kernels(program, arch, options)
+    sched = dataclasses.replace(sched, row_max=row_max, lane_partials=partials)
     return mapping, None if sched.plain else sched
 
 
@@ -350,6 +371,10 @@ def apply_schedule(program: Program, sched: ProgramSchedule | None, arch: ArchSp
     """`program` transformed as `sched` says (a plan bound to freshly lowered values)."""
     if sched is None or sched.plain:
         return program
+    if sched.row_max:
+        program = lower_row_max(program)
+    if sched.lane_partials:
+        program = lane_partial_sums(program, arch.pe_array.simd_lanes)
     if sched.gemm is not None:
         return apply_gemm_schedule(program, sched.gemm, arch.pe_array.simd_lanes)
     kernels = tuple(apply_kernel_schedule(k, s) for k, s in zip(program.kernels, sched.kernels))

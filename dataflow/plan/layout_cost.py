@@ -68,30 +68,62 @@ def kernel_stalls(km: KernelMapping, arch: ArchSpec, tiles=None) -> int | None:
             active = np.ones(n, dtype=np.int64)
         mask = np.arange(lanes)[None, :] < active[:, None]
         reads, writes = [], []
-        for node in mem:
-            a = np.full(n, node.addr.const, dtype=np.int64)
-            for v, c in node.addr.terms:
-                if v != kernel.vector_var or node.addr.span:
-                    a = a + c * dom[v]
-            if node.id not in vec:
-                addr, m = a[:, None], np.ones((n, 1), dtype=bool)
-            elif node.addr.span:
-                live = np.arange(lanes) < node.addr.span
-                addr, m = lane_addresses(a, 1, lanes), np.broadcast_to(live, (n, lanes))
-            else:
-                cv = node.addr.coef(kernel.vector_var)
-                addr, m = lane_addresses(a + dom[kernel.vector_var] * cv, cv, lanes), mask
-            cyc = wave * km.ii + times[copy, node.id]
-            sbase, wlo = spm_base(km, node.buffer, ti, tile)
-            srow = np.where(m, (sbase + (addr - wlo)) // arch.spm.words_per_row, NO_ROW)
-            srow.sort(axis=1)
+        for (is_load, how), nodes in _access_groups(kernel, mem, vec).items():
+            srow = _rows(km, arch, nodes, how, dom, ti, tile, n, lanes, mask)
             first = np.ones_like(srow, dtype=bool)
-            first[:, 1:] = srow[:, 1:] != srow[:, :-1]
+            first[..., 1:] = srow[..., 1:] != srow[..., :-1]
             first &= srow != NO_ROW
-            ev, lane = np.nonzero(first)
-            (reads if node.op is Op.LOAD else writes).append((cyc[ev], srow[ev, lane]))
+            which, ev, lane = np.nonzero(first)
+            ids = np.array([node.id for node in nodes], dtype=np.int64)
+            cyc = wave[ev] * km.ii + times[copy[ev], ids[which]]
+            (reads if is_load else writes).append((cyc, srow[which, ev, lane]))
         total += _stalls(reads, writes, arch.spm, n_cycles)
     return total
+
+
+def _access_groups(kernel, mem, vec) -> dict:
+    """The memory nodes by (load?, lane rule): a scalar, a span of consecutive words, or a
+    vector with its lane stride; each group's rows are computed as one array (`_rows`)."""
+    groups: dict = {}
+    for node in mem:
+        if node.id not in vec:
+            how = ("scalar",)
+        elif node.addr.span:
+            how = ("span",)
+        else:
+            how = ("vector", node.addr.coef(kernel.vector_var))
+        groups.setdefault((node.op is Op.LOAD, how), []).append(node)
+    return groups
+
+
+def _rows(km, arch, nodes, how, dom, ti, tile, n, lanes, mask) -> np.ndarray:
+    """(nodes, iterations, lanes) SPM rows the nodes of one `_access_groups` group touch
+    (NO_ROW for an inactive lane), each iteration's rows sorted: the engine's addresses
+    (`lane_addresses`, `spm_base`) for all nodes of the group at once."""
+    kernel = km.kernel
+    vv = kernel.vector_var
+    a = np.empty((len(nodes), n), dtype=np.int64)
+    for j, node in enumerate(nodes):
+        row = np.full(n, node.addr.const, dtype=np.int64)
+        for v, c in node.addr.terms:
+            if v != vv or node.addr.span:
+                row = row + c * dom[v]
+        a[j] = row
+    if how[0] == "scalar":
+        addr, m = a[:, :, None], np.ones((1, n, 1), dtype=bool)
+    elif how[0] == "span":
+        addr = lane_addresses(a, 1, lanes)
+        spans = np.array([node.addr.span for node in nodes], dtype=np.int64)
+        m = np.broadcast_to((np.arange(lanes)[None, :] < spans[:, None])[:, None, :],
+                            (len(nodes), n, lanes))
+    else:
+        cv = how[1]
+        addr, m = lane_addresses(a + dom[vv][None, :] * cv, cv, lanes), mask[None, :, :]
+    bases = np.array([spm_base(km, node.buffer, ti, tile) for node in nodes], dtype=np.int64)
+    sbase, wlo = bases[:, 0, None, None], bases[:, 1, None, None]
+    srow = np.where(m, (sbase + (addr - wlo)) // arch.spm.words_per_row, NO_ROW)
+    srow.sort(axis=2)
+    return srow
 
 
 def _stalls(reads, writes, spm: SPMSpec, n_cycles: int) -> int:
@@ -124,6 +156,10 @@ def _queued_stalls(rd: np.ndarray, wr: np.ndarray, spm: SPMSpec) -> int:
     n_cycles = rd.shape[0]
     busy = np.flatnonzero((rd > R).any(axis=1) | (wr > W).any(axis=1)).tolist()
     lines = range(spm.lines)
+    # each cycle's issue cycles for its reads, max(1, max over lines of ceil(reads / R)),
+    # for every cycle at once (the same integers the loop took per cycle)
+    cycles_for_reads = np.maximum(1, (-(-rd // R)).max(axis=1)).tolist()
+    writes = wr.tolist()
     q = [0] * spm.lines
     stall, t, nxt = 0, 0, 0
     while True:
@@ -136,8 +172,7 @@ def _queued_stalls(rd: np.ndarray, wr: np.ndarray, spm: SPMSpec) -> int:
             t = busy[nxt]
         if t >= n_cycles:
             break
-        r_t, w_t = rd[t].tolist(), wr[t].tolist()
-        c = max(1, max(-(-r // R) for r in r_t))
+        c, w_t = cycles_for_reads[t], writes[t]
         e = 0
         for i in lines:
             v = q[i] + w_t[i]

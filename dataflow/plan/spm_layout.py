@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import math
 
 import numpy as np
 
@@ -115,7 +116,7 @@ def choose_layout(spec: ButterflySpec, arch: ArchSpec, groups, rows: int, budget
             break
         # permutations first (flips left to the local moves: a smaller space to sample)
         cand = (tuple(draw(rng)[0] for _ in range(G + 1)), (0,) * (G + 1))
-        c = cost(cand)
+        c = cost(cand, best_cost)
         tried += 1
         if c < best_cost:
             best, best_cost = cand, c
@@ -132,7 +133,7 @@ def choose_layout(spec: ButterflySpec, arch: ArchSpec, groups, rows: int, budget
             mask ^= 1 << int(rng.integers(0, S))
         cand = (best[0][:i] + (tuple(int(v) for v in perm),) + best[0][i + 1:],
                 best[1][:i] + (mask,) + best[1][i + 1:])
-        c = cost(cand)
+        c = cost(cand, best_cost)
         tried += 1
         if c < best_cost:
             best, best_cost = cand, c
@@ -165,7 +166,11 @@ class _LayoutCost:
         self.per_kernel: dict = {}
         self.program = None  # the identity layout's two-tile program and mappings
 
-    def __call__(self, layout) -> int:
+    def __call__(self, layout, bound: float = math.inf) -> int:
+        """The layout's stalls; once the kernels counted so far reach `bound` (the best
+        layout's stalls: only fewer replace it; stalls are never negative), that partial sum,
+        and the other kernels are not counted
+        (docs/planning_speed.md#a-bound-in-the-layout-search)."""
         perms, masks = layout
         keys = [(i, perms[i], masks[i], perms[i + 1], masks[i + 1])
                 for i in range(len(self.groups))]
@@ -173,6 +178,11 @@ class _LayoutCost:
             self.program = _two_tile_program(self.spec, self.arch, self.groups, self.rows,
                                              self.budget)
         spec = dataclasses.replace(self.spec, skew_perm=perms, skew_flip=masks)
+        # kernels already counted first: their sum may reach the bound before any new count
+        known = sum(self.per_kernel[k] for k in keys if k in self.per_kernel)
+        if known >= bound:
+            return known
+        total = known
         for k in keys:
             if k not in self.per_kernel:
                 stalls = kernel_stalls(self._mapping(spec, k[0]), self.arch)
@@ -180,7 +190,10 @@ class _LayoutCost:
                     return layout_stalls(spec, self.arch, self.groups, self.rows, self.budget,
                                          self.mode)
                 self.per_kernel[k] = stalls
-        return sum(self.per_kernel[k] for k in keys)
+                total += stalls
+                if total >= bound:
+                    return total
+        return total
 
     def _mapping(self, spec, i: int):
         kms = self.program[1]

@@ -32,9 +32,9 @@ from dataflow.cachefiles import (
     resolve_cache_dir,
     unframe_entry,
 )
-from dataflow.dfg.graph import Kernel, vector_nodes
+from dataflow.dfg.graph import Kernel
 from dataflow.mapper.legality import check_kernel_mapping
-from dataflow.mapper.map import map_kernel
+from dataflow.mapper.map import body_key, map_kernel
 from dataflow.mapper.mapping import KernelMapping, MappingError
 from dataflow.mapper.schedule import rec_mii, res_mii
 from dataflow.mapper.tiling import tile_and_allocate
@@ -56,8 +56,7 @@ _SHAPES = BoundedCache(SHAPE_CACHE_ENTRIES)
 def shape_key(kernel: Kernel, arch: ArchSpec):
     """What a body's schedule depends on: the arch and every node's op, inputs and vector-ness
     (not its addresses)."""
-    vec = vector_nodes(kernel)
-    return (arch, tuple((n.op, n.inputs, n.id in vec) for n in kernel.nodes))
+    return (arch, body_key(kernel))
 
 
 def map_stage_kernel(kernel: Kernel, arch: ArchSpec, tile_rows: int,

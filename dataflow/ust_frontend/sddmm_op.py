@@ -7,6 +7,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from dataflow.arch import resolve_arch
 from dataflow.dfg.lower_elementwise import EwOperand, coiterate, lower_elementwise
 from dataflow.dfg.lower_sddmm import lower_sddmm_csr
 from dataflow.errors import UserError
@@ -25,6 +26,7 @@ from dataflow.ust_frontend.op_base import (
     _wrap_like,
     as_tensor,
 )
+from dataflow.ust_frontend.plan import Plan, plan_key
 from dataflow.ust_frontend.reference import (  # re-exported: the definitions live there
     _check_shapes,
     csr_arrays,
@@ -32,6 +34,7 @@ from dataflow.ust_frontend.reference import (  # re-exported: the definitions li
     is_dense,
     resolve_semiring,
 )
+from dataflow.ust_frontend.sddmm_split import plan_sddmm_split, run_sddmm_split
 from dataflow.ust_frontend.tensor import Tensor
 
 
@@ -87,6 +90,37 @@ class Sddmm(_StatefulOp):
     def _lower(self):
         pos, crd, val = self._csr
         return lower_sddmm_csr(*self._dense_ab(), pos, crd, val)
+
+    _split_block: int | None = None  # columns per block when Bᵀ does not fit the SPM
+
+    def plan(self, arch=None, backend: str = "sim", *, dataflow: str | None = None,
+             cache=None) -> Plan:
+        """As every op's `plan`; an SDDMM whose Bᵀ does not fit the SPM is planned as column
+        blocks instead (`sddmm_split`, docs/conventions.md#sddmm-of-any-size): the plan
+        holds no mapping, each block is mapped when it runs."""
+        self._split_block = None
+        if backend == "sim":
+            self._sim_check()
+            spec = resolve_arch(arch)
+            block = plan_sddmm_split(spec, self.a.shape[1], self.b.shape[1], self._csr[0])
+            if block is not None:
+                sigs = self._signatures()
+                self._split_block, self.plan_source = block, "built"
+                self._plan = Plan(
+                    key=plan_key(self.op, backend, sigs, spec, dataflow, f"split {block}"),
+                    op=self.op, backend=backend, operands=sigs, arch=spec, dataflow=dataflow,
+                    kernel_mappings=(), program_name="",
+                    summary=f"sddmm in column blocks of {block} (Bᵀ does not fit the SPM)")
+                return self._plan
+        return super().plan(arch, backend, dataflow=dataflow, cache=cache)
+
+    def _run_sim(self):
+        if self._split_block is None:
+            return super()._run_sim()
+        pos, crd, val = self._csr
+        out, self.last_result = run_sddmm_split(*self._dense_ab(), pos, crd, val,
+                                                self._plan.arch, self._split_block)
+        return out
 
     def _reference(self) -> np.ndarray:
         pos, crd, val = self._csr
