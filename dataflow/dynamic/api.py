@@ -25,6 +25,7 @@ from dataflow.dynamic.microtile import (
     check_sparsity,
     parse_granularity,
     random_mask,
+    tile_nonzero_mask,
 )
 from dataflow.dynamic.panel_gemm import (
     c_from_blocks,
@@ -112,8 +113,9 @@ def simulate_dynamic_matmul(a: np.ndarray, b: np.ndarray, granularity: str, arch
     if panel and a.ndim == 2 and b.ndim == 2 and a.shape[1] == b.shape[0] and 0 not in b.shape:
         check_shape(a.shape[0], a.shape[1], GRANULARITIES[granularity], granularity)
         (m, k), n = a.shape, b.shape[1]
+        kept = int(tile_nonzero_mask(a, GRANULARITIES[granularity]).sum(axis=1).max())
         n_block = plan_n_block(k, n, GRANULARITIES[granularity][0], spec.spm.capacity_words,
-                               spec.pe_array.simd_lanes)
+                               spec.pe_array.simd_lanes, kept)
         if n_block != 0 and simulable(spec, m, k, n, visited(a, granularity)):
             return _simulate_panel(a, b, granularity, spec, n_block, engine, trace, t0)
     if panel_rows is None and _too_large(a, b, granularity, spec):

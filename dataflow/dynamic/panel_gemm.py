@@ -54,6 +54,11 @@ BODY_ROWS = 8
 SPARE_SLOTS = 128
 
 
+def most_kept(index: MicroTileIndex) -> int:
+    """The most strips any panel keeps."""
+    return int(np.diff(index.pos).max(initial=0))
+
+
 def supported(tile: tuple[int, int]) -> bool:
     """Whether a micro-tile shape lowers as a gathered-panel GEMM: strips one column wide whose
     height is whole SPM rows."""
@@ -128,27 +133,43 @@ def n_blocks(n: int, block: int | None) -> list[tuple[int, int]]:
     return [(n0, min(n, n0 + block)) for n0 in range(0, n, block)]
 
 
-def fits_block(k: int, nb: int, bh: int, capacity_words: int) -> bool:
-    """Whether a GEMM kernel over a k x nb block of B fits: the block (gathered, resident whole)
-    and `crd` in half the SPM (the other half streams A_c and C and takes the next block's
-    prefetch), and a compaction group of at least one panel in half."""
+#: words of slack per streamed window (row alignment and the mapper's extra row)
+WINDOW_SLACK = 16
+
+
+def _stream_words(bh: int, kept: int, cols: int) -> int:
+    """SPM words one panel's streamed windows take double-buffered: its kept strips (A_c), their
+    columns (crd) and `cols` columns of C."""
+    return 2 * (bh * kept + kept + bh * cols + 3 * WINDOW_SLACK)
+
+
+def fits_block(k: int, nb: int, bh: int, capacity_words: int, kept: int | None = None) -> bool:
+    """Whether the program's kernels fit with a k x nb block of B, `kept` the most strips any
+    panel keeps (k when unknown): the block (gathered, resident whole) in half the SPM (the
+    other half takes the next block's prefetch), a panel's windows of A_c, crd and C in the
+    other half, and a compaction group of one panel beside its compacted strips in half
+    (`compaction_rows`)."""
+    kept = k if kept is None else kept
     half = capacity_words // 2
-    return k * nb + SPARE_SLOTS + k <= half and bh * k <= half
+    return (k * nb + SPARE_SLOTS + k <= half and _stream_words(bh, kept, nb) <= half
+            and bh * k + _stream_words(bh, kept, 0) <= half)
 
 
-def plan_n_block(k: int, n: int, bh: int, capacity_words: int, lanes: int) -> int | None:
+def plan_n_block(k: int, n: int, bh: int, capacity_words: int, lanes: int,
+                 kept: int | None = None) -> int | None:
     """Columns per N block of one program: None when all of B fits (`fits_block`), else the
     most whole pairs of SIMD vectors that fit, made even over the blocks; 0 when not even one
     pair fits (the run splits K too, `dataflow.dynamic.split`)."""
-    if fits_block(k, n, bh, capacity_words):
+    if fits_block(k, n, bh, capacity_words, kept):
         return None
     align = 2 * lanes
-    nb = (capacity_words // 2 - SPARE_SLOTS - k) // k // align * align
-    if nb <= 0 or not fits_block(k, nb, bh, capacity_words):
+    nb = next((c for c in range(n // align * align, 0, -align)
+               if fits_block(k, c, bh, capacity_words, kept)), 0)
+    if not nb:
         return 0
     count = -(-n // nb)
     even = -(-n // count)
-    return -(-even // align) * align
+    return min(nb, -(-even // align) * align)
 
 
 def c_from_blocks(flat: np.ndarray, m: int, n: int, block: int | None) -> np.ndarray:
@@ -162,12 +183,15 @@ def c_from_blocks(flat: np.ndarray, m: int, n: int, block: int | None) -> np.nda
     return out
 
 
-def compaction_rows(m: int, k: int, bh: int, capacity_words: int | None) -> int:
+def compaction_rows(m: int, k: int, bh: int, capacity_words: int | None,
+                    kept: int | None = None) -> int:
     """Rows of A per compaction kernel: the most whole panels whose strips (gathered, so
-    resident whole) fill at most half the SPM; all of A without a capacity."""
+    resident whole) leave room for one panel's compacted strips double-buffered (`kept` of them,
+    the most any panel keeps; k when unknown) in half the SPM; all of A without a capacity."""
     if capacity_words is None:
         return m
-    return max(bh, min(m, (capacity_words // 2) // (bh * k) * bh))
+    room = capacity_words // 2 - _stream_words(bh, k if kept is None else kept, 0)
+    return max(bh, min(m, room // (bh * k) * bh))
 
 
 def lane_sum_scan_kernel(tiles: int, bh: int) -> Kernel:
@@ -203,7 +227,7 @@ def index_build_kernels(a: np.ndarray, index: MicroTileIndex, capacity_words: in
     kernels = [scan, index_compact_kernel(tiles, nnz + SPARE_SLOTS - 1)]
     inputs = [("A", packed), ("slot", slot),
               ("tile_col", np.tile(np.arange(k, dtype=np.int64), m // bh))]
-    rows = compaction_rows(m, k, bh, capacity_words)
+    rows = compaction_rows(m, k, bh, capacity_words, most_kept(index))
     groups = [(r0, min(m, r0 + rows)) for r0 in range(0, m, rows)]
     for i, (r0, r1) in enumerate(groups):
         t0, t1 = r0 // bh, r1 // bh
@@ -263,4 +287,5 @@ def lower_panel_gemm(a: np.ndarray, b: np.ndarray, index: MicroTileIndex, dtype=
 
 
 __all__ = ["BODY_ROWS", "c_from_blocks", "lower_panel_gemm", "n_blocks", "pack_strips",
-           "panel_compact_kernel", "panel_gemm_kernel", "plan_n_block", "supported"]
+           "most_kept", "panel_compact_kernel", "panel_gemm_kernel", "plan_n_block",
+           "supported"]

@@ -41,11 +41,13 @@ BLOCK_ROWS = 4
 
 
 def grouped_expert_kernel(panels: np.ndarray, tokens: int, dim: int, hidden: int,
-                          block: int = BLOCK_ROWS) -> Kernel:
+                          block: int = BLOCK_ROWS, x_pitch: int | None = None,
+                          x_buf: str = "X") -> Kernel:
     """Yd[r, :] = X[token_of_row[r], :] @ W[e] for the rows r of each expert e, `block` rows
     per body: panel q holds rows q * block .. q * block + block - 1, and expert e the panels
     panels[e] <= q < panels[e + 1] (a sparse loop, as a CSR row's nonzeros)."""
     experts, rows = len(panels) - 1, int(panels[-1]) * block
+    pitch = dim if x_pitch is None else x_pitch
     nodes = [Node(0, Op.LOAD, buffer="W",
                   addr=Addr((("e", dim * hidden), ("kk", hidden), ("j", 1))), name="w")]
     carried = []
@@ -54,7 +56,7 @@ def grouped_expert_kernel(panels: np.ndarray, tokens: int, dim: int, hidden: int
         nodes += [
             Node(tok, Op.LOAD, buffer="token_of_row", addr=Addr((("q", block),), const=u),
                  name=f"tok{u}"),
-            Node(x, Op.GATHER, (tok,), buffer="X", addr=Addr((("kk", 1),), index_stride=dim),
+            Node(x, Op.GATHER, (tok,), buffer=x_buf, addr=Addr((("kk", 1),), index_stride=pitch),
                  name=f"x{u}"),
             Node(mul, Op.MUL, (x, 0), name=f"x{u}*w"),
             Node(acc, Op.ACC, (mul,), buffer="Yd",
@@ -65,7 +67,7 @@ def grouped_expert_kernel(panels: np.ndarray, tokens: int, dim: int, hidden: int
                   loops=(Loop("e", experts), Loop("q", pos="expert_panels", parent="e"),
                          Loop("j", hidden), Loop("kk", dim)),
                   nodes=tuple(nodes),
-                  buffers=(Buffer("token_of_row", rows), Buffer("X", tokens * dim),
+                  buffers=(Buffer("token_of_row", rows), Buffer(x_buf, tokens * pitch),
                            Buffer("W", experts * dim * hidden),
                            Buffer("Yd", rows * hidden, "output")),
                   vector_var="j", carried=tuple(carried),
@@ -101,16 +103,32 @@ def grouped_program(x, wg, w, routing: Routing, block: int = BLOCK_ROWS) -> Prog
     def f32(v):
         return np.ascontiguousarray(v, dtype=np.float32).ravel()
 
+    # the experts gather X's rows from a copy stored with one SPM row of pad per token when a
+    # row is an even number of SPM rows long: a token's row then starts on another line than
+    # its neighbour's, so the four rows' scalar gathers of one column do not all land on two
+    # lines (`X_PAD`)
+    pad = X_PAD if X_PAD and d % X_PAD == 0 and (d // X_PAD) % 2 == 0 else 0
+    xp = np.zeros((t, d + pad), dtype=np.float32)
+    xp[:, :d] = x
+    experts = grouped_expert_kernel(panels, t, d, h, block, x_pitch=d + pad,
+                                    x_buf="X" if not pad else "X_rows")
+    extra = (("X_rows", xp.ravel()),) if pad else ()
     return run_passes(Program(
         name=f"moe_grouped_{t}x{d}x{h}_e{e}_k{k}",
-        kernels=(gate_kernel(t, d, e), grouped_expert_kernel(panels, t, d, h, block), combine),
-        inputs=(("X", f32(x)), ("Wg", f32(wg)), ("token_of_row", token), ("W", f32(w)),
+        kernels=(gate_kernel(t, d, e), experts, combine),
+        inputs=(("X", f32(x)), *extra, ("Wg", f32(wg)), ("token_of_row", token), ("W", f32(w)),
                 ("row_of", where[routing.row_of.ravel()]), ("gate", f32(routing.gate))),
         outputs=(("Y", (t, h)),), macs=t * d * e + len(routing.token_of_row) * d * h + t * k * h))
 
 
-#: SPM tiles tried for the grouped program's small kernels (`retile_small_kernels`)
+#: words of pad after each token's row of the experts' copy of X (`grouped_program`)
+X_PAD = 8
+
+#: SPM tiles tried for the grouped program's kernels (`retile_small_kernels`)
 SMALL_KERNEL_TILES = (4, 2, 1)
+#: the kernels retiled, in order: the small ones first, then the experts (fewer, larger
+#: tiles of two or more experts' weights each: fewer DMA latencies, less overlap)
+RETILED = ("combine", "gate", "experts")
 
 
 def retile_small_kernels(mapping, arch, run):
@@ -120,10 +138,10 @@ def retile_small_kernels(mapping, arch, run):
     (`mapper.tiling.MIN_TILES`, sized for overlap) run them at several times their compute;
     fewer, larger tiles pay the latency fewer times, and when the gate's loads land earlier
     the experts' weights are prefetched sooner (docs/conventions.md#moe-the-grouped-placement).
-    `run(mapping)` simulates; the mapper's tiling stays a candidate, so the choice never loses
-    to it."""
+    The experts kernel is tried the same way last. `run(mapping)` simulates; the mapper's
+    tiling stays a candidate, so the choice never loses to it."""
     best_res, best = run(mapping), mapping
-    for name in ("combine", "gate"):
+    for name in RETILED:
         i = next((i for i, km in enumerate(best.kernels) if km.kernel.name == name), None)
         if i is None:
             continue
