@@ -67,7 +67,8 @@ def test_the_table_counts_the_stalls_of_its_order_as_the_engine_does():
     given = _as_given(mapping, prog)
     km = mapping.kernels[0]
     o = gather_lines.orderable(km.kernel, given.program)
-    perm, stalls = gather_lines._permutation(km, DEFAULT, o, given.program.input_map)
+    perm, stalls = gather_lines._permutation(km, DEFAULT, o, given.program.input_map,
+                                             gather_lines.RUN_SWAPS)
     assert np.array_equal(np.sort(perm), np.arange(len(perm)))
     engine = simulate_mapping(mapping).stall_cycles_spm_conflict
     # exactly, but for two gathers of one row in one cycle, which the table counts twice

@@ -38,10 +38,11 @@ from dataflow.mapper.mapping import KernelMapping, Mapping
 from dataflow.pe_array.common import spm_base
 from dataflow.spm.lines import line_of_row, port_cycles
 
-#: rounds of swaps within rows after the greedy placement
-SWAP_PASSES = 1
-#: slots of its row a stalled iteration tries to swap with (the next ones, round the row)
-SWAP_TRIES = 8
+#: (rounds of swaps within rows after the greedy placement, slots of its row a stalled
+#: iteration tries to swap with: the next ones, round the row), when a candidate schedule's
+#: first tile is measured and when the chosen one is ordered for the run
+MEASURE_SWAPS = (1, 8)
+RUN_SWAPS = (3, 24)
 
 ORDER_NOTE = "nonzeros of each row ordered by the line-aware gather table"
 
@@ -150,6 +151,8 @@ def _per_line(cyc: np.ndarray, row: np.ndarray, n_cycles: int, spm,
 
 
 BIG = 1 << 20
+#: weight of a read beyond the ports against the sum of squared reads per line (balance)
+BALANCE = 1 << 10
 
 
 def _touch(cnt, k, r, sign, gcyc, goff, gwidth, gstride, stride, wpr, lut):
@@ -173,11 +176,13 @@ def _touch(cnt, k, r, sign, gcyc, goff, gwidth, gstride, stride, wpr, lut):
 
 
 def _cycle_cost(cnt, wcnt, c, rp, wp):
-    """BIG x the stall cycles of cycle c (`spm/lines.py:port_cycles`) + the reads beyond the
-    ports on its lines (a smoother second key)."""
-    most_r, most_w, over = 0, 0, 0
+    """BIG x the stall cycles of cycle c (`spm/lines.py:port_cycles`), then the reads beyond
+    the ports on its lines (a smoother second key), then the sum of squared reads per line
+    (spare ports kept spread over the lines, for the gathers placed after)."""
+    most_r, most_w, over, square = 0, 0, 0, 0
     for ln in range(cnt.shape[1]):
         x = cnt[c, ln]
+        square += x * x
         if x > most_r:
             most_r = x
         if x > rp:
@@ -185,7 +190,7 @@ def _cycle_cost(cnt, wcnt, c, rp, wp):
         if wcnt[c, ln] > most_w:
             most_w = wcnt[c, ln]
     top = max((most_r + rp - 1) // rp, (most_w + wp - 1) // wp, 1)
-    return BIG * (top - 1) + over
+    return BIG * (top - 1) + BALANCE * over + square
 
 
 def _iter_cost(cnt, wcnt, k, gcyc, rp, wp):
@@ -280,7 +285,7 @@ def _jit():
 
 
 def _tile_order(km: KernelMapping, arch: ArchSpec, o: _Orderable, crd: np.ndarray, ti: int,
-                tile, perm: np.ndarray, used: np.ndarray) -> int:
+                tile, perm: np.ndarray, used: np.ndarray, swaps: tuple[int, int]) -> int:
     """`line_order` on tile `ti`: fills `perm` for the positions the tile runs; returns the
     SPM conflict stalls the tile will have, as the engine counts them but for two gathers of
     one row in one cycle, counted twice (the engine's line broadcasts the row): a bound."""
@@ -346,32 +351,34 @@ def _tile_order(km: KernelMapping, arch: ArchSpec, o: _Orderable, crd: np.ndarra
     work = n * int((hi[slot] - lo[slot]).max())
     _runner(work)(order, slot, lo, hi, k_of, crd.astype(np.int64), gcyc, goff, gwidth, gstride,
            stride, spm.words_per_row, lut, cnt, wcnt, spm.read_ports_per_line,
-           spm.write_ports_per_line, perm, used, SWAP_PASSES, SWAP_TRIES)
+           spm.write_ports_per_line, perm, used, *swaps)
     return int((port_cycles(cnt, wcnt, spm).max(axis=1) - 1).sum())
 
 
 def _permutation(km: KernelMapping, arch: ArchSpec, o: _Orderable,
-                 inputs: dict[str, np.ndarray]) -> tuple[np.ndarray, int]:
+                 inputs: dict[str, np.ndarray],
+                 swaps: tuple[int, int] = MEASURE_SWAPS) -> tuple[np.ndarray, int]:
     """(position -> the nonzero it holds in the line-aware order over `km`'s tiles, the SPM
     conflict stalls the table counts for that order)."""
     crd = np.asarray(inputs[o.index]).astype(np.int64)
     perm = np.full(len(crd), -1, dtype=np.int64)
     used = np.zeros(len(crd), dtype=bool)
-    stalls = sum(_tile_order(km, arch, o, crd, ti, tile, perm, used)
+    stalls = sum(_tile_order(km, arch, o, crd, ti, tile, perm, used, swaps)
                  for ti, tile in enumerate(km.tiles))
     free = perm < 0
     perm[free] = np.flatnonzero(free)
     return perm, stalls
 
 
-def ordered_inputs(km: KernelMapping, arch: ArchSpec, program: Program) -> dict[str, np.ndarray]:
+def ordered_inputs(km: KernelMapping, arch: ArchSpec, program: Program,
+                   swaps: tuple[int, int] = MEASURE_SWAPS) -> dict[str, np.ndarray]:
     """`program`'s inputs with `km`'s nonzeros in the line-aware order over `km`'s tiles (the
     first tile only, for a measurement of it), or as they are when `km` is not orderable."""
     o = orderable(km.kernel, program)
     if o is None:
         return program.input_map
     inputs = dict(program.input_map)
-    perm, _ = _permutation(km, arch, o, inputs)
+    perm, _ = _permutation(km, arch, o, inputs, swaps)
     for b in o.buffers:
         inputs[b] = np.asarray(inputs[b])[perm]
     return inputs
@@ -385,7 +392,8 @@ def line_order(mapping: Mapping) -> Mapping:
     for km in mapping.kernels:
         if isinstance(km, KernelMapping) and orderable(km.kernel, program) is not None:
             inputs = ordered_inputs(km, arch, dataclasses.replace(
-                program, inputs=tuple((name, inputs[name]) for name, _ in program.inputs)))
+                program, inputs=tuple((name, inputs[name]) for name, _ in program.inputs)),
+                RUN_SWAPS)
     if all(inputs[name] is x for name, x in program.inputs):
         return mapping
     prog = dataclasses.replace(program, inputs=tuple((name, inputs[name])
