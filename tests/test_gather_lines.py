@@ -33,7 +33,7 @@ def _as_given(mapping: Mapping, program) -> Mapping:
     """`mapping` over `program` padded as the schedule says, nonzeros in their given order."""
     padded = gather_lines.apply_pads(program, gather_lines.gather_pads(program, DEFAULT))
     return dataclasses.replace(mapping, program=dataclasses.replace(
-        mapping.program, inputs=padded.inputs))
+        mapping.program, inputs=padded.inputs, output_order=()))
 
 
 def test_spmm_nonzeros_ordered_within_rows_values_engines_and_fewer_conflicts():
@@ -91,17 +91,40 @@ def test_a_plan_bound_to_new_values_is_padded_and_ordered_again():
     assert values_match(np.asarray(res.output).reshape(want.shape), want)
 
 
-def test_a_kernel_writing_through_the_position_is_not_reordered():
-    """An SDDMM stores each nonzero's result at its position: its order is left alone, and no
-    pitch is given to rows no orderable kernel gathers."""
+def test_an_sddmm_output_written_at_the_positions_is_read_back_in_the_nonzeros_order():
+    """An SDDMM stores each nonzero's result at its position: the program reads its output back
+    through the order (`Program.output_order`); values as numpy, engines identical, fewer
+    conflicts than the nonzeros in their given order; the chunks of one nonzero (loops inside
+    the sparse one) are placed together."""
     from dataflow.dfg.lower_sddmm import lower_sddmm_csr
 
     rng = np.random.default_rng(0)
-    a = rng.standard_normal((16, 32), dtype=np.float32)
-    b = rng.standard_normal((32, 16), dtype=np.float32)
-    mask = sp.random(16, 16, density=0.3, format="csr", dtype=np.float32, random_state=rng)
+    a = rng.standard_normal((96, 64), dtype=np.float32)
+    b = rng.standard_normal((64, 96), dtype=np.float32)
+    mask = sp.random(96, 96, density=0.2, format="csr", dtype=np.float32, random_state=rng)
+    want = (a.astype(np.float64) @ b)[mask.nonzero()] * mask.data
     prog = lower_sddmm_csr(a, b, mask.indptr, mask.indices, mask.data)
-    assert gather_lines.orderable(prog.kernels[0], prog) is None
+    mapping, sched = choose_schedule(prog, DEFAULT)
+    assert sched.pads == (("BT", 8),)
+    assert [name for name, _ in mapping.program.output_order] == ["C_val"]
+    res = assert_engines_identical(mapping)
+    assert values_match(np.asarray(res.output).ravel(), want)
+    assert res.cycles >= res.roofline_cycles
+    given = simulate_mapping(_as_given(mapping, prog))
+    assert values_match(np.asarray(given.output).ravel(), want)
+    assert res.stall_cycles_spm_conflict < given.stall_cycles_spm_conflict
+
+
+def test_a_kernel_whose_operand_another_kernel_reads_is_not_reordered():
+    """Attention's mask is read by every kernel: its order is left alone (another kernel would
+    see it), and no pitch is given to rows no orderable kernel gathers."""
+    from dataflow.attention.lower import lower_attention
+
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((32, 16), dtype=np.float32) for _ in range(3))
+    mask = sp.random(32, 32, density=0.3, format="csr", dtype=np.float32, random_state=rng)
+    prog = lower_attention(q, k, v, mask.indptr, mask.indices)
+    assert all(gather_lines.orderable(kern, prog) is None for kern in prog.kernels)
     assert gather_lines.gather_pads(prog, DEFAULT) == ()
 
 

@@ -42,7 +42,7 @@ from dataflow.spm.lines import line_of_row, port_cycles
 #: iteration tries to swap with: the next ones, round the row), when a candidate schedule's
 #: first tile is measured and when the chosen one is ordered for the run
 MEASURE_SWAPS = (1, 8)
-RUN_SWAPS = (3, 24)
+RUN_SWAPS = (2, 12)
 
 ORDER_NOTE = "nonzeros of each row ordered by the line-aware gather table"
 
@@ -50,33 +50,44 @@ ORDER_NOTE = "nonzeros of each row ordered by the line-aware gather table"
 @dataclasses.dataclass(frozen=True)
 class _Orderable:
     """What `line_order` permutes in one kernel: the sparse loop variable, its pos array, the
-    buffers it indexes (program inputs read at exactly the position), and the buffer holding
-    the gathers' index."""
+    buffers it indexes (program inputs read at exactly the position), the buffer holding the
+    gathers' index, and the program outputs written at exactly the position (read back in the
+    nonzeros' order, `Program.output_order`)."""
 
     var: str
     pos: str
     buffers: tuple[str, ...]
     index: str
+    outputs: tuple[str, ...] = ()
+
+
+def _at_position(n, var: str) -> bool:
+    return (n.addr.terms == ((var, 1),) and not n.addr.const and not n.addr.span
+            and not n.addr.index_stride)
 
 
 def orderable(kernel: Kernel, program: Program) -> _Orderable | None:
     """The sparse loop of `kernel` (one of `program`'s, perhaps transformed) whose nonzeros
     may be reordered, or None (see the module docstring)."""
     sparse = [lp for lp in kernel.loops if not lp.is_dense]
-    if len(sparse) != 1 or kernel.loops[-1] is not sparse[0]:
+    if len(sparse) != 1:
         return None
     var, inputs = sparse[0].var, program.input_map
-    bufs, idx = set(), set()
+    outputs = {name for name, _ in program.outputs}
+    bufs, idx, outs = set(), set(), set()
     gathers = [n for n in kernel.nodes if n.addr is not None and n.addr.index_stride]
     if not gathers or len({g.addr.index_stride for g in gathers}) != 1:
         return None
     for n in kernel.nodes:
         if n.addr is None or not n.addr.coef(var):
             continue
-        if (n.op is not Op.LOAD or n.buffer not in inputs or n.addr.terms != ((var, 1),)
-                or n.addr.const or n.addr.span or n.addr.index_stride):
+        if n.op is Op.LOAD and n.buffer in inputs and _at_position(n, var):
+            bufs.add(n.buffer)
+        elif n.op.writes_spm and n.buffer in outputs and _at_position(n, var) \
+                and n.op in (Op.STORE, Op.ACC):
+            outs.add(n.buffer)
+        else:
             return None
-        bufs.add(n.buffer)
     for g in gathers:
         src = kernel.nodes[g.inputs[0]]
         if src.op is not Op.LOAD or src.buffer not in bufs or g.addr.coef(var) \
@@ -85,11 +96,17 @@ def orderable(kernel: Kernel, program: Program) -> _Orderable | None:
         idx.add(src.buffer)
     if len(idx) != 1:
         return None
-    # another kernel reading them would see the order
-    if any(k.name != kernel.name and any(n.buffer in bufs for n in k.nodes)
+    # another kernel reading or writing them would see the order
+    if any(k.name != kernel.name and any(n.buffer in bufs | outs for n in k.nodes)
            for k in program.kernels):
         return None
-    return _Orderable(var, sparse[0].pos, tuple(sorted(bufs)), idx.pop())
+    # an output written at the position is read there by nothing else of this kernel
+    if any(n.buffer in outs and n.op.reads_spm and not n.op.accumulates for n in kernel.nodes):
+        return None
+    size = len(inputs[next(iter(idx))])
+    if any(math.prod(shape) != size for name, shape in program.outputs if name in outs):
+        return None
+    return _Orderable(var, sparse[0].pos, tuple(sorted(bufs)), idx.pop(), tuple(sorted(outs)))
 
 
 def _static_rows(km: KernelMapping, arch: ArchSpec, dom, n: int, copy, cyc_of, ti: int,
@@ -155,7 +172,7 @@ BIG = 1 << 20
 BALANCE = 1 << 10
 
 
-def _touch(cnt, k, r, sign, gcyc, goff, gwidth, gstride, stride, wpr, lut):
+def _touch1(cnt, k, r, sign, gcyc, goff, gwidth, gstride, stride, wpr, lut):
     """Add (sign 1) or remove (-1) the row reads of iteration k's gathers at index r."""
     for g in range(gcyc.shape[1]):
         c = gcyc[k, g]
@@ -193,41 +210,56 @@ def _cycle_cost(cnt, wcnt, c, rp, wp):
     return BIG * (top - 1) + BALANCE * over + square
 
 
-def _iter_cost(cnt, wcnt, k, gcyc, rp, wp):
+def _touch(cnt, k, r, sign, gcyc, goff, gwidth, gstride, stride, wpr, lut, nxt):
+    """`_touch1` over iteration k and the iterations after it that read the same slot."""
+    while k >= 0:
+        _touch1(cnt, k, r, sign, gcyc, goff, gwidth, gstride, stride, wpr, lut)
+        k = nxt[k]
+
+
+def _iter_cost(cnt, wcnt, k, gcyc, rp, wp, nxt):
+    """`_cycle_cost` of the cycles of iteration k's gathers and of those after it that read
+    the same slot."""
     total = 0
-    for g in range(gcyc.shape[1]):
-        if g == 0 or gcyc[k, g] != gcyc[k, g - 1]:
-            total += _cycle_cost(cnt, wcnt, gcyc[k, g], rp, wp)
+    while k >= 0:
+        for g in range(gcyc.shape[1]):
+            if g == 0 or gcyc[k, g] != gcyc[k, g - 1]:
+                total += _cycle_cost(cnt, wcnt, gcyc[k, g], rp, wp)
+        k = nxt[k]
     return total
 
 
 def _order_tile(order, slot, lo, hi, k_of, crd, gcyc, goff, gwidth, gstride, stride, wpr,
-                lut, cnt, wcnt, rp, wp, perm, used, passes, tries):
+                lut, cnt, wcnt, rp, wp, perm, used, nxt, head, passes, tries):
     """The greedy of `line_order` over one tile, then `passes` rounds of swaps within rows
-    that shorten stalled cycles (see the module docstring); fills `perm` (slot -> nonzero)."""
+    that shorten stalled cycles (see the module docstring); fills `perm` (slot -> nonzero).
+    The consecutive iterations that read one slot (loops inside the sparse one: an SDDMM's
+    chunks) are placed together: `head` marks the first, `nxt` links each to the next."""
     for t in range(order.shape[0]):
         k = order[t]
+        if not head[k]:  # an iteration after the first of its slot's run: counted with it
+            continue
         s = slot[k]
         if perm[s] < 0:
             best, best_cost = -1, BIG * BIG
             for q in range(lo[s], hi[s]):
                 if used[q]:
                     continue
-                _touch(cnt, k, crd[q], 1, gcyc, goff, gwidth, gstride, stride, wpr, lut)
-                cost = _iter_cost(cnt, wcnt, k, gcyc, rp, wp)
-                _touch(cnt, k, crd[q], -1, gcyc, goff, gwidth, gstride, stride, wpr, lut)
+                _touch(cnt, k, crd[q], 1, gcyc, goff, gwidth, gstride, stride, wpr, lut, nxt)
+                cost = _iter_cost(cnt, wcnt, k, gcyc, rp, wp, nxt)
+                _touch(cnt, k, crd[q], -1, gcyc, goff, gwidth, gstride, stride, wpr, lut, nxt)
                 if cost < best_cost:
                     best, best_cost = q, cost
             perm[s] = best
             used[best] = True
-        _touch(cnt, k, crd[perm[s]], 1, gcyc, goff, gwidth, gstride, stride, wpr, lut)
+        _touch(cnt, k, crd[perm[s]], 1, gcyc, goff, gwidth, gstride, stride, wpr, lut, nxt)
     trials = 0
     for _ in range(passes):
         moved = 0
         for t in range(order.shape[0]):
             k = order[t]
             s = slot[k]
-            if k_of[s] != k or _iter_cost(cnt, wcnt, k, gcyc, rp, wp) < BIG:
+            if k_of[s] != k or _iter_cost(cnt, wcnt, k, gcyc, rp, wp, nxt) < BIG:
                 continue
             width = hi[s] - lo[s]
             for step in range(1, min(width, tries + 1)):  # the next slots of the row, round
@@ -236,25 +268,25 @@ def _order_tile(order, slot, lo, hi, k_of, crd, gcyc, goff, gwidth, gstride, str
                 if k2 < 0:
                     continue
                 trials += 1
-                before = _iter_cost(cnt, wcnt, k, gcyc, rp, wp) \
-                    + _iter_cost(cnt, wcnt, k2, gcyc, rp, wp)
+                before = _iter_cost(cnt, wcnt, k, gcyc, rp, wp, nxt) \
+                    + _iter_cost(cnt, wcnt, k2, gcyc, rp, wp, nxt)
                 a, b = crd[perm[s]], crd[perm[s2]]
-                _touch(cnt, k, a, -1, gcyc, goff, gwidth, gstride, stride, wpr, lut)
-                _touch(cnt, k2, b, -1, gcyc, goff, gwidth, gstride, stride, wpr, lut)
-                _touch(cnt, k, b, 1, gcyc, goff, gwidth, gstride, stride, wpr, lut)
-                _touch(cnt, k2, a, 1, gcyc, goff, gwidth, gstride, stride, wpr, lut)
-                after = _iter_cost(cnt, wcnt, k, gcyc, rp, wp) \
-                    + _iter_cost(cnt, wcnt, k2, gcyc, rp, wp)
+                _touch(cnt, k, a, -1, gcyc, goff, gwidth, gstride, stride, wpr, lut, nxt)
+                _touch(cnt, k2, b, -1, gcyc, goff, gwidth, gstride, stride, wpr, lut, nxt)
+                _touch(cnt, k, b, 1, gcyc, goff, gwidth, gstride, stride, wpr, lut, nxt)
+                _touch(cnt, k2, a, 1, gcyc, goff, gwidth, gstride, stride, wpr, lut, nxt)
+                after = _iter_cost(cnt, wcnt, k, gcyc, rp, wp, nxt) \
+                    + _iter_cost(cnt, wcnt, k2, gcyc, rp, wp, nxt)
                 if after < before:
                     perm[s], perm[s2] = perm[s2], perm[s]
                     moved += 1
-                    if _iter_cost(cnt, wcnt, k, gcyc, rp, wp) < BIG:
+                    if _iter_cost(cnt, wcnt, k, gcyc, rp, wp, nxt) < BIG:
                         break
                     continue
-                _touch(cnt, k, b, -1, gcyc, goff, gwidth, gstride, stride, wpr, lut)
-                _touch(cnt, k2, a, -1, gcyc, goff, gwidth, gstride, stride, wpr, lut)
-                _touch(cnt, k, a, 1, gcyc, goff, gwidth, gstride, stride, wpr, lut)
-                _touch(cnt, k2, b, 1, gcyc, goff, gwidth, gstride, stride, wpr, lut)
+                _touch(cnt, k, b, -1, gcyc, goff, gwidth, gstride, stride, wpr, lut, nxt)
+                _touch(cnt, k2, a, -1, gcyc, goff, gwidth, gstride, stride, wpr, lut, nxt)
+                _touch(cnt, k, a, 1, gcyc, goff, gwidth, gstride, stride, wpr, lut, nxt)
+                _touch(cnt, k2, b, 1, gcyc, goff, gwidth, gstride, stride, wpr, lut, nxt)
         if not moved:
             break
     return trials
@@ -279,7 +311,7 @@ def _jit():
     import numba
 
     g = globals()
-    for name in ("_touch", "_cycle_cost", "_iter_cost", "_order_tile"):  # callees first
+    for name in ("_touch1", "_cycle_cost", "_touch", "_iter_cost", "_order_tile"):  # callees first
         g[name] = numba.njit(cache=True)(g[name])
     return g["_order_tile"]
 
@@ -338,11 +370,15 @@ def _tile_order(km: KernelMapping, arch: ArchSpec, o: _Orderable, crd: np.ndarra
     lo = np.zeros(len(crd), dtype=np.int64)
     hi = np.zeros(len(crd), dtype=np.int64)
     lo[slot], hi[slot] = pos[parent], pos[parent + 1]
-    # the iteration that reads each slot; -1 when none or several (a row run twice: its
-    # order is the first run's, and no swap moves it)
+    # runs of consecutive iterations reading one slot (loops inside the sparse one)
+    head = np.ones(n, dtype=bool)
+    head[1:] = slot[1:] != slot[:-1]
+    nxt = np.where(np.append(~head[1:], False), k + 1, -1)
+    # the first iteration of the one run that reads each slot; -1 when none or several (a
+    # row run twice: its order is the first run's, and no swap moves it)
     k_of = np.full(len(crd), -1, dtype=np.int64)
-    seen = np.bincount(slot, minlength=len(crd))
-    once = seen[slot] == 1
+    seen = np.bincount(slot[head], minlength=len(crd))
+    once = head & (seen[slot] == 1)
     k_of[slot[once]] = k[once]
     order = np.lexsort((copy, gcyc[:, 0]))
     top = int(goff.max()) + stride * int(crd.max()) + int(((gwidth - 1) * gstride).max()) + 1
@@ -351,7 +387,7 @@ def _tile_order(km: KernelMapping, arch: ArchSpec, o: _Orderable, crd: np.ndarra
     work = n * int((hi[slot] - lo[slot]).max())
     _runner(work)(order, slot, lo, hi, k_of, crd.astype(np.int64), gcyc, goff, gwidth, gstride,
            stride, spm.words_per_row, lut, cnt, wcnt, spm.read_ports_per_line,
-           spm.write_ports_per_line, perm, used, *swaps)
+           spm.write_ports_per_line, perm, used, nxt, head, *swaps)
     return int((port_cycles(cnt, wcnt, spm).max(axis=1) - 1).sum())
 
 
@@ -370,35 +406,50 @@ def _permutation(km: KernelMapping, arch: ArchSpec, o: _Orderable,
     return perm, stalls
 
 
-def ordered_inputs(km: KernelMapping, arch: ArchSpec, program: Program,
-                   swaps: tuple[int, int] = MEASURE_SWAPS) -> dict[str, np.ndarray]:
-    """`program`'s inputs with `km`'s nonzeros in the line-aware order over `km`'s tiles (the
-    first tile only, for a measurement of it), or as they are when `km` is not orderable."""
+def _ordered(km: KernelMapping, arch: ArchSpec, program: Program,
+             swaps: tuple[int, int]) -> tuple[dict[str, np.ndarray], _Orderable | None,
+                                               np.ndarray | None]:
+    """(`program`'s inputs with `km`'s nonzeros in the line-aware order, what was ordered,
+    the order: position -> the nonzero it holds); the inputs as they are when `km` is not
+    orderable."""
     o = orderable(km.kernel, program)
     if o is None:
-        return program.input_map
+        return program.input_map, None, None
     inputs = dict(program.input_map)
     perm, _ = _permutation(km, arch, o, inputs, swaps)
     for b in o.buffers:
         inputs[b] = np.asarray(inputs[b])[perm]
-    return inputs
+    return inputs, o, perm
+
+
+def ordered_inputs(km: KernelMapping, arch: ArchSpec, program: Program,
+                   swaps: tuple[int, int] = MEASURE_SWAPS) -> dict[str, np.ndarray]:
+    """`program`'s inputs with `km`'s nonzeros in the line-aware order over `km`'s tiles (the
+    first tile only, for a measurement of it), or as they are when `km` is not orderable."""
+    return _ordered(km, arch, program, swaps)[0]
 
 
 def line_order(mapping: Mapping) -> Mapping:
     """`mapping` with the nonzeros of every orderable kernel's rows in the line-aware order
-    (the module docstring): its kernels unchanged, its program's inputs permuted."""
+    (the module docstring): its kernels unchanged, its program's inputs permuted and its
+    outputs written at the positions read back in the nonzeros' order
+    (`Program.output_order`)."""
     program, arch = mapping.program, mapping.arch
-    inputs = dict(program.inputs)
+    changed = False
     for km in mapping.kernels:
-        if isinstance(km, KernelMapping) and orderable(km.kernel, program) is not None:
-            inputs = ordered_inputs(km, arch, dataclasses.replace(
-                program, inputs=tuple((name, inputs[name]) for name, _ in program.inputs)),
-                RUN_SWAPS)
-    if all(inputs[name] is x for name, x in program.inputs):
-        return mapping
-    prog = dataclasses.replace(program, inputs=tuple((name, inputs[name])
-                                                    for name, _ in program.inputs))
-    return dataclasses.replace(mapping, program=prog)
+        if not isinstance(km, KernelMapping):
+            continue
+        inputs, o, perm = _ordered(km, arch, program, RUN_SWAPS)
+        if o is None:
+            continue
+        known = dict(program.output_order)
+        order = tuple((b, known[b][perm] if b in known else perm) for b in o.outputs)
+        program = dataclasses.replace(
+            program, inputs=tuple((name, inputs[name]) for name, _ in program.inputs),
+            output_order=(*((b, x) for b, x in program.output_order if b not in o.outputs),
+                          *order))
+        changed = True
+    return dataclasses.replace(mapping, program=program) if changed else mapping
 
 
 def pad_gathered_rows(program: Program, buffer: str, pad: int) -> Program:
@@ -462,12 +513,15 @@ def gather_pads(program: Program, arch: ArchSpec) -> tuple[tuple[str, int], ...]
 
 
 def _within_row(kernel: Kernel, addr, cols: int) -> bool:
-    """Whether a gather's words stay within the row of cols words its index picks."""
+    """Whether a gather's words stay within the row of cols words its index picks: its terms
+    are dense loops' variables with nonnegative coefficients, whose largest values and the
+    constant stay below cols."""
     top = addr.const
+    extents = {lp.var: lp.extent for lp in kernel.loops if lp.is_dense}
     for v, c in addr.terms:
-        if v != kernel.vector_var or c < 0:
+        if v not in extents or c < 0:
             return False
-        top += c * (kernel.vector_extent - 1)
+        top += c * (extents[v] - 1)
     return addr.const >= 0 and top + max(addr.span - 1, 0) < cols
 
 
