@@ -429,6 +429,107 @@ def ordered_inputs(km: KernelMapping, arch: ArchSpec, program: Program,
     return _ordered(km, arch, program, swaps)[0]
 
 
+def _sparse_var(kernel: Kernel) -> tuple[str, str] | None:
+    sparse = [lp for lp in kernel.loops if not lp.is_dense]
+    return (sparse[0].var, sparse[0].pos) if len(sparse) == 1 else None
+
+
+def shared_order(program: Program) -> tuple[tuple[str, ...], tuple[str, ...],
+                                            dict[str, _Orderable]] | None:
+    """A sparse operand read by several kernels (attention's mask: the scores, the softmax and
+    the PV product), each running one sparse loop over the same pos array and touching every
+    buffer indexed by the position at exactly the position, so that one order of the
+    nonzeros serves them all: (the program inputs to permute, the program outputs written at
+    the positions, {kernel name: what its gathers need}) or None."""
+    at_pos: set[str] = set()
+    pos_array = None
+    for k in program.kernels:
+        sv = _sparse_var(k)
+        for n in k.nodes:
+            if sv and n.addr is not None and n.addr.coef(sv[0]):
+                at_pos.add(n.buffer)
+    if not at_pos:
+        return None
+    gathering: dict[str, _Orderable] = {}
+    inputs = program.input_map
+    for k in program.kernels:
+        touching = [n for n in k.nodes if n.buffer in at_pos]
+        if not touching:
+            continue
+        sv = _sparse_var(k)
+        if sv is None:
+            return None
+        pos = k.domain[sv[1]]
+        if pos_array is None:
+            pos_array = pos
+        elif not np.array_equal(pos, pos_array):
+            return None
+        if any(not _at_position(n, sv[0]) or n.op not in (Op.LOAD, Op.STORE, Op.ACC)
+               for n in touching):
+            return None
+        gathers = [n for n in k.nodes if n.addr is not None and n.addr.index_stride]
+        if gathers:
+            srcs = {k.nodes[g.inputs[0]] for g in gathers}
+            if len({g.addr.index_stride for g in gathers}) != 1 or len(srcs) != 1 \
+                    or any(g.op is not Op.GATHER or g.addr.coef(sv[0]) for g in gathers):
+                return None
+            src = srcs.pop()
+            if src.op is not Op.LOAD or src.buffer not in at_pos or src.buffer not in inputs:
+                return None
+            gathering[k.name] = _Orderable(sv[0], sv[1], (), src.buffer)
+    permuted = tuple(sorted(b for b in at_pos if b in inputs))
+    outs = tuple(sorted(name for name, _ in program.outputs if name in at_pos))
+    size = int(pos_array[-1])
+    if not gathering or any(len(inputs[b]) != size for b in permuted) \
+            or any(math.prod(s) != size for name, s in program.outputs if name in outs):
+        return None
+    return permuted, outs, gathering
+
+
+def _stalls_under(km: KernelMapping, arch: ArchSpec, o: _Orderable, crd: np.ndarray) -> int:
+    """The SPM conflict stalls the table counts for `km` with its nonzeros as `crd` holds
+    them (every slot's nonzero given)."""
+    perm = np.arange(len(crd), dtype=np.int64)
+    used = np.ones(len(crd), dtype=bool)
+    return sum(_tile_order(km, arch, o, crd.astype(np.int64), ti, tile, perm, used, (0, 0))
+               for ti, tile in enumerate(km.tiles))
+
+
+def _shared_line_order(mapping: Mapping) -> Mapping:
+    """`line_order` for a sparse operand several kernels read (`shared_order`): each gathering
+    kernel's line-aware order is tried on all of them, and the one with the fewest stalls the
+    table counts, over all, is kept (the given order where none has fewer)."""
+    program, arch = mapping.program, mapping.arch
+    found = shared_order(program)
+    if found is None:
+        return mapping
+    permuted, outs, gathering = found
+    kms = {km.kernel.name: km for km in mapping.kernels
+           if isinstance(km, KernelMapping) and km.kernel.name in gathering}
+    if not kms:
+        return mapping
+    crd = np.asarray(program.input_map[next(iter(gathering.values())).index])
+
+    def total(order: np.ndarray) -> int:
+        return sum(_stalls_under(kms[name], arch, gathering[name], crd[order]) for name in kms)
+
+    best_perm, best = None, total(np.arange(len(crd)))
+    for name, km in kms.items():
+        perm, _ = _permutation(km, arch, gathering[name], program.input_map, RUN_SWAPS)
+        cost = total(perm)
+        if cost < best:
+            best_perm, best = perm, cost
+    if best_perm is None:
+        return mapping
+    known = dict(program.output_order)
+    order = tuple((b, known[b][best_perm] if b in known else best_perm) for b in outs)
+    program = dataclasses.replace(
+        program, inputs=tuple((name, np.asarray(x)[best_perm] if name in permuted else x)
+                              for name, x in program.inputs),
+        output_order=(*((b, x) for b, x in program.output_order if b not in outs), *order))
+    return dataclasses.replace(mapping, program=program)
+
+
 def line_order(mapping: Mapping) -> Mapping:
     """`mapping` with the nonzeros of every orderable kernel's rows in the line-aware order
     (the module docstring): its kernels unchanged, its program's inputs permuted and its
@@ -449,7 +550,9 @@ def line_order(mapping: Mapping) -> Mapping:
             output_order=(*((b, x) for b, x in program.output_order if b not in o.outputs),
                           *order))
         changed = True
-    return dataclasses.replace(mapping, program=program) if changed else mapping
+    if changed:
+        return dataclasses.replace(mapping, program=program)
+    return _shared_line_order(mapping)
 
 
 def pad_gathered_rows(program: Program, buffer: str, pad: int) -> Program:
@@ -491,6 +594,8 @@ def gather_pads(program: Program, arch: ArchSpec) -> tuple[tuple[str, int], ...]
     spm = arch.spm
     if spm.address_mapping != AddressMapping.INTERLEAVED:
         return ()
+    shared = shared_order(program)
+    ordered = set(shared[2]) if shared else set()
     out = []
     for name, data in program.inputs:
         nodes = [(k, n) for k in program.kernels for n in k.nodes if n.buffer == name]
@@ -502,7 +607,8 @@ def gather_pads(program: Program, arch: ArchSpec) -> tuple[tuple[str, int], ...]
                 or any(b.fetch != BufferFetch.WHOLE for k, _ in nodes for b in k.buffers
                        if b.name == name):
             continue
-        if not all(_within_row(k, n.addr, cols) and orderable(k, program) is not None
+        if not all(_within_row(k, n.addr, cols)
+                   and (k.name in ordered or orderable(k, program) is not None)
                    for k, n in nodes):
             continue
         rows = cols // spm.words_per_row
