@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import math
 import sys
 
@@ -495,19 +496,19 @@ def _stalls_under(km: KernelMapping, arch: ArchSpec, o: _Orderable, crd: np.ndar
                for ti, tile in enumerate(km.tiles))
 
 
-def _shared_line_order(mapping: Mapping) -> Mapping:
-    """`line_order` for a sparse operand several kernels read (`shared_order`): each gathering
-    kernel's line-aware order is tried on all of them, and the one with the fewest stalls the
-    table counts, over all, is kept (the given order where none has fewer)."""
+def _shared_step(mapping: Mapping):
+    """`line_order`'s step for a sparse operand several kernels read (`shared_order`): each
+    gathering kernel's line-aware order is tried on all of them, and the one with the fewest
+    stalls the table counts, over all, is kept (None: the given order has no more)."""
     program, arch = mapping.program, mapping.arch
     found = shared_order(program)
     if found is None:
-        return mapping
+        return None
     permuted, outs, gathering = found
     kms = {km.kernel.name: km for km in mapping.kernels
            if isinstance(km, KernelMapping) and km.kernel.name in gathering}
     if not kms:
-        return mapping
+        return None
     crd = np.asarray(program.input_map[next(iter(gathering.values())).index])
 
     def total(order: np.ndarray) -> int:
@@ -519,15 +520,46 @@ def _shared_line_order(mapping: Mapping) -> Mapping:
         cost = total(perm)
         if cost < best:
             best_perm, best = perm, cost
-    if best_perm is None:
-        return mapping
-    known = dict(program.output_order)
-    order = tuple((b, known[b][best_perm] if b in known else best_perm) for b in outs)
-    program = dataclasses.replace(
-        program, inputs=tuple((name, np.asarray(x)[best_perm] if name in permuted else x)
-                              for name, x in program.inputs),
-        output_order=(*((b, x) for b, x in program.output_order if b not in outs), *order))
-    return dataclasses.replace(mapping, program=program)
+    return None if best_perm is None else (permuted, outs, best_perm)
+
+
+def _apply(program: Program, steps) -> Program:
+    """`program` with each step's buffers permuted and its outputs' order recorded."""
+    for buffers, outs, perm in steps:
+        known = dict(program.output_order)
+        order = tuple((b, known[b][perm] if b in known else perm) for b in outs)
+        program = dataclasses.replace(
+            program, inputs=tuple((name, np.asarray(x)[perm] if name in buffers else x)
+                                  for name, x in program.inputs),
+            output_order=(*((b, x) for b, x in program.output_order if b not in outs),
+                          *order))
+    return program
+
+
+def _steps(mapping: Mapping) -> list:
+    """The permutations `line_order` applies, in order: (buffers, outputs, order) per
+    orderable kernel, else one for an operand several kernels read."""
+    program, arch = mapping.program, mapping.arch
+    steps = []
+    for km in mapping.kernels:
+        if not isinstance(km, KernelMapping):
+            continue
+        o = orderable(km.kernel, program)
+        if o is None:
+            continue
+        perm, _ = _permutation(km, arch, o, program.input_map, RUN_SWAPS)
+        steps.append((o.buffers, o.outputs, perm))
+        program = _apply(program, steps[-1:])
+    if steps:
+        return steps
+    shared = _shared_step(mapping)
+    return [shared] if shared else []
+
+
+#: orders found, per mapping's kernels and index arrays: a plan's mapping bound to the values
+#: it was planned with (`Plan.bind` after `choose_schedule`) is not ordered twice
+_ORDERS: dict = {}
+ORDERS_KEPT = 8
 
 
 def line_order(mapping: Mapping) -> Mapping:
@@ -535,24 +567,23 @@ def line_order(mapping: Mapping) -> Mapping:
     (the module docstring): its kernels unchanged, its program's inputs permuted and its
     outputs written at the positions read back in the nonzeros' order
     (`Program.output_order`)."""
-    program, arch = mapping.program, mapping.arch
-    changed = False
-    for km in mapping.kernels:
-        if not isinstance(km, KernelMapping):
-            continue
-        inputs, o, perm = _ordered(km, arch, program, RUN_SWAPS)
-        if o is None:
-            continue
-        known = dict(program.output_order)
-        order = tuple((b, known[b][perm] if b in known else perm) for b in o.outputs)
-        program = dataclasses.replace(
-            program, inputs=tuple((name, inputs[name]) for name, _ in program.inputs),
-            output_order=(*((b, x) for b, x in program.output_order if b not in o.outputs),
-                          *order))
-        changed = True
-    if changed:
-        return dataclasses.replace(mapping, program=program)
-    return _shared_line_order(mapping)
+    digest = hashlib.sha1()
+    for name, x in mapping.program.inputs:
+        if np.asarray(x).dtype.kind in "iu":  # the indices: the pattern the order follows
+            digest.update(name.encode())
+            digest.update(np.ascontiguousarray(x).tobytes())
+    key = (tuple(id(k) for k in mapping.kernels), digest.hexdigest())
+    hit = _ORDERS.get(key)
+    if hit is not None and all(a is b for a, b in zip(hit[0], mapping.kernels)):
+        steps = hit[1]
+    else:
+        steps = _steps(mapping)
+        _ORDERS[key] = (mapping.kernels, steps)
+        while len(_ORDERS) > ORDERS_KEPT:
+            _ORDERS.pop(next(iter(_ORDERS)))
+    if not steps:
+        return mapping
+    return dataclasses.replace(mapping, program=_apply(mapping.program, steps))
 
 
 def pad_gathered_rows(program: Program, buffer: str, pad: int) -> Program:
