@@ -397,16 +397,26 @@ class Program:
     # index whose prefix sum the host computes): the compiler measures a later kernel's timing
     # with them (`plan.compile`); the engines never read them
     known: tuple[tuple[str, np.ndarray], ...] = ()
+    # (buffer, order): an output written at the positions of a sparse operand whose nonzeros
+    # run in another order, position s holding nonzero order[s]
+    # (`plan.gather_lines.line_order`, docs/conventions.md#gather-lines)
+    output_order: tuple[tuple[str, np.ndarray], ...] = ()
 
     def __hash__(self) -> int:
         return id(self)
 
     def logical_output(self, name: str, flat: np.ndarray) -> np.ndarray:
         """Output buffer `name`'s words `flat` (as the array holds them) in its logical,
-        row-major order: a pitched output loses the words past each row's columns."""
+        row-major order: a pitched output loses the words past each row's columns; an ordered
+        one goes back to its nonzeros' order."""
         for buf, cols, pitch in self.output_pitch:
             if buf == name:
                 return flat.reshape(-1, pitch)[:, :cols].ravel()
+        for buf, order in self.output_order:
+            if buf == name:
+                out = np.empty_like(flat)
+                out[order] = flat
+                return out
         return flat
 
     @cached_property

@@ -38,6 +38,7 @@ from dataflow.mapper import map_program
 from dataflow.mapper.legality import check_mapping
 from dataflow.mapper.map import map_kernel
 from dataflow.mapper.mapping import KernelMapping, Mapping, MappingError
+from dataflow.plan import gather_lines
 from dataflow.plan.gemm_schedule import (
     GemmSchedule,
     apply_gemm_schedule,
@@ -119,11 +120,14 @@ class ProgramSchedule:
     # kernel (an array without `vsum`: `lane_partials.lane_partial_sums`,
     # docs/conventions.md#lane-partial-sums); applied after `row_max`
     lane_partials: bool = False
+    # (buffer, pad words): gathered rows stored at a pitch that starts them on any line
+    # (`gather_lines.gather_pads`, docs/conventions.md#gather-lines)
+    pads: tuple[tuple[str, int], ...] = ()
 
     @property
     def plain(self) -> bool:
         return ((self.gemm is None or self.gemm.plain) and all(k.plain for k in self.kernels)
-                and not self.row_max and not self.lane_partials)
+                and not self.row_max and not self.lane_partials and not self.pads)
 
 
 def apply_kernel_schedule(kernel: Kernel, sched: KernelSchedule) -> Kernel:
@@ -327,12 +331,15 @@ def _choose_kernel(program: Program, index: int, arch: ArchSpec,
 def _compile_kernels(program: Program, arch: ArchSpec,
                      options: dict) -> tuple[Mapping, ProgramSchedule]:
     program.verify()
+    pads = gather_lines.gather_pads(program, arch)
+    program = gather_lines.apply_pads(program, pads)
     chosen = [_choose_kernel(program, i, arch, options) for i in range(len(program.kernels))]
     scheds = tuple(s for _, s in chosen)
     prog = apply_schedule(program, ProgramSchedule(kernels=scheds), arch)
     mapping = Mapping(program=prog, arch=arch, kernels=tuple(km for km, _ in chosen))
     check_mapping(mapping)
-    return mapping, ProgramSchedule(kernels=scheds)
+    # a static sparse operand's nonzeros in the line-aware order (docs/conventions.md#gather-lines)
+    return gather_lines.line_order(mapping), ProgramSchedule(kernels=scheds, pads=pads)
 
 
 def _blockable(program: Program, arch: ArchSpec) -> bool:
@@ -377,6 +384,7 @@ def apply_schedule(program: Program, sched: ProgramSchedule | None, arch: ArchSp
         program = lane_partial_sums(program, arch.pe_array.simd_lanes)
     if sched.gemm is not None:
         return apply_gemm_schedule(program, sched.gemm, arch.pe_array.simd_lanes)
+    program = gather_lines.apply_pads(program, sched.pads)
     kernels = tuple(apply_kernel_schedule(k, s) for k, s in zip(program.kernels, sched.kernels))
     return dataclasses.replace(program, kernels=kernels)
 

@@ -33,6 +33,7 @@ from dataflow.mapper.mapping import KernelMapping, MappingError
 from dataflow.mapper.schedule import rec_mii, res_mii
 from dataflow.pe_array.common import spm_base
 from dataflow.pe_array.fast import run_kernel_fast
+from dataflow.plan.gather_lines import ordered_inputs
 from dataflow.plan.line_schedule import LINE_NOTE, line_aware_delays
 from dataflow.spm.lines import line_of_row
 
@@ -260,7 +261,9 @@ def sample_cycles(km: KernelMapping, arch: ArchSpec, program: Program) -> float:
     """Cycles per iteration of the kernel's first tile on the fast engine (stalls included):
     the measured score of a schedule."""
     first = dataclasses.replace(km, tiles=km.tiles[:1])
-    res = run_kernel_fast(first, arch, {**program.input_map, **dict(program.known)},
+    # a static sparse operand's nonzeros as the compiler will order them (gather_lines), and
+    # the values the host knows of buffers an earlier kernel makes
+    res = run_kernel_fast(first, arch, {**ordered_inputs(first, arch, program), **dict(program.known)},
                           program.dtype)
     tile = res.tiles[0]
     return tile.compute_cycles / max(1, tile.iterations)

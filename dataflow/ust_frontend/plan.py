@@ -28,6 +28,7 @@ from dataflow.errors import UserError
 from dataflow.mapper.mapping import KernelMapping, Mapping, SystolicMapping
 from dataflow.pe_array.simulate import simulate_mapping
 from dataflow.plan.compile import ProgramSchedule, apply_schedule, choose_schedule
+from dataflow.plan.gather_lines import line_order
 
 
 class PlanMismatchError(UserError):
@@ -83,7 +84,8 @@ class Plan:
             raise PlanMismatchError(
                 f"plan {self.key[:12]} was made for program {self.program_name!r} with kernels "
                 f"{planned}; got {program.name!r} with {names}")
-        return Mapping(program=program, arch=self.arch, kernels=self.kernel_mappings)
+        # a static sparse operand's nonzeros in the line-aware order, as `choose_schedule`
+        return line_order(Mapping(program=program, arch=self.arch, kernels=self.kernel_mappings))
 
     def describe(self) -> str:
         arch = self.arch.name if self.arch else "-"

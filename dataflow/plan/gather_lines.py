@@ -1,0 +1,668 @@
+"""Line-aware order of a static sparse operand's nonzeros (docs/conventions.md#gather-lines).
+
+A gather `B[crd[p]]` hits the SPM line of the row its index picks, so its line is a value; but
+when the index array is a program input (a CSR operand's columns) the values are known when
+the kernel is planned, and so is the cycle at which every iteration issues (the modulo
+schedule, the copies' chunks and delays, `pe_array/fast.py:_waves`). Within one row of the
+sparse loop (`p` over `pos[i] .. pos[i + 1]`) the nonzeros may run in any order: the
+iteration at slot s reads whatever the operand's arrays hold at s, and the row's sum changes
+only by the order of its additions (fp32 rounding; `dataflow.testing.values_match`).
+
+`line_order` walks the iterations of each tile in issue order and gives each slot the
+not-yet-placed nonzero of its row whose gathered rows land on the least loaded lines of their
+cycles, counting reads per (cycle, line) as the engine does (`spm/lines.py:port_cycles`): the
+static reads (the value and index loads, dense operands) first, then each gather as it is
+placed. The operand's arrays are permuted by the order found (`apply_order`), every buffer
+the sparse loop indexes the same way, so the program computes the same sums.
+
+It applies to a kernel whose every access through the sparse loop's variable is a load of a
+program input at exactly that position, and whose gathers all take their index from one such
+load; a kernel that writes through the position (an SDDMM's output) or a buffer another kernel
+reads is left as it is (`orderable`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import math
+import sys
+
+import numpy as np
+
+from dataflow.arch.spec import AddressMapping, ArchSpec
+from dataflow.dfg.domain import enumerate_domain
+from dataflow.dfg.graph import BufferFetch, Kernel, Program, vector_nodes
+from dataflow.dfg.ops import Op
+from dataflow.mapper.mapping import KernelMapping, Mapping
+from dataflow.pe_array.common import spm_base
+from dataflow.spm.lines import line_of_row, port_cycles
+
+#: (rounds of swaps within rows after the greedy placement, slots of its row a stalled
+#: iteration tries to swap with: the next ones, round the row), when a candidate schedule's
+#: first tile is measured and when the chosen one is ordered for the run
+MEASURE_SWAPS = (1, 8)
+RUN_SWAPS = (2, 12)
+
+ORDER_NOTE = "nonzeros of each row ordered by the line-aware gather table"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Orderable:
+    """What `line_order` permutes in one kernel: the sparse loop variable, its pos array, the
+    buffers it indexes (program inputs read at exactly the position), the buffer holding the
+    gathers' index, and the program outputs written at exactly the position (read back in the
+    nonzeros' order, `Program.output_order`)."""
+
+    var: str
+    pos: str
+    buffers: tuple[str, ...]
+    index: str
+    outputs: tuple[str, ...] = ()
+
+
+def _at_position(n, var: str) -> bool:
+    return (n.addr.terms == ((var, 1),) and not n.addr.const and not n.addr.span
+            and not n.addr.index_stride)
+
+
+def orderable(kernel: Kernel, program: Program) -> _Orderable | None:
+    """The sparse loop of `kernel` (one of `program`'s, perhaps transformed) whose nonzeros
+    may be reordered, or None (see the module docstring)."""
+    sparse = [lp for lp in kernel.loops if not lp.is_dense]
+    if len(sparse) != 1:
+        return None
+    var, inputs = sparse[0].var, program.input_map
+    outputs = {name for name, _ in program.outputs}
+    bufs, idx, outs = set(), set(), set()
+    gathers = [n for n in kernel.nodes if n.addr is not None and n.addr.index_stride]
+    if not gathers or len({g.addr.index_stride for g in gathers}) != 1:
+        return None
+    for n in kernel.nodes:
+        if n.addr is None or not n.addr.coef(var):
+            continue
+        if n.op is Op.LOAD and n.buffer in inputs and _at_position(n, var):
+            bufs.add(n.buffer)
+        elif n.op.writes_spm and n.buffer in outputs and _at_position(n, var) \
+                and n.op in (Op.STORE, Op.ACC):
+            outs.add(n.buffer)
+        else:
+            return None
+    for g in gathers:
+        src = kernel.nodes[g.inputs[0]]
+        if src.op is not Op.LOAD or src.buffer not in bufs or g.addr.coef(var) \
+                or g.op is not Op.GATHER:
+            return None
+        idx.add(src.buffer)
+    if len(idx) != 1:
+        return None
+    # another kernel reading or writing them would see the order
+    if any(k.name != kernel.name and any(n.buffer in bufs | outs for n in k.nodes)
+           for k in program.kernels):
+        return None
+    # an output written at the position is read there by nothing else of this kernel
+    if any(n.buffer in outs and n.op.reads_spm and not n.op.accumulates for n in kernel.nodes):
+        return None
+    size = len(inputs[next(iter(idx))])
+    if any(math.prod(shape) != size for name, shape in program.outputs if name in outs):
+        return None
+    return _Orderable(var, sparse[0].pos, tuple(sorted(bufs)), idx.pop(), tuple(sorted(outs)))
+
+
+def _static_rows(km: KernelMapping, arch: ArchSpec, dom, n: int, copy, cyc_of, ti: int,
+                 tile) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(cycle, SPM row, is a write) of every row access of the affine nodes in one tile, as
+    the engine issues them: loads and stores every iteration, an accumulation (a read and a
+    write) at its flushes (the last iteration of a run of one address on one copy,
+    `fast._flushes`)."""
+    kernel, spm = km.kernel, arch.spm
+    lanes = arch.pe_array.simd_lanes if kernel.vector_var else 1
+    vec = vector_nodes(kernel)
+    cs, rs, ws = [], [], []
+    for node in kernel.nodes:
+        if not node.op.is_memory or node.addr.index_stride:
+            continue
+        base, first = spm_base(km, node.buffer, ti, tile)
+        a = np.full(n, node.addr.const, dtype=np.int64)
+        for v, c in node.addr.terms:
+            if v != kernel.vector_var or node.addr.span:
+                a = a + c * dom[v]
+        if node.id in vec and not node.addr.span:
+            a = a + dom[kernel.vector_var] * node.addr.coef(kernel.vector_var)
+        sel = np.arange(n)
+        if node.op.accumulates:
+            flush = np.ones(n, dtype=bool)
+            flush[:-1] = (a[1:] != a[:-1]) | (copy[1:] != copy[:-1])
+            sel = np.flatnonzero(flush)
+        if node.id in vec:
+            width = node.addr.span or lanes
+            cv = 1 if node.addr.span else node.addr.coef(kernel.vector_var)
+            words = a[sel, None] + cv * np.arange(width)[None, :]
+        else:
+            words = a[sel, None]
+        rows = (words - first + base) // spm.words_per_row
+        keep = np.ones(rows.shape, dtype=bool)  # an access's distinct rows (lanes ascend)
+        keep[:, 1:] = rows[:, 1:] != rows[:, :-1]
+        cyc = np.broadcast_to(cyc_of(node.id)[sel, None], rows.shape)[keep]
+        for flag in (False, True):  # an accumulation's flush reads and writes
+            if (node.op.writes_spm if flag else node.op.reads_spm):
+                cs.append(cyc)
+                rs.append(rows[keep])
+                ws.append(np.full(len(cyc), flag))
+    if not cs:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, bool)
+    return np.concatenate(cs), np.concatenate(rs), np.concatenate(ws)
+
+
+def _per_line(cyc: np.ndarray, row: np.ndarray, n_cycles: int, spm,
+              distinct: bool) -> np.ndarray:
+    """Accesses per (cycle, line); `distinct`: reads of one row in one cycle count once."""
+    out = np.zeros((n_cycles, spm.lines), dtype=np.int64)
+    if len(cyc):
+        if distinct:
+            span = int(row.max()) + 1
+            keys = np.unique(cyc * span + row)
+            cyc, row = keys // span, keys % span
+        np.add.at(out, (cyc, line_of_row(row, spm)), 1)
+    return out
+
+
+BIG = 1 << 20
+#: weight of a read beyond the ports against the sum of squared reads per line (balance)
+BALANCE = 1 << 10
+
+
+def _touch1(cnt, k, r, sign, gcyc, goff, gwidth, gstride, stride, wpr, lut):
+    """Add (sign 1) or remove (-1) the row reads of iteration k's gathers at index r."""
+    for g in range(gcyc.shape[1]):
+        c = gcyc[k, g]
+        a = goff[k, g] + stride * r
+        reach = (gwidth[g] - 1) * gstride[g]
+        if 0 <= reach < wpr:  # within a row or two: the first lane's and the last's
+            row, last = a // wpr, (a + reach) // wpr
+            cnt[c, lut[row]] += sign
+            if last != row:
+                cnt[c, lut[last]] += sign
+            continue
+        prev = -1
+        for lane in range(gwidth[g]):
+            row = (a + lane * gstride[g]) // wpr
+            if row != prev:
+                prev = row
+                cnt[c, lut[row]] += sign
+
+
+def _cycle_cost(cnt, wcnt, c, rp, wp):
+    """BIG x the stall cycles of cycle c (`spm/lines.py:port_cycles`), then the reads beyond
+    the ports on its lines (a smoother second key), then the sum of squared reads per line
+    (spare ports kept spread over the lines, for the gathers placed after)."""
+    most_r, most_w, over, square = 0, 0, 0, 0
+    for ln in range(cnt.shape[1]):
+        x = cnt[c, ln]
+        square += x * x
+        if x > most_r:
+            most_r = x
+        if x > rp:
+            over += x - rp
+        if wcnt[c, ln] > most_w:
+            most_w = wcnt[c, ln]
+    top = max((most_r + rp - 1) // rp, (most_w + wp - 1) // wp, 1)
+    return BIG * (top - 1) + BALANCE * over + square
+
+
+def _touch(cnt, k, r, sign, gcyc, goff, gwidth, gstride, stride, wpr, lut, nxt):
+    """`_touch1` over iteration k and the iterations after it that read the same slot."""
+    while k >= 0:
+        _touch1(cnt, k, r, sign, gcyc, goff, gwidth, gstride, stride, wpr, lut)
+        k = nxt[k]
+
+
+def _iter_cost(cnt, wcnt, k, gcyc, rp, wp, nxt):
+    """`_cycle_cost` of the cycles of iteration k's gathers and of those after it that read
+    the same slot."""
+    total = 0
+    while k >= 0:
+        for g in range(gcyc.shape[1]):
+            if g == 0 or gcyc[k, g] != gcyc[k, g - 1]:
+                total += _cycle_cost(cnt, wcnt, gcyc[k, g], rp, wp)
+        k = nxt[k]
+    return total
+
+
+def _order_tile(order, slot, lo, hi, k_of, crd, gcyc, goff, gwidth, gstride, stride, wpr,
+                lut, cnt, wcnt, rp, wp, perm, used, nxt, head, passes, tries):
+    """The greedy of `line_order` over one tile, then `passes` rounds of swaps within rows
+    that shorten stalled cycles (see the module docstring); fills `perm` (slot -> nonzero).
+    The consecutive iterations that read one slot (loops inside the sparse one: an SDDMM's
+    chunks) are placed together: `head` marks the first, `nxt` links each to the next."""
+    for t in range(order.shape[0]):
+        k = order[t]
+        if not head[k]:  # an iteration after the first of its slot's run: counted with it
+            continue
+        s = slot[k]
+        if perm[s] < 0:
+            best, best_cost = -1, BIG * BIG
+            for q in range(lo[s], hi[s]):
+                if used[q]:
+                    continue
+                _touch(cnt, k, crd[q], 1, gcyc, goff, gwidth, gstride, stride, wpr, lut, nxt)
+                cost = _iter_cost(cnt, wcnt, k, gcyc, rp, wp, nxt)
+                _touch(cnt, k, crd[q], -1, gcyc, goff, gwidth, gstride, stride, wpr, lut, nxt)
+                if cost < best_cost:
+                    best, best_cost = q, cost
+            perm[s] = best
+            used[best] = True
+        _touch(cnt, k, crd[perm[s]], 1, gcyc, goff, gwidth, gstride, stride, wpr, lut, nxt)
+    trials = 0
+    for _ in range(passes):
+        moved = 0
+        for t in range(order.shape[0]):
+            k = order[t]
+            s = slot[k]
+            if k_of[s] != k or _iter_cost(cnt, wcnt, k, gcyc, rp, wp, nxt) < BIG:
+                continue
+            width = hi[s] - lo[s]
+            for step in range(1, min(width, tries + 1)):  # the next slots of the row, round
+                s2 = lo[s] + (s - lo[s] + step) % width
+                k2 = k_of[s2]
+                if k2 < 0:
+                    continue
+                trials += 1
+                before = _iter_cost(cnt, wcnt, k, gcyc, rp, wp, nxt) \
+                    + _iter_cost(cnt, wcnt, k2, gcyc, rp, wp, nxt)
+                a, b = crd[perm[s]], crd[perm[s2]]
+                _touch(cnt, k, a, -1, gcyc, goff, gwidth, gstride, stride, wpr, lut, nxt)
+                _touch(cnt, k2, b, -1, gcyc, goff, gwidth, gstride, stride, wpr, lut, nxt)
+                _touch(cnt, k, b, 1, gcyc, goff, gwidth, gstride, stride, wpr, lut, nxt)
+                _touch(cnt, k2, a, 1, gcyc, goff, gwidth, gstride, stride, wpr, lut, nxt)
+                after = _iter_cost(cnt, wcnt, k, gcyc, rp, wp, nxt) \
+                    + _iter_cost(cnt, wcnt, k2, gcyc, rp, wp, nxt)
+                if after < before:
+                    perm[s], perm[s2] = perm[s2], perm[s]
+                    moved += 1
+                    if _iter_cost(cnt, wcnt, k, gcyc, rp, wp, nxt) < BIG:
+                        break
+                    continue
+                _touch(cnt, k, b, -1, gcyc, goff, gwidth, gstride, stride, wpr, lut, nxt)
+                _touch(cnt, k2, a, -1, gcyc, goff, gwidth, gstride, stride, wpr, lut, nxt)
+                _touch(cnt, k, a, 1, gcyc, goff, gwidth, gstride, stride, wpr, lut, nxt)
+                _touch(cnt, k2, b, 1, gcyc, goff, gwidth, gstride, stride, wpr, lut, nxt)
+        if not moved:
+            break
+    return trials
+
+
+#: the greedy in Python, as written (`_runner`)
+_PY_ORDER = _order_tile
+#: below this much work (iterations x the longest row) the greedy runs in Python while numba
+#: is not loaded (start-up, issue 14: a small job does not pay numba's import)
+PY_MAX_WORK = 20_000
+
+
+def _runner(work: int):
+    if work <= PY_MAX_WORK and "numba" not in sys.modules:
+        return _PY_ORDER
+    return _jit()
+
+
+@functools.cache
+def _jit():
+    """The greedy and its helpers compiled (numba is loaded on first use: start-up)."""
+    import numba
+
+    g = globals()
+    for name in ("_touch1", "_cycle_cost", "_touch", "_iter_cost", "_order_tile"):  # callees first
+        g[name] = numba.njit(cache=True)(g[name])
+    return g["_order_tile"]
+
+
+def _tile_order(km: KernelMapping, arch: ArchSpec, o: _Orderable, crd: np.ndarray, ti: int,
+                tile, perm: np.ndarray, used: np.ndarray, swaps: tuple[int, int]) -> int:
+    """`line_order` on tile `ti`: fills `perm` for the positions the tile runs; returns the
+    SPM conflict stalls the tile will have, as the engine counts them but for two gathers of
+    one row in one cycle, counted twice (the engine's line broadcasts the row): a bound."""
+    kernel, spm = km.kernel, arch.spm
+    lanes = arch.pe_array.simd_lanes if kernel.vector_var else 1
+    dom = enumerate_domain(kernel, lanes, (tile.lo, tile.hi))
+    n = len(dom[kernel.loops[0].var])
+    if n == 0:
+        return 0
+    waves = -(-n // km.copies)
+    k = np.arange(n, dtype=np.int64)
+    copy, wave = k // waves, k % waves
+    times = np.zeros((km.copies, len(kernel.nodes)), dtype=np.int64)
+    for p in km.placements:
+        times[p.copy, p.node] = p.time
+
+    def cyc_of(node_id):
+        return wave * km.ii + times[copy, node_id]
+
+    gathers = [nd for nd in kernel.nodes if nd.addr is not None and nd.addr.index_stride]
+    stride = gathers[0].addr.index_stride
+    vec = vector_nodes(kernel)
+    n_cycles = (waves - 1) * km.ii + km.schedule_length
+    sc, sr, sw = _static_rows(km, arch, dom, n, copy, cyc_of, ti, tile)
+    cnt = _per_line(sc[~sw], sr[~sw], n_cycles, spm, True)
+    wcnt = _per_line(sc[sw], sr[sw], n_cycles, spm, False)
+    gcyc = np.stack([cyc_of(g.id) for g in gathers], axis=1)
+    goff = np.zeros((n, len(gathers)), dtype=np.int64)
+    gwidth = np.ones(len(gathers), dtype=np.int64)
+    gstride = np.zeros(len(gathers), dtype=np.int64)
+    for j, g in enumerate(gathers):
+        base, first = spm_base(km, g.buffer, ti, tile)
+        a = np.full(n, g.addr.const + base - first, dtype=np.int64)
+        for v, c in g.addr.terms:
+            if v != kernel.vector_var or g.addr.span:
+                a = a + c * dom[v]
+        if g.id in vec:
+            gwidth[j] = g.addr.span or lanes
+            gstride[j] = 1 if g.addr.span else g.addr.coef(kernel.vector_var)
+            if not g.addr.span:
+                a = a + dom[kernel.vector_var] * gstride[j]
+        goff[:, j] = a
+    order_g = np.argsort(gcyc, axis=1, kind="stable")  # an iteration's gathers by cycle
+    gcyc = np.take_along_axis(gcyc, order_g, axis=1)
+    goff = np.take_along_axis(goff, order_g, axis=1)
+    gwidth, gstride = gwidth[order_g[0]], gstride[order_g[0]]
+    pos = kernel.domain[o.pos]
+    slot = dom[o.var]
+    parent = dom[next(lp.parent for lp in kernel.loops if lp.var == o.var)]
+    lo = np.zeros(len(crd), dtype=np.int64)
+    hi = np.zeros(len(crd), dtype=np.int64)
+    lo[slot], hi[slot] = pos[parent], pos[parent + 1]
+    # runs of consecutive iterations reading one slot (loops inside the sparse one)
+    head = np.ones(n, dtype=bool)
+    head[1:] = slot[1:] != slot[:-1]
+    nxt = np.where(np.append(~head[1:], False), k + 1, -1)
+    # the first iteration of the one run that reads each slot; -1 when none or several (a
+    # row run twice: its order is the first run's, and no swap moves it)
+    k_of = np.full(len(crd), -1, dtype=np.int64)
+    seen = np.bincount(slot[head], minlength=len(crd))
+    once = head & (seen[slot] == 1)
+    k_of[slot[once]] = k[once]
+    order = np.lexsort((copy, gcyc[:, 0]))
+    top = int(goff.max()) + stride * int(crd.max()) + int(((gwidth - 1) * gstride).max()) + 1
+    lut = np.asarray(line_of_row(np.arange(top // spm.words_per_row + 1, dtype=np.int64), spm),
+                     dtype=np.int64)
+    work = n * int((hi[slot] - lo[slot]).max())
+    _runner(work)(order, slot, lo, hi, k_of, crd.astype(np.int64), gcyc, goff, gwidth, gstride,
+           stride, spm.words_per_row, lut, cnt, wcnt, spm.read_ports_per_line,
+           spm.write_ports_per_line, perm, used, nxt, head, *swaps)
+    return int((port_cycles(cnt, wcnt, spm).max(axis=1) - 1).sum())
+
+
+def _permutation(km: KernelMapping, arch: ArchSpec, o: _Orderable,
+                 inputs: dict[str, np.ndarray],
+                 swaps: tuple[int, int] = MEASURE_SWAPS) -> tuple[np.ndarray, int]:
+    """(position -> the nonzero it holds in the line-aware order over `km`'s tiles, the SPM
+    conflict stalls the table counts for that order)."""
+    crd = np.asarray(inputs[o.index]).astype(np.int64)
+    perm = np.full(len(crd), -1, dtype=np.int64)
+    used = np.zeros(len(crd), dtype=bool)
+    stalls = sum(_tile_order(km, arch, o, crd, ti, tile, perm, used, swaps)
+                 for ti, tile in enumerate(km.tiles))
+    free = perm < 0
+    perm[free] = np.flatnonzero(free)
+    return perm, stalls
+
+
+def _ordered(km: KernelMapping, arch: ArchSpec, program: Program,
+             swaps: tuple[int, int]) -> tuple[dict[str, np.ndarray], _Orderable | None,
+                                               np.ndarray | None]:
+    """(`program`'s inputs with `km`'s nonzeros in the line-aware order, what was ordered,
+    the order: position -> the nonzero it holds); the inputs as they are when `km` is not
+    orderable."""
+    o = orderable(km.kernel, program)
+    if o is None:
+        return program.input_map, None, None
+    inputs = dict(program.input_map)
+    perm, _ = _permutation(km, arch, o, inputs, swaps)
+    for b in o.buffers:
+        inputs[b] = np.asarray(inputs[b])[perm]
+    return inputs, o, perm
+
+
+def ordered_inputs(km: KernelMapping, arch: ArchSpec, program: Program,
+                   swaps: tuple[int, int] = MEASURE_SWAPS) -> dict[str, np.ndarray]:
+    """`program`'s inputs with `km`'s nonzeros in the line-aware order over `km`'s tiles (the
+    first tile only, for a measurement of it), or as they are when `km` is not orderable."""
+    return _ordered(km, arch, program, swaps)[0]
+
+
+def _sparse_var(kernel: Kernel) -> tuple[str, str] | None:
+    sparse = [lp for lp in kernel.loops if not lp.is_dense]
+    return (sparse[0].var, sparse[0].pos) if len(sparse) == 1 else None
+
+
+def shared_order(program: Program) -> tuple[tuple[str, ...], tuple[str, ...],
+                                            dict[str, _Orderable]] | None:
+    """A sparse operand read by several kernels (attention's mask: the scores, the softmax and
+    the PV product), each running one sparse loop over the same pos array and touching every
+    buffer indexed by the position at exactly the position, so that one order of the
+    nonzeros serves them all: (the program inputs to permute, the program outputs written at
+    the positions, {kernel name: what its gathers need}) or None."""
+    at_pos: set[str] = set()
+    pos_array = None
+    for k in program.kernels:
+        sv = _sparse_var(k)
+        for n in k.nodes:
+            if sv and n.addr is not None and n.addr.coef(sv[0]):
+                at_pos.add(n.buffer)
+    if not at_pos:
+        return None
+    gathering: dict[str, _Orderable] = {}
+    inputs = program.input_map
+    for k in program.kernels:
+        touching = [n for n in k.nodes if n.buffer in at_pos]
+        if not touching:
+            continue
+        sv = _sparse_var(k)
+        if sv is None:
+            return None
+        pos = k.domain[sv[1]]
+        if pos_array is None:
+            pos_array = pos
+        elif not np.array_equal(pos, pos_array):
+            return None
+        if any(not _at_position(n, sv[0]) or n.op not in (Op.LOAD, Op.STORE, Op.ACC)
+               for n in touching):
+            return None
+        gathers = [n for n in k.nodes if n.addr is not None and n.addr.index_stride]
+        if gathers:
+            srcs = {k.nodes[g.inputs[0]] for g in gathers}
+            if len({g.addr.index_stride for g in gathers}) != 1 or len(srcs) != 1 \
+                    or any(g.op is not Op.GATHER or g.addr.coef(sv[0]) for g in gathers):
+                return None
+            src = srcs.pop()
+            if src.op is not Op.LOAD or src.buffer not in at_pos or src.buffer not in inputs:
+                return None
+            gathering[k.name] = _Orderable(sv[0], sv[1], (), src.buffer)
+    permuted = tuple(sorted(b for b in at_pos if b in inputs))
+    outs = tuple(sorted(name for name, _ in program.outputs if name in at_pos))
+    size = int(pos_array[-1])
+    if not gathering or any(len(inputs[b]) != size for b in permuted) \
+            or any(math.prod(s) != size for name, s in program.outputs if name in outs):
+        return None
+    return permuted, outs, gathering
+
+
+def _stalls_under(km: KernelMapping, arch: ArchSpec, o: _Orderable, crd: np.ndarray) -> int:
+    """The SPM conflict stalls the table counts for `km` with its nonzeros as `crd` holds
+    them (every slot's nonzero given)."""
+    perm = np.arange(len(crd), dtype=np.int64)
+    used = np.ones(len(crd), dtype=bool)
+    return sum(_tile_order(km, arch, o, crd.astype(np.int64), ti, tile, perm, used, (0, 0))
+               for ti, tile in enumerate(km.tiles))
+
+
+def _shared_step(mapping: Mapping):
+    """`line_order`'s step for a sparse operand several kernels read (`shared_order`): each
+    gathering kernel's line-aware order is tried on all of them, and the one with the fewest
+    stalls the table counts, over all, is kept (None: the given order has no more)."""
+    program, arch = mapping.program, mapping.arch
+    found = shared_order(program)
+    if found is None:
+        return None
+    permuted, outs, gathering = found
+    kms = {km.kernel.name: km for km in mapping.kernels
+           if isinstance(km, KernelMapping) and km.kernel.name in gathering}
+    if not kms:
+        return None
+    crd = np.asarray(program.input_map[next(iter(gathering.values())).index])
+
+    def total(order: np.ndarray) -> int:
+        return sum(_stalls_under(kms[name], arch, gathering[name], crd[order]) for name in kms)
+
+    best_perm, best = None, total(np.arange(len(crd)))
+    for name, km in kms.items():
+        perm, _ = _permutation(km, arch, gathering[name], program.input_map, RUN_SWAPS)
+        cost = total(perm)
+        if cost < best:
+            best_perm, best = perm, cost
+    return None if best_perm is None else (permuted, outs, best_perm)
+
+
+def _apply(program: Program, steps) -> Program:
+    """`program` with each step's buffers permuted and its outputs' order recorded."""
+    for buffers, outs, perm in steps:
+        known = dict(program.output_order)
+        order = tuple((b, known[b][perm] if b in known else perm) for b in outs)
+        program = dataclasses.replace(
+            program, inputs=tuple((name, np.asarray(x)[perm] if name in buffers else x)
+                                  for name, x in program.inputs),
+            output_order=(*((b, x) for b, x in program.output_order if b not in outs),
+                          *order))
+    return program
+
+
+def _steps(mapping: Mapping) -> list:
+    """The permutations `line_order` applies, in order: (buffers, outputs, order) per
+    orderable kernel, else one for an operand several kernels read."""
+    program, arch = mapping.program, mapping.arch
+    steps = []
+    for km in mapping.kernels:
+        if not isinstance(km, KernelMapping):
+            continue
+        o = orderable(km.kernel, program)
+        if o is None:
+            continue
+        perm, _ = _permutation(km, arch, o, program.input_map, RUN_SWAPS)
+        steps.append((o.buffers, o.outputs, perm))
+        program = _apply(program, steps[-1:])
+    if steps:
+        return steps
+    shared = _shared_step(mapping)
+    return [shared] if shared else []
+
+
+#: orders found, per mapping's kernels and index arrays: a plan's mapping bound to the values
+#: it was planned with (`Plan.bind` after `choose_schedule`) is not ordered twice
+_ORDERS: dict = {}
+ORDERS_KEPT = 8
+
+
+def line_order(mapping: Mapping) -> Mapping:
+    """`mapping` with the nonzeros of every orderable kernel's rows in the line-aware order
+    (the module docstring): its kernels unchanged, its program's inputs permuted and its
+    outputs written at the positions read back in the nonzeros' order
+    (`Program.output_order`)."""
+    digest = hashlib.sha1()
+    for name, x in mapping.program.inputs:
+        if np.asarray(x).dtype.kind in "iu":  # the indices: the pattern the order follows
+            digest.update(name.encode())
+            digest.update(np.ascontiguousarray(x).tobytes())
+    key = (tuple(id(k) for k in mapping.kernels), digest.hexdigest())
+    hit = _ORDERS.get(key)
+    if hit is not None and all(a is b for a, b in zip(hit[0], mapping.kernels)):
+        steps = hit[1]
+    else:
+        steps = _steps(mapping)
+        _ORDERS[key] = (mapping.kernels, steps)
+        while len(_ORDERS) > ORDERS_KEPT:
+            _ORDERS.pop(next(iter(_ORDERS)))
+    if not steps:
+        return mapping
+    return dataclasses.replace(mapping, program=_apply(mapping.program, steps))
+
+
+def pad_gathered_rows(program: Program, buffer: str, pad: int) -> Program:
+    """Input `buffer`, gathered by rows of `cols` words (every access to it a gather of index
+    stride cols, within the row), stored with a row pitch of cols + pad words (pad words zero,
+    left on chip: the DMA moves the cols words of each row, `Buffer.pitch`). On interleaved
+    lines a row of cols = 8 SPM rows starts on one of two lines; at a pitch of 9 SPM rows on
+    any of 16, which gives `line_order` room (docs/conventions.md#gather-lines)."""
+    if pad <= 0:
+        return program
+    data = program.input_map[buffer]
+    strides = {n.addr.index_stride for k in program.kernels for n in k.nodes
+               if n.buffer == buffer}
+    if len(strides) != 1 or not (cols := strides.pop()) or data.size % cols:
+        raise ValueError(f"pad_gathered_rows({buffer!r}): not a buffer of gathered rows")
+
+    def rewrite(n):
+        if n.buffer != buffer:
+            return n
+        return dataclasses.replace(n, addr=dataclasses.replace(n.addr, index_stride=cols + pad))
+
+    rows = data.size // cols
+    padded = np.zeros((rows, cols + pad), dtype=data.dtype)
+    padded[:, :cols] = data.reshape(rows, cols)
+    size = rows * (cols + pad)
+    kernels = tuple(dataclasses.replace(
+        k, nodes=tuple(rewrite(n) for n in k.nodes),
+        buffers=tuple(dataclasses.replace(b, size=size, pitch=(cols, cols + pad))
+                      if b.name == buffer else b for b in k.buffers)) for k in program.kernels)
+    inputs = tuple((name, padded.ravel() if name == buffer else x) for name, x in program.inputs)
+    return dataclasses.replace(program, kernels=kernels, inputs=inputs)
+
+
+def gather_pads(program: Program, arch: ArchSpec) -> tuple[tuple[str, int], ...]:
+    """(buffer, pad words) for each input whose rows an orderable kernel gathers, when its
+    rows of cols words start on fewer than all lines: a pitch of cols + pad words, pad the
+    fewest whole SPM rows that make the pitch's rows prime to the line count, lets a row
+    start on any line (interleaved lines only; docs/conventions.md#gather-lines)."""
+    spm = arch.spm
+    if spm.address_mapping != AddressMapping.INTERLEAVED:
+        return ()
+    shared = shared_order(program)
+    ordered = set(shared[2]) if shared else set()
+    out = []
+    for name, data in program.inputs:
+        nodes = [(k, n) for k in program.kernels for n in k.nodes if n.buffer == name]
+        strides = {n.addr.index_stride for _, n in nodes}
+        if not nodes or len(strides) != 1 or any(n.op is not Op.GATHER for _, n in nodes):
+            continue
+        cols = strides.pop()
+        if cols % spm.words_per_row or data.size % cols \
+                or any(b.fetch != BufferFetch.WHOLE for k, _ in nodes for b in k.buffers
+                       if b.name == name):
+            continue
+        if not all(_within_row(k, n.addr, cols)
+                   and (k.name in ordered or orderable(k, program) is not None)
+                   for k, n in nodes):
+            continue
+        rows = cols // spm.words_per_row
+        pad = next(p for p in range(spm.lines) if math.gcd(rows + p, spm.lines) == 1)
+        if pad:
+            out.append((name, pad * spm.words_per_row))
+    return tuple(out)
+
+
+def _within_row(kernel: Kernel, addr, cols: int) -> bool:
+    """Whether a gather's words stay within the row of cols words its index picks: its terms
+    are dense loops' variables with nonnegative coefficients, whose largest values and the
+    constant stay below cols."""
+    top = addr.const
+    extents = {lp.var: lp.extent for lp in kernel.loops if lp.is_dense}
+    for v, c in addr.terms:
+        if v not in extents or c < 0:
+            return False
+        top += c * (extents[v] - 1)
+    return addr.const >= 0 and top + max(addr.span - 1, 0) < cols
+
+
+def apply_pads(program: Program, pads: tuple[tuple[str, int], ...]) -> Program:
+    for name, pad in pads:
+        program = pad_gathered_rows(program, name, pad)
+    return program
