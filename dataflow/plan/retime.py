@@ -263,8 +263,8 @@ def sample_cycles(km: KernelMapping, arch: ArchSpec, program: Program) -> float:
     first = dataclasses.replace(km, tiles=km.tiles[:1])
     # a static sparse operand's nonzeros as the compiler will order them (gather_lines), and
     # the values the host knows of buffers an earlier kernel makes
-    res = run_kernel_fast(first, arch, {**ordered_inputs(first, arch, program), **dict(program.known)},
-                          program.dtype)
+    inputs = {**ordered_inputs(first, arch, program), **dict(program.known)}
+    res = run_kernel_fast(first, arch, inputs, program.dtype)
     tile = res.tiles[0]
     return tile.compute_cycles / max(1, tile.iterations)
 
