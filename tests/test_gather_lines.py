@@ -154,3 +154,45 @@ def test_the_greedy_in_python_and_compiled_agree(monkeypatch):
         monkeypatch.setattr(gather_lines, "_runner", lambda work, r=runner: r)
         got.append(gather_lines._permutation(km, DEFAULT, o, given.program.input_map))
     assert np.array_equal(got[0][0], got[1][0]) and got[0][1] == got[1][1]
+
+
+def test_line_orders_are_kept_on_disk_across_processes_and_a_damaged_file_is_rebuilt(
+        tmp_path, monkeypatch):
+    """A warm process reads the order back instead of running the greedy (the default job's
+    start-up, issue 14); the file's name does not depend on the process's hash seed; a
+    damaged file is deleted and rebuilt, and the order is the same."""
+    import os
+    import subprocess
+    import sys
+
+    monkeypatch.setenv("DATAFLOW_CACHE_DIR", str(tmp_path))
+    prog, _, _ = _spmm(seed=3)
+    mapping, _ = choose_schedule(prog, DEFAULT)
+    gather_lines._ORDERS.clear()
+    first = gather_lines.line_order(_as_given(mapping, prog))
+    files = list((tmp_path / "line_orders").glob("*.order"))
+    assert len(files) == 1
+    calls = []
+    monkeypatch.setattr(gather_lines, "_steps", lambda m: calls.append(m) or [])
+    gather_lines._ORDERS.clear()
+    again = gather_lines.line_order(_as_given(mapping, prog))
+    assert not calls  # read back, not recomputed
+    assert np.array_equal(again.program.input_map["A_crd"], first.program.input_map["A_crd"])
+    files[0].write_bytes(files[0].read_bytes()[:-7] + b"garbage")
+    gather_lines._ORDERS.clear()
+    monkeypatch.undo()
+    monkeypatch.setenv("DATAFLOW_CACHE_DIR", str(tmp_path))
+    rebuilt = gather_lines.line_order(_as_given(mapping, prog))
+    assert np.array_equal(rebuilt.program.input_map["A_crd"], first.program.input_map["A_crd"])
+    assert files[0].exists()  # written again
+    code = ("import numpy as np, scipy.sparse as sp, pickle, sys\n"
+            "from tests.test_gather_lines import _spmm, _as_given, DEFAULT\n"
+            "from dataflow.plan.compile import choose_schedule\n"
+            "from dataflow.plan import gather_lines\n"
+            "p, _, _ = _spmm(seed=3); m, _ = choose_schedule(p, DEFAULT)\n"
+            "print(gather_lines._orders_file(_as_given(m, p), 'x')[1])\n")
+    names = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True, cwd=str(ARCH_DIR.parent),
+                            env={**os.environ, "PYTHONHASHSEED": seed}).stdout
+             for seed in ("1", "2")}
+    assert len(names) == 1

@@ -23,15 +23,26 @@ reads is left as it is (`orderable`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
+import json
 import math
+import pickle
 import sys
 
 import numpy as np
 
+from dataflow.arch.load import arch_to_dict
 from dataflow.arch.spec import AddressMapping, ArchSpec
+from dataflow.cachefiles import (
+    CacheEntryError,
+    atomic_write_bytes,
+    frame_entry,
+    resolve_cache_dir,
+    unframe_entry,
+)
 from dataflow.dfg.domain import enumerate_domain
 from dataflow.dfg.graph import BufferFetch, Kernel, Program, vector_nodes
 from dataflow.dfg.ops import Op
@@ -297,11 +308,17 @@ def _order_tile(order, slot, lo, hi, k_of, crd, gcyc, goff, gwidth, gstride, str
 _PY_ORDER = _order_tile
 #: below this much work (iterations x the longest row) the greedy runs in Python while numba
 #: is not loaded (start-up, issue 14: a small job does not pay numba's import)
-PY_MAX_WORK = 20_000
+PY_MAX_WORK = 3_000
+
+
+#: the Python work done so far in this process: the budget is the process's, not a tile's (eight
+#: tiles of 20,000 each took 11 s in Python, against numba's ~0.5 s load)
+_PY_SPENT = [0]
 
 
 def _runner(work: int):
-    if work <= PY_MAX_WORK and "numba" not in sys.modules:
+    if _PY_SPENT[0] + work <= PY_MAX_WORK and "numba" not in sys.modules:
+        _PY_SPENT[0] += work
         return _PY_ORDER
     return _jit()
 
@@ -577,13 +594,68 @@ def line_order(mapping: Mapping) -> Mapping:
     if hit is not None and all(a is b for a, b in zip(hit[0], mapping.kernels)):
         steps = hit[1]
     else:
-        steps = _steps(mapping)
+        steps = _orders_disk_get(mapping, key[1])
+        if steps is None:
+            steps = _steps(mapping)
+            _orders_disk_put(mapping, key[1], steps)
         _ORDERS[key] = (mapping.kernels, steps)
         while len(_ORDERS) > ORDERS_KEPT:
             _ORDERS.pop(next(iter(_ORDERS)))
     if not steps:
         return mapping
     return dataclasses.replace(mapping, program=_apply(mapping.program, steps))
+
+
+ORDERS_KIND, ORDERS_VERSION = "line-order", 1
+
+
+def _orders_file(mapping: Mapping, digest: str):
+    """`<cache dir>/line_orders/<hash of the arch, the kernel mappings and the index arrays>`:
+    the order depends on the schedule (each gather's issue cycle) and the pattern."""
+    h = hashlib.sha256(json.dumps(arch_to_dict(mapping.arch), sort_keys=True,
+                                  default=str).encode())
+    with np.printoptions(threshold=sys.maxsize):  # reprs, not pickles: no set order enters
+        for km in mapping.kernels:
+            h.update(repr((str(km.kernel), km.copies, km.ii, km.placements, km.allocations,
+                           km.tiles) if isinstance(km, KernelMapping) else km).encode())
+    h.update(repr((digest, RUN_SWAPS)).encode())
+    return resolve_cache_dir() / "line_orders" / f"{h.hexdigest()[:32]}.order", h.hexdigest()
+
+
+def _orders_disk_get(mapping: Mapping, digest: str):
+    """The steps stored for `mapping` by an earlier process, or None. A file that fails its
+    frame, or whose permutations do not fit the program's arrays, is deleted (a rebuild)."""
+    try:
+        path, full = _orders_file(mapping, digest)
+        blob = path.read_bytes()
+    except (OSError, pickle.PicklingError, TypeError, AttributeError):
+        return None
+    try:
+        got = pickle.loads(unframe_entry(ORDERS_KIND, ORDERS_VERSION, blob))
+        if not (isinstance(got, dict) and got.get("key") == full):
+            raise ValueError("the order of another mapping")
+        steps = got["steps"]
+        sizes = {name: len(np.asarray(x)) for name, x in mapping.program.inputs}
+        for buffers, _outs, perm in steps:
+            perm = np.asarray(perm)
+            if not (np.array_equal(np.sort(perm), np.arange(len(perm)))
+                    and all(sizes.get(b, len(perm)) == len(perm) for b in buffers)):
+                raise ValueError("not a permutation of the program's nonzeros")
+        return steps
+    except (CacheEntryError, pickle.UnpicklingError, EOFError, AttributeError, ImportError,
+            IndexError, KeyError, TypeError, ValueError):
+        with contextlib.suppress(OSError):
+            path.unlink(missing_ok=True)
+        return None
+
+
+def _orders_disk_put(mapping: Mapping, digest: str, steps) -> None:
+    try:
+        path, full = _orders_file(mapping, digest)
+        atomic_write_bytes(path, frame_entry(ORDERS_KIND, ORDERS_VERSION, pickle.dumps(
+            {"key": full, "steps": steps}, protocol=pickle.HIGHEST_PROTOCOL)))
+    except (OSError, pickle.PicklingError, TypeError, AttributeError):
+        pass  # a read-only cache folder costs the next process an order, never a failure
 
 
 def pad_gathered_rows(program: Program, buffer: str, pad: int) -> Program:
