@@ -455,3 +455,22 @@ def test_reference_dense_blocks_equal_gathered_pairs(monkeypatch):
     monkeypatch.setattr(r, "DENSE_BLOCK", 2.0)
     pairs = r.attention_reference(q, k, v, pos, crd, rows_per_block=40)
     assert np.array_equal(np.isnan(dense), np.isnan(pairs)) and not np.isnan(pairs[51:]).any()
+
+
+def test_the_attention_workload_plans_through_the_plan_cache(default_arch, tmp_path,
+                                                              monkeypatch):
+    """A second run of the same pattern and arch reuses its plan (issue 14: the workload
+    planned afresh every run) with the same cycles and values; another seed's values run on
+    the same plan when the mask is the same."""
+    monkeypatch.setenv("DATAFLOW_CACHE_DIR", str(tmp_path))
+    from dataflow import simulate
+    from dataflow.ust_frontend.cache import default_cache
+    default_cache().clear_memory()
+    first = simulate("attention", arch=default_arch, pattern="window", seq=44, dim=12)
+    again = simulate("attention", arch=default_arch, pattern="window", seq=44, dim=12)
+    other = simulate("attention", arch=default_arch, pattern="window", seq=44, dim=12, seed=1)
+    assert "plan built" in " ".join(first.notes)
+    assert "plan built" not in " ".join(again.notes)
+    assert again.cycles == first.cycles == other.cycles
+    assert first.values_match_reference and again.values_match_reference
+    assert other.values_match_reference

@@ -219,7 +219,7 @@ def _run(spec, *, engine: str = "fast", seed: int = 0, trace: bool = False, patt
     if split is not None:  # K and V do not fit the SPM (or the host): query-row blocks
         return split
     return _simulate(x["q"], x["k"], x["v"], x["pos"], x["crd"], spec, engine,
-                     workload=workload, trace=trace, t0=t0, cache=False,
+                     workload=workload, trace=trace, t0=t0, cache=None,
                      lowering=lowering)
 
 
