@@ -14,6 +14,9 @@ it imports nothing from `dataflow`, so any layer may use it).
   `{"fingerprint": <code fingerprint>, "format": "dataflow-<kind>/<version>", "sha256": <of the
   payload>}\n`, then the payload. A file whose header or checksum does not match is never
   handed to a loader, so a flipped byte costs a rebuild, never a wrong or crashing plan.
+- `read_entry` / `write_entry`: a framed file read back through the caller's loader (a file
+  that fails its frame or its loader is deleted: a rebuild, never a failure) and written
+  atomically (a read-only folder costs a rebuild, never a failure).
 - `BoundedCache`: a small LRU dict for process-wide memo tables (never unbounded).
 """
 
@@ -24,11 +27,12 @@ import enum
 import hashlib
 import json
 import os
+import pickle
 import uuid
 from collections import OrderedDict
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 ENV_VAR = "DATAFLOW_CACHE_DIR"
 DEFAULT_DIR = Path("~/.cache/dataflow/plans")
@@ -138,6 +142,38 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     finally:
         with contextlib.suppress(OSError):  # gone after os.replace, or never made
             tmp.unlink(missing_ok=True)
+
+
+#: what a loader of a damaged or foreign payload raises (pickle's and JSON's failures, and the
+#: ValueError a loader raises for content it rejects)
+LOAD_ERRORS = (CacheEntryError, pickle.UnpicklingError, EOFError, AttributeError, ImportError,
+               IndexError, KeyError, TypeError, ValueError)
+
+
+def read_entry(path: Path, kind: str, version: int, load: Callable[[bytes], Any],
+               errors: tuple[type[BaseException], ...] = LOAD_ERRORS) -> Any:
+    """`load(payload)` of the file `frame_entry` wrote at `path`, or None when there is none (or
+    it cannot be read). A file that fails its frame, or whose payload `load` rejects with one
+    of `errors`, is deleted, so the caller rebuilds and rewrites it."""
+    try:
+        blob = path.read_bytes()
+    except OSError:
+        return None
+    try:
+        return load(unframe_entry(kind, version, blob))
+    except (CacheEntryError, *errors):
+        with contextlib.suppress(OSError):
+            path.unlink(missing_ok=True)
+        return None
+
+
+def write_entry(path: Path, kind: str, version: int, payload: bytes) -> None:
+    """`payload` framed (`frame_entry`) and written atomically at `path`; a folder that cannot
+    be written costs the next process a rebuild, never a failure."""
+    try:
+        atomic_write_bytes(path, frame_entry(kind, version, payload))
+    except OSError:
+        pass
 
 
 class BoundedCache:

@@ -23,7 +23,6 @@ reads is left as it is (`orderable`).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -36,13 +35,7 @@ import numpy as np
 
 from dataflow.arch.load import arch_to_dict
 from dataflow.arch.spec import AddressMapping, ArchSpec
-from dataflow.cachefiles import (
-    CacheEntryError,
-    atomic_write_bytes,
-    frame_entry,
-    resolve_cache_dir,
-    unframe_entry,
-)
+from dataflow.cachefiles import read_entry, resolve_cache_dir, write_entry
 from dataflow.dfg.domain import enumerate_domain
 from dataflow.dfg.graph import BufferFetch, Kernel, Program, vector_nodes
 from dataflow.dfg.ops import Op
@@ -594,10 +587,13 @@ def line_order(mapping: Mapping) -> Mapping:
     if hit is not None and all(a is b for a, b in zip(hit[0], mapping.kernels)):
         steps = hit[1]
     else:
-        steps = _orders_disk_get(mapping, key[1])
+        path, full = _orders_file(mapping, key[1])
+        steps = read_entry(path, ORDERS_KIND, ORDERS_VERSION,
+                           lambda payload: _valid_steps(pickle.loads(payload), full, mapping))
         if steps is None:
             steps = _steps(mapping)
-            _orders_disk_put(mapping, key[1], steps)
+            write_entry(path, ORDERS_KIND, ORDERS_VERSION, pickle.dumps(
+                {"key": full, "steps": steps}, protocol=pickle.HIGHEST_PROTOCOL))
         _ORDERS[key] = (mapping.kernels, steps)
         while len(_ORDERS) > ORDERS_KEPT:
             _ORDERS.pop(next(iter(_ORDERS)))
@@ -622,40 +618,19 @@ def _orders_file(mapping: Mapping, digest: str):
     return resolve_cache_dir() / "line_orders" / f"{h.hexdigest()[:32]}.order", h.hexdigest()
 
 
-def _orders_disk_get(mapping: Mapping, digest: str):
-    """The steps stored for `mapping` by an earlier process, or None. A file that fails its
-    frame, or whose permutations do not fit the program's arrays, is deleted (a rebuild)."""
-    try:
-        path, full = _orders_file(mapping, digest)
-        blob = path.read_bytes()
-    except (OSError, pickle.PicklingError, TypeError, AttributeError):
-        return None
-    try:
-        got = pickle.loads(unframe_entry(ORDERS_KIND, ORDERS_VERSION, blob))
-        if not (isinstance(got, dict) and got.get("key") == full):
-            raise ValueError("the order of another mapping")
-        steps = got["steps"]
-        sizes = {name: len(np.asarray(x)) for name, x in mapping.program.inputs}
-        for buffers, _outs, perm in steps:
-            perm = np.asarray(perm)
-            if not (np.array_equal(np.sort(perm), np.arange(len(perm)))
-                    and all(sizes.get(b, len(perm)) == len(perm) for b in buffers)):
-                raise ValueError("not a permutation of the program's nonzeros")
-        return steps
-    except (CacheEntryError, pickle.UnpicklingError, EOFError, AttributeError, ImportError,
-            IndexError, KeyError, TypeError, ValueError):
-        with contextlib.suppress(OSError):
-            path.unlink(missing_ok=True)
-        return None
-
-
-def _orders_disk_put(mapping: Mapping, digest: str, steps) -> None:
-    try:
-        path, full = _orders_file(mapping, digest)
-        atomic_write_bytes(path, frame_entry(ORDERS_KIND, ORDERS_VERSION, pickle.dumps(
-            {"key": full, "steps": steps}, protocol=pickle.HIGHEST_PROTOCOL)))
-    except (OSError, pickle.PicklingError, TypeError, AttributeError):
-        pass  # a read-only cache folder costs the next process an order, never a failure
+def _valid_steps(got, full: str, mapping: Mapping) -> list:
+    """The steps of an order file's record; ValueError unless it is `mapping`'s (its full key)
+    and every permutation fits the program's arrays (a damaged file is then rebuilt)."""
+    if not (isinstance(got, dict) and got.get("key") == full):
+        raise ValueError("the order of another mapping")
+    steps = got["steps"]
+    sizes = {name: len(np.asarray(x)) for name, x in mapping.program.inputs}
+    for buffers, _outs, perm in steps:
+        perm = np.asarray(perm)
+        if not (np.array_equal(np.sort(perm), np.arange(len(perm)))
+                and all(sizes.get(b, len(perm)) == len(perm) for b in buffers)):
+            raise ValueError("not a permutation of the program's nonzeros")
+    return steps
 
 
 def pad_gathered_rows(program: Program, buffer: str, pad: int) -> Program:

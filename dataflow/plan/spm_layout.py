@@ -11,7 +11,6 @@ fingerprint and checksum; a damaged or invalid file is deleted and rewritten).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import json
@@ -20,14 +19,7 @@ import math
 import numpy as np
 
 from dataflow.arch.spec import ArchSpec
-from dataflow.cachefiles import (
-    BoundedCache,
-    CacheEntryError,
-    atomic_write_bytes,
-    frame_entry,
-    resolve_cache_dir,
-    unframe_entry,
-)
+from dataflow.cachefiles import BoundedCache, read_entry, resolve_cache_dir, write_entry
 from dataflow.dfg.lower import live_kernel
 from dataflow.dfg.lower_butterfly import (
     ButterflyKind,
@@ -224,18 +216,10 @@ def _layout_disk_get(key, stages: int, buffers: int):
     """A stored layout choice, or None. A file that is unreadable, fails its header or
     checksum, is not JSON, is for another key, or holds no valid layout for `buffers` data
     buffers of a `stages`-stage butterfly is deleted (the search then rewrites it)."""
-    path = _layout_file(key)
-    try:
-        blob = path.read_bytes()
-    except OSError:
-        return None  # absent (or unreadable: the search's write says nothing either)
-    try:
-        data = json.loads(unframe_entry(LAYOUT_KIND, LAYOUT_FORMAT_VERSION, blob))
-        return _valid_layout(data, repr(key), stages, buffers)
-    except (CacheEntryError, ValueError, KeyError, TypeError):
-        with contextlib.suppress(OSError):
-            path.unlink(missing_ok=True)
-        return None
+    return read_entry(_layout_file(key), LAYOUT_KIND, LAYOUT_FORMAT_VERSION,
+                      lambda payload: _valid_layout(json.loads(payload), repr(key), stages,
+                                                    buffers),
+                      errors=(ValueError, KeyError, TypeError))
 
 
 def _valid_layout(data, key_repr: str, stages: int, buffers: int):
@@ -262,11 +246,7 @@ def _layout_disk_put(key, out) -> None:
     (perms, masks), note = out
     payload = json.dumps({"key": repr(key), "perms": [list(p) for p in perms],
                           "masks": list(masks), "note": note}).encode()
-    try:
-        atomic_write_bytes(_layout_file(key),
-                           frame_entry(LAYOUT_KIND, LAYOUT_FORMAT_VERSION, payload))
-    except OSError:
-        pass  # a read-only cache folder costs a repeated search, never a failure
+    write_entry(_layout_file(key), LAYOUT_KIND, LAYOUT_FORMAT_VERSION, payload)
 
 
 def _shape_spec(spec: ButterflySpec) -> ButterflySpec:

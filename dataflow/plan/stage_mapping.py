@@ -15,7 +15,6 @@ file that is damaged, stale, for another body or illegal is deleted and the body
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import json
@@ -25,12 +24,11 @@ from collections import Counter
 from dataflow.arch.load import arch_to_dict
 from dataflow.arch.spec import ArchSpec
 from dataflow.cachefiles import (
+    LOAD_ERRORS,
     BoundedCache,
-    CacheEntryError,
-    atomic_write_bytes,
-    frame_entry,
+    read_entry,
     resolve_cache_dir,
-    unframe_entry,
+    write_entry,
 )
 from dataflow.dfg.graph import Kernel
 from dataflow.mapper.legality import check_kernel_mapping
@@ -103,13 +101,8 @@ def _stage_disk_get(key, kernel: Kernel, arch: ArchSpec, tile_rows: int):
     """The stored schedule of `key`'s body bound to `kernel` (tiles and SPM allocation
     recomputed, legality checked), or None. A file that fails its frame, holds another body
     or an illegal mapping is deleted."""
-    path = _stage_file(key)
-    try:
-        blob = path.read_bytes()
-    except OSError:
-        return None
-    try:
-        got = pickle.loads(unframe_entry(STAGE_KIND, STAGE_VERSION, blob))
+    def load(payload: bytes) -> KernelMapping:
+        got = pickle.loads(payload)
         if not (isinstance(got, dict) and got.get("body") == repr(key[0][1])
                 and got.get("budget") == key[1] and isinstance(got.get("km"), KernelMapping)):
             raise ValueError("a schedule of another body")
@@ -117,21 +110,16 @@ def _stage_disk_get(key, kernel: Kernel, arch: ArchSpec, tile_rows: int):
         km = dataclasses.replace(got["km"], kernel=kernel, tiles=tiles, allocations=allocs)
         check_kernel_mapping(km, arch)
         return km
-    except (CacheEntryError, MappingError, pickle.UnpicklingError, EOFError, AttributeError,
-            ImportError, IndexError, KeyError, TypeError, ValueError):
-        with contextlib.suppress(OSError):
-            path.unlink(missing_ok=True)
-        return None
+
+    return read_entry(_stage_file(key), STAGE_KIND, STAGE_VERSION, load,
+                      errors=(*LOAD_ERRORS, MappingError))
 
 
 def _stage_disk_put(key, km: KernelMapping) -> None:
     record = {"body": repr(key[0][1]), "budget": key[1],
               "km": dataclasses.replace(km, kernel=None, tiles=(), allocations=())}
-    try:
-        atomic_write_bytes(_stage_file(key), frame_entry(
-            STAGE_KIND, STAGE_VERSION, pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL)))
-    except OSError:
-        pass  # a read-only cache folder costs the next process a mapping, never a failure
+    write_entry(_stage_file(key), STAGE_KIND, STAGE_VERSION,
+                pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL))
 
 
 def _more_copies(kernel: Kernel, arch: ArchSpec, tile_rows: int, km: KernelMapping,
