@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
@@ -40,6 +39,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(HERE))
+
+from benchcommon import machine
 
 import dataflow
 
@@ -64,10 +66,6 @@ QUICK = {
     "fft": {"n": 1024, "batch": 1_000_000},
 }
 
-
-def machine() -> str:
-    return (f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-            f"Python {platform.python_version()}")
 
 
 def one(name: str, params: dict) -> dict:

@@ -23,12 +23,15 @@ compute utilisation; the multi-layer dataflow butterfly paper 9.29x mean over a 
 from __future__ import annotations
 
 import argparse
-import os
-import platform
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from benchcommon import machine
 
 import dataflow
 from dataflow.api import ROOT
@@ -42,10 +45,6 @@ from dataflow.testing import values_match
 OUT = Path(__file__).resolve().parent / "out"
 MODES = ("layer", "fused", "multilayer")
 
-
-def machine() -> str:
-    return (f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-            f"Python {platform.python_version()}")
 
 
 def dense_model(arch, seq: int, dim: int) -> dict:

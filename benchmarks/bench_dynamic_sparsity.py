@@ -37,8 +37,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -47,16 +45,15 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+
+from benchcommon import machine
 
 from dataflow.arch import resolve_arch
 from dataflow.dynamic import make_dynamic_operands, simulate_dynamic_matmul
 
 KERNELS = ("32x1", "1x64", "32x64")
 
-
-def machine() -> str:
-    return (f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-            f"Python {platform.python_version()}")
 
 
 def log(msg: str) -> None:

@@ -23,7 +23,6 @@ import contextlib
 import copy
 import json
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -35,6 +34,9 @@ import yaml
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(HERE))
+
+from benchcommon import machine
 
 import dataflow
 from dataflow.arch import load_arch
@@ -47,10 +49,6 @@ SIDES = (8, 32, 64, 256)
 TARGETS = {64: 2.0, 256: 10.0}
 GEMM = {"m": 32, "k": 32, "n": 32}
 
-
-def machine() -> str:
-    return (f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-            f"Python {platform.python_version()}")
 
 
 def arch_file(side: int, folder: Path) -> Path:

@@ -30,7 +30,6 @@ import argparse
 import dataclasses
 import json
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -44,6 +43,9 @@ import scipy.sparse as sp
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(HERE))
+
+from benchcommon import machine
 
 import dataflow
 from dataflow.arch import resolve_arch
@@ -205,10 +207,6 @@ def markdown(rows: list[dict], header: str) -> str:
                    f"{'ok' if r['values_ok'] else 'WRONG'} | {wall} |")
     return "\n".join([*out, "", FOOTER]) + "\n"
 
-
-def machine() -> str:
-    return (f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-            f"Python {platform.python_version()}")
 
 
 def main(argv: list[str] | None = None) -> int:

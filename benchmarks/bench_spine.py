@@ -10,22 +10,18 @@ the same GEMM and the ratio, measured side by side in this run.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import sys
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "scalesim"))
+sys.path.insert(0, str(HERE))
+
+from benchcommon import machine
 
 import dataflow
 from dataflow.api import DEFAULT_ARCH, ROOT
-
-
-def machine() -> str:
-    return (f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-            f"Python {platform.python_version()}")
 
 
 def run_dataflow(workload, arch, repeats=3, **params):
