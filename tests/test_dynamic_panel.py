@@ -170,3 +170,45 @@ def test_scan_norms_equal_the_hosts(default_arch, lane_sum):
     assert np.array_equal(norm > 0, index.tile_nonzero.ravel())
     assert np.array_equal(out["crd"][:index.nnz_tiles], index.crd)
     assert np.array_equal(out["A_c"].reshape(-1, 32), strips[index.tile_id].astype(np.float32))
+
+
+@pytest.mark.parametrize("granularity", ["32x1", "1x64", "dense"])
+def test_plans_come_from_the_plan_cache_keyed_on_the_zero_mask(default_arch, tmp_path,
+                                                               granularity):
+    """Issue 14: a second run on A's zero mask reuses the plan (same cycles and values as
+    planning afresh); new values on the same mask reuse it too; another mask is planned anew
+    (a key blind to the mask would bind it to a stale plan)."""
+    from dataflow.ust_frontend.cache import PlanCache
+
+    cache = PlanCache(tmp_path)
+    mg = "element" if granularity == "dense" else granularity
+    a, b = make_dynamic_operands(64, 128, 32, 0.8, mg, seed=3)
+    fresh, _ = simulate_dynamic_matmul(a, b, granularity, default_arch, cache=False)
+    first, _ = simulate_dynamic_matmul(a, b, granularity, default_arch, cache=cache)
+    again, _ = simulate_dynamic_matmul(a, b, granularity, default_arch, cache=cache)
+    assert (first.notes[-1], again.notes[-1]) == ("plan built", "plan memory")
+    assert fresh.cycles == first.cycles == again.cycles
+    assert np.array_equal(fresh.output, again.output) and again.values_match_reference
+    # the same mask, other values: the same plan, this run's values
+    other, _ = simulate_dynamic_matmul(2 * a, b + 1, granularity, default_arch, cache=cache)
+    assert other.notes[-1] == "plan memory" and other.values_match_reference
+    assert_close(other.output, _reference(2 * a, b + 1))
+    # another mask: built anew, and from disk in a new process's cache
+    a2, _ = make_dynamic_operands(64, 128, 32, 0.8, mg, seed=4)
+    assert not np.array_equal(a2 != 0, a != 0)
+    new, _ = simulate_dynamic_matmul(a2, b, granularity, default_arch, cache=cache)
+    assert new.notes[-1] == "plan built" and new.values_match_reference
+    disk, _ = simulate_dynamic_matmul(a2, b, granularity, default_arch, cache=PlanCache(tmp_path))
+    assert disk.notes[-1] == "plan disk" and disk.cycles == new.cycles
+
+
+def test_the_dynamic_spmm_workload_plans_through_the_plan_cache(default_arch, tmp_path,
+                                                                monkeypatch):
+    monkeypatch.setenv("DATAFLOW_CACHE_DIR", str(tmp_path))
+    from dataflow.ust_frontend.cache import default_cache
+
+    default_cache().clear_memory()
+    first = api.simulate("dynamic-spmm", arch=default_arch, m=64, k=128, n=32)
+    again = api.simulate("dynamic-spmm", arch=default_arch, m=64, k=128, n=32)
+    assert "plan built" in first.notes and "plan memory" in again.notes
+    assert first.cycles == again.cycles and again.values_match_reference

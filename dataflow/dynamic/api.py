@@ -33,6 +33,7 @@ from dataflow.dynamic.panel_gemm import (
     plan_n_block,
     supported,
 )
+from dataflow.dynamic.planned import planned_mapping, shape_signature, structure_signature
 from dataflow.dynamic.split import (
     check_traceable,
     fits_whole,
@@ -46,7 +47,6 @@ from dataflow.dynamic.stats import CHOICES, DynamicStats
 from dataflow.errors import UserError
 from dataflow.pe_array.roofline import floors
 from dataflow.pe_array.simulate import simulate_mapping
-from dataflow.plan.compile import compile_program
 from dataflow.plan.gemm_schedule import supports
 from dataflow.plan.split import moved_words
 from dataflow.workloads import check_host_memory, dense_bytes, finish
@@ -86,7 +86,7 @@ def _stats(res, granularity: str, a: np.ndarray, n: int, tile_density: float,
 def simulate_dynamic_matmul(a: np.ndarray, b: np.ndarray, granularity: str, arch=None, *,
                             engine: str = "fast", panel_rows: int | None = None,
                             trace: bool = False, scheme: str = "pit", fetch: str = "gather",
-                            lowering: str = "panel"):
+                            lowering: str = "panel", cache=None):
     """Simulate C = A @ B with A's pattern found at run time; returns (SimResult, DynamicStats).
 
     `granularity`: "32x1", "1x64" (PIT micro-tiles), "32x64" (block-sparse tiles) or "dense"
@@ -96,7 +96,8 @@ def simulate_dynamic_matmul(a: np.ndarray, b: np.ndarray, granularity: str, arch
     rows the index selects) or "whole" (`dataflow.dynamic.lower.compute_kernels`). `lowering`
     for 32 x 1 tiles: "panel" (a gathered-panel GEMM, `dataflow.dynamic.panel_gemm`; not with
     `panel_rows` or fetch="whole") or "sread" (`dataflow.dynamic.lower.tile_rows_kernel`, the
-    lowering before it)."""
+    lowering before it). `cache`: where the plan comes from (`dataflow.dynamic.planned`): a
+    `PlanCache`, None for the process default, False to plan afresh."""
 
     if granularity not in CHOICES:
         raise UserError(f"--granularity must be one of {CHOICES}, got {granularity!r}")
@@ -117,7 +118,7 @@ def simulate_dynamic_matmul(a: np.ndarray, b: np.ndarray, granularity: str, arch
         n_block = plan_n_block(k, n, GRANULARITIES[granularity][0], spec.spm.capacity_words,
                                spec.pe_array.simd_lanes, kept)
         if n_block != 0 and simulable(spec, m, k, n, visited(a, granularity)):
-            return _simulate_panel(a, b, granularity, spec, n_block, engine, trace, t0)
+            return _simulate_panel(a, b, granularity, spec, n_block, engine, trace, t0, cache)
     if panel_rows is None and _too_large(a, b, granularity, spec):
         # docs/conventions.md#tiling-any-problem-size: run in blocks that fit the SPM
         check_traceable(trace, f"dynamic-spmm {a.shape[0]} x {a.shape[1]} x {b.shape[1]}")
@@ -131,23 +132,28 @@ def simulate_dynamic_matmul(a: np.ndarray, b: np.ndarray, granularity: str, arch
                                          capacity_words=spec.spm.capacity_words, scheme=scheme,
                                          fetch=fetch)
         density, skip = index.tile_density, a.size  # the scan squares every element once
-    mapping = compile_program(prog, spec)
+    mapping, source = planned_mapping(
+        prog, spec, (structure_signature("A", a), shape_signature("B", b)),
+        f"{granularity} panel_rows={panel_rows} scheme={scheme} fetch={fetch}", cache=cache)
     res = simulate_mapping(mapping, engine=engine, trace=trace,
                            workload=f"dynamic-spmm/{granularity}")
     res = finish(res, (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32), t0, mapping)
     stats = _stats(res, granularity, a, b.shape[1], density, skip)
-    return dataclasses.replace(res, notes=res.notes + stats.notes()), stats
+    return dataclasses.replace(res, notes=res.notes + stats.notes() + (f"plan {source}",)), stats
 
 
 def _simulate_panel(a, b, granularity: str, spec, n_block: int | None, engine: str, trace: bool,
-                    t0: float):
+                    t0: float, cache=None):
     """A 32 x 1 run as one gathered-panel GEMM program (`dataflow.dynamic.panel_gemm`), its N
     blocks (when B does not fit whole) kernels of that program."""
     (m, _), n = a.shape, b.shape[1]
     index = build_index(a, GRANULARITIES[granularity])
+    lane_sum = supports(spec, "vsum")
     prog = lower_panel_gemm(a, b, index, capacity_words=spec.spm.capacity_words,
-                            n_block=n_block, lane_sum=supports(spec, "vsum"))
-    mapping = compile_program(prog, spec)
+                            n_block=n_block, lane_sum=lane_sum)
+    mapping, source = planned_mapping(
+        prog, spec, (structure_signature("A", a), shape_signature("B", b)),
+        f"{granularity} panel n_block={n_block} lane_sum={lane_sum}", cache=cache)
     res = simulate_mapping(mapping, engine=engine, trace=trace,
                            workload=f"dynamic-spmm/{granularity}")
     # the floors of the problem: A read once, the rows of B the kept strips need (what the
@@ -160,7 +166,7 @@ def _simulate_panel(a, b, granularity: str, spec, n_block: int | None, engine: s
     res = finish(res, (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32), t0, mapping)
     # the scan squares every element once: MACs that are not the matmul's
     stats = _stats(res, granularity, a, n, index.tile_density, a.size)
-    return dataclasses.replace(res, notes=res.notes + stats.notes()), stats
+    return dataclasses.replace(res, notes=res.notes + stats.notes() + (f"plan {source}",)), stats
 
 
 def _too_large(a: np.ndarray, b: np.ndarray, granularity: str, spec) -> bool:
