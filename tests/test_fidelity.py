@@ -201,6 +201,67 @@ def test_tile_memo_rejects_a_shift_that_moves_lines():
     w2 = type("W", (), {"n": 4, "active": np.array([1, 8, 8, 8])})()
     assert memo.recall(w2, pattern(0)) is None  # other live lanes
 
+@pytest.mark.parametrize("preset", list(MANY_TILES))
+@pytest.mark.parametrize("prog", ["gemm", "spmm", "spmm-repeat"])
+def test_tile_memo_across_runs_is_exact(preset, prog, monkeypatch):
+    """The memo across runs (`fast._RunMemo`): a second run of one mapping takes every tile's
+    timing from the first run's, and equals the reference stepper and a run with it off."""
+    from dataflow.pe_array import fast
+
+    mapping = map_program(_memo_programs()[prog], variant(**MANY_TILES[preset]))
+    tiles = sum(len(km.tiles) for km in mapping.kernels)
+    monkeypatch.setenv(fast.MEMO_ENV, "1")
+    monkeypatch.setenv(fast.RUNS_MEMO_ENV, "1")
+    fast.RUNS.clear()
+    simulate_mapping(mapping, "fast")
+    hits = fast.MEMO_STATS["run_hits"]
+    again = assert_engines_identical(mapping)  # two fast runs, each on the memo of the last
+    assert fast.MEMO_STATS["run_hits"] - hits == 2 * tiles
+    monkeypatch.setenv(fast.RUNS_MEMO_ENV, "0")
+    hits = fast.MEMO_STATS["run_hits"]
+    off = simulate_mapping(mapping, "fast")
+    assert fast.MEMO_STATS["run_hits"] == hits  # off means off
+    assert again.to_dict() == off.to_dict() and np.array_equal(again.output, off.output)
+
+
+def _spmm_with_columns(columns, seed=3):
+    """A 32 x 64 CSR SpMM by a 64 x 8 B, four nonzeros per row at `columns(row)`."""
+    from dataflow.dfg.lower import lower_spmm_csr
+
+    rng = np.random.default_rng(seed)
+    crd = np.concatenate([columns(r) for r in range(32)]).astype(np.int64)
+    pos = np.arange(0, 4 * 33, 4, dtype=np.int64)
+    return lower_spmm_csr((32, 64), pos, crd, rng.standard_normal(len(crd), dtype=np.float32),
+                          rng.standard_normal((64, 8), dtype=np.float32))
+
+
+def test_tile_memo_across_runs_sees_other_addresses(monkeypatch):
+    """One kernel mapping run on two programs whose gathers read other rows of B: the second
+    run's tiles must not take the first run's timing (their compute cycles differ), and
+    a memo that handed back another run's timing is caught (stall entries corrupted)."""
+    from dataflow.mapper.mapping import Mapping
+    from dataflow.pe_array import fast
+
+    a = variant(**MANY_TILES["tiny-spm"])
+    spread = _spmm_with_columns(lambda r: np.array([0, 17, 34, 51]) + r % 8)
+    runs = _spmm_with_columns(lambda r: np.arange(4) + 4 * (r % 16))  # rows sharing lines
+    mapping = map_program(spread, a)
+    other = Mapping(program=runs, arch=a, kernels=mapping.kernels)
+    monkeypatch.setenv(fast.MEMO_ENV, "1")
+    monkeypatch.setenv(fast.RUNS_MEMO_ENV, "1")
+    fast.RUNS.clear()
+    first = simulate_mapping(mapping, "fast")
+    second = assert_engines_identical(other)
+    assert first.compute_cycles != second.compute_cycles, "they must time apart for this test"
+    # a memo whose entries lie is used (the cycles move), so the checks above could fail
+    for tiles in fast.RUNS.kernels.values():
+        for ti, (n, active, pattern, counts, stall) in list(tiles.items()):
+            tiles[ti] = (n, active, pattern, counts, stall + 1)
+    lied = simulate_mapping(other, "fast")
+    assert lied.compute_cycles > second.compute_cycles
+    fast.RUNS.clear()
+
+
 def test_engines_identical_on_line_aware_schedules():
     """A kernel whose copies the line-aware reservation table delayed, and an SDDMM whose lane
     sums are blocked (docs/conventions.md#sparse-line-model): identical counters, values and

@@ -32,6 +32,8 @@ import math
 import os
 import sys
 import time
+import weakref
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -63,9 +65,12 @@ from dataflow.spm.lines import StoreQueues, line_of_row, port_cycles
 
 #: Environment switch of the tile timing memo (`tile_memo_enabled`).
 MEMO_ENV = "DATAFLOW_TILE_MEMO"
-#: Tiles run and tiles whose timing came from the memo, over the process (tests read it to
-#: prove a shortcut was taken).
-MEMO_STATS = {"tiles": 0, "hits": 0}
+#: Environment switch of the memo across runs (`_RunMemo`): on unless it is 0 (or false, no,
+#: off); the tile memo off (DATAFLOW_TILE_MEMO=0) turns it off too.
+RUNS_MEMO_ENV = "DATAFLOW_TILE_MEMO_RUNS"
+#: Tiles run, tiles whose timing came from the memo and, of those, from an earlier run's tile,
+#: over the process (tests read it to prove a shortcut was taken).
+MEMO_STATS = {"tiles": 0, "hits": 0, "run_hits": 0}
 #: Row index of an inactive lane in the row arrays (sorts before every real row).
 NO_ROW = -1
 
@@ -190,7 +195,9 @@ def run_kernel_fast(km: KernelMapping, arch: ArchSpec, inputs: dict[str, np.ndar
                   fetched=gather_fetch_words(kernel, inputs, arch))
     _group_maccs(ctx)
     ct = Counters(arch)
-    timing = _TimingMemo(arch.spm) if tile_memo_enabled(memo) else None
+    timing = None
+    if tile_memo_enabled(memo):
+        timing = _TimingMemo(arch.spm, RUNS.tiles_of(km, arch) if runs_memo_enabled() else None)
     for ti, tile in enumerate(km.tiles):
         ct.tiles.append(_run_tile(ctx, ct, ti, tile, timing))
     return ct.result(kernel, bufs)
@@ -202,6 +209,12 @@ def tile_memo_enabled(memo: bool | None = None) -> bool:
     if memo is not None:
         return memo
     return os.environ.get(MEMO_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def runs_memo_enabled() -> bool:
+    """Whether tiles look up the timing an earlier run's tile of the same index left
+    (`_RunMemo`): on unless the environment sets DATAFLOW_TILE_MEMO_RUNS=0."""
+    return os.environ.get(RUNS_MEMO_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def _issue_times(km: KernelMapping) -> np.ndarray:
@@ -225,7 +238,7 @@ def _run_tile(ctx: _Kernel, ct: Counters, ti: int, tile: Tile,
     vals: dict[int, np.ndarray] = {}
     for node in kernel.nodes:
         _issue_node(ctx, ct, w, dom, vals, acc, node, ti, tile)
-    known = timing.recall(w, acc.pattern) if timing is not None else None
+    known = timing.recall(w, acc.pattern, ti) if timing is not None else None
     MEMO_STATS["tiles"] += 1
     MEMO_STATS["hits"] += known is not None
     if known is None:
@@ -236,7 +249,7 @@ def _run_tile(ctx: _Kernel, ct: Counters, ti: int, tile: Tile,
             _count_rows(ctx, acc, node, at, cyc, ti, tile)
         stall = _port_stalls(acc, ct, ctx.arch.spm, w.n_cycles)
         if timing is not None:
-            timing.remember(w, acc.pattern, _TileCounts.of(ct).minus(before), stall)
+            timing.remember(w, acc.pattern, _TileCounts.of(ct).minus(before), stall, ti)
     else:
         counts, stall = known
         counts.add_to(ct)
@@ -292,14 +305,17 @@ class _TimingMemo:
     per-(cycle, line) port counts, stalls and counters are identical. The check costs O(n)
     per memory node (lane 0 only) against the O(n * lanes) sort and count it saves.
     `tests/test_fidelity.py` runs kernels with the memo on and off and against the reference
-    stepper. At most `KEEP` patterns are held (host memory stays a few tiles' lane-0 words)."""
+    stepper. At most `KEEP` patterns are held (host memory stays a few tiles' lane-0 words),
+    besides `prior`: the entry each tile index left in an earlier run of a kernel mapping the
+    timing cannot tell apart (`_RunMemo`), tried first and updated as tiles run."""
 
     KEEP = 2
 
-    def __init__(self, spm: SPMSpec):
+    def __init__(self, spm: SPMSpec, prior: dict | None = None):
         self.spm = spm
         self.entries: list[tuple] = []
         self.hits = 0
+        self.prior = prior
 
     def _shift_ok(self, delta: int) -> bool:
         if delta == 0:
@@ -318,8 +334,9 @@ class _TimingMemo:
         rows = sorted((lo // wpr, hi // wpr) for lo, hi in spans.values())
         return all(a[1] < b[0] for a, b in zip(rows, rows[1:]))
 
-    def recall(self, w: _Waves, pattern) -> tuple[_TileCounts, int] | None:
-        for entry in self.entries:
+    def recall(self, w: _Waves, pattern, ti: int = -1) -> tuple[_TileCounts, int] | None:
+        earlier = self.prior.get(ti) if self.prior is not None else None
+        for entry in ([earlier] if earlier is not None else []) + self.entries:
             n, active, old, counts, stall = entry
             if n != w.n or len(old) != len(pattern) or not np.array_equal(active, w.active):
                 continue
@@ -347,12 +364,98 @@ class _TimingMemo:
                                                       and self._disjoint(old)):
                 continue
             self.hits += 1
+            MEMO_STATS["run_hits"] += entry is earlier
+            if self.prior is not None and entry is not earlier:
+                RUNS.put(self.prior, ti, entry)
             return counts, stall
         return None
 
-    def remember(self, w: _Waves, pattern, counts: _TileCounts, stall: int) -> None:
-        self.entries.insert(0, (w.n, w.active, pattern, counts, stall))
+    def remember(self, w: _Waves, pattern, counts: _TileCounts, stall: int,
+                 ti: int = -1) -> None:
+        entry = (w.n, w.active, pattern, counts, stall)
+        self.entries.insert(0, entry)
         del self.entries[self.KEEP:]
+        if self.prior is not None:
+            RUNS.put(self.prior, ti, entry)
+
+
+class _RunMemo:
+    """The tile memo's entries across runs: per kernel mapping, the entry (iteration count,
+    live lanes, address pattern, counters, stall) each tile index last matched or left. A warm
+    run of the same planned kernel (attention, dynamic-spmm, a model's repeated layers) checks
+    each tile against the entry of its own index first, by `_TimingMemo.recall`'s exact test,
+    so its timing is reused without counting SPM rows; values are always computed.
+
+    Kernel mappings are told apart by what the timing reads besides the address pattern the
+    test compares: the body's nodes (ops, address strides, which are vector), loops and
+    buffers, copies, II, schedule length, placements (issue times, busy PEs), routes (word
+    hops), SPM allocations, and the arch's SPM and lane count; two mappings equal in all of
+    these time equal patterns equally. Held: the `KEEP_BYTES` most recently used bytes of
+    patterns (lane-0 words), whole kernels dropped oldest first."""
+
+    KEEP_BYTES = 64 << 20
+
+    def __init__(self):
+        self.kernels: OrderedDict[tuple, dict[int, tuple]] = OrderedDict()
+        self.sizes: dict[int, int] = {}  # id(tiles dict) -> bytes held
+        self.held = 0
+        self.keys: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def key(self, km: KernelMapping, arch: ArchSpec) -> tuple | None:
+        k = self.keys.get(km)
+        if k is None or k[0] is not arch:
+            kernel = km.kernel
+            body = (kernel.nodes, kernel.loops, kernel.buffers, kernel.vector_var, km.copies,
+                    km.ii, km.schedule_length, km.placements, km.routes, km.allocations,
+                    arch.spm, arch.pe_array.simd_lanes)
+            try:
+                hash(body)
+            except TypeError:  # an unhashable constant in the body: no memo across runs
+                body = None
+            k = (arch, body)
+            self.keys[km] = k
+        return k[1]
+
+    def tiles_of(self, km: KernelMapping, arch: ArchSpec) -> dict | None:
+        """The tile-index -> entry table of `km` on `arch` (made empty the first time)."""
+        key = self.key(km, arch)
+        if key is None:
+            return None
+        tiles = self.kernels.get(key)
+        if tiles is None:
+            tiles = self.kernels[key] = {}
+            self.sizes[id(tiles)] = 0
+        self.kernels.move_to_end(key)
+        return tiles
+
+    def put(self, tiles: dict, ti: int, entry: tuple) -> None:
+        if id(tiles) not in self.sizes:  # dropped while its run went on
+            return
+        old = tiles.get(ti)
+        grow = _entry_bytes(entry) - (_entry_bytes(old) if old else 0)
+        self.sizes[id(tiles)] += grow
+        self.held += grow
+        tiles[ti] = entry
+        while self.held > self.KEEP_BYTES and len(self.kernels) > 1:
+            _, dropped = self.kernels.popitem(last=False)
+            self.held -= self.sizes.pop(id(dropped))
+        if self.held > self.KEEP_BYTES:  # one kernel alone is too large
+            self.clear()
+
+    def clear(self) -> None:
+        self.kernels.clear()
+        self.sizes.clear()
+        self.held = 0
+
+
+def _entry_bytes(entry: tuple) -> int:
+    """Host bytes a memo entry holds: its live lanes and its distinct lane-0 word arrays."""
+    seen = {id(_Shifted.parts(s0)[0]): _Shifted.parts(s0)[0].nbytes for _, s0, _, _ in entry[2]}
+    return entry[1].nbytes + sum(seen.values())
+
+
+#: the process's memo across runs (`_RunMemo`)
+RUNS = _RunMemo()
 
 
 def _dense_axes(ctx: _Kernel, tile: Tile) -> dict[str, np.ndarray] | None:
