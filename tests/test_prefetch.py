@@ -157,3 +157,28 @@ def test_no_prefetch_when_the_spm_cannot_hold_both():
 def test_flag_must_be_a_bool():
     with pytest.raises(ArchError):
         variant(**{"dram.prefetch_next_kernel": "yes"})
+
+
+def test_system_memo_equals_simulating_every_time(monkeypatch):
+    """`run_system`'s timeline memo: inputs that differ in any one thing the timeline reads
+    (a tile's compute cycles, a transfer's bytes, the DRAM latency, the reconfiguration, the
+    prefetch sets) each get the timeline simulated afresh (a key blind to one would hand back
+    another's: all differ here); the same inputs again are answered from the memo."""
+    from dataflow.pe_array import system
+
+    arch = variant(**ONE)
+    cases = [(_two(), arch, None), (_two(ca=1999), arch, None), (_two(wb=1608), arch, None),
+             (_two(), variant(**ONE | {"dram.latency_cycles": LAT + 1}), None),
+             (_two(), variant(**ONE | {"reconfiguration_cycles": RECONF + 3}), None),
+             (_two(), arch, [frozenset(), frozenset({"w"})])]
+    monkeypatch.setenv(system.MEMO_ENV, "0")
+    fresh = [run_system(*c) for c in cases]
+    assert len({f.cycles for f in fresh}) == len(cases)
+    monkeypatch.setenv(system.MEMO_ENV, "1")
+    system._TIMELINES.clear()
+    hits = system.MEMO_STATS["hits"]
+    first = [run_system(*c) for c in cases]
+    assert system.MEMO_STATS["hits"] == hits
+    again = [run_system(*c) for c in cases]
+    assert system.MEMO_STATS["hits"] - hits == len(cases)
+    assert first == fresh == again

@@ -11,12 +11,22 @@ docs/conventions.md#system-level).
 from __future__ import annotations
 
 import math
+import os
+from collections import OrderedDict
 from collections.abc import Sequence
 
 import simpy
 
 from dataflow.arch.spec import ArchSpec
 from dataflow.pe_array.result import SystemTimeline, TileResult
+
+#: Environment switch of the timeline memo (`run_system`): on unless it is 0 (or false, no, off)
+MEMO_ENV = "DATAFLOW_SYSTEM_MEMO"
+#: timelines computed and timelines the memo returned, over the process (tests read it)
+MEMO_STATS = {"runs": 0, "hits": 0}
+#: timelines held, most recently used kept
+MEMO_KEEP = 64
+_TIMELINES: OrderedDict[tuple, SystemTimeline] = OrderedDict()
 
 #: DRAM pages are interleaved over the channels at this granularity (a common 4 KiB page): a
 #: transfer of at least one page per channel streams over all of them at the full bandwidth
@@ -120,7 +130,34 @@ def run_system(kernel_tiles: list[tuple[str, tuple[TileResult, ...]]],
     write-backs and compute, and through the reconfiguration); kernel k's first tile then also
     waits for them. None or empty sets: every load is issued after the kernel's
     reconfiguration, as without prefetch.
+
+    The timeline is a function of exactly these inputs: per kernel its name and per tile its
+    compute cycles and DMA transfers, the arch's DRAM and reconfiguration cycles, and the
+    prefetch sets. A run whose inputs equal an earlier one's (a warm rerun of a planned
+    workload) gets that run's timeline (the `MEMO_KEEP` most recent are held;
+    DATAFLOW_SYSTEM_MEMO=0 simulates every time).
     """
+    MEMO_STATS["runs"] += 1
+    if os.environ.get(MEMO_ENV, "1").strip().lower() in ("0", "false", "no", "off"):
+        return _simulate(kernel_tiles, arch, prefetch)
+    key = (tuple((name, tuple((t.compute_cycles, t.dram_bytes_read, t.dram_bytes_written,
+                               t.dram_transfers) for t in tiles))
+                 for name, tiles in kernel_tiles),
+           arch.dram, arch.reconfiguration_cycles, tuple(prefetch) if prefetch else None)
+    timeline = _TIMELINES.get(key)
+    if timeline is not None:
+        MEMO_STATS["hits"] += 1
+        _TIMELINES.move_to_end(key)
+        return timeline
+    timeline = _TIMELINES[key] = _simulate(kernel_tiles, arch, prefetch)
+    while len(_TIMELINES) > MEMO_KEEP:
+        _TIMELINES.popitem(last=False)
+    return timeline
+
+
+def _simulate(kernel_tiles: list[tuple[str, tuple[TileResult, ...]]], arch: ArchSpec,
+              prefetch: Sequence[frozenset[str]] | None) -> SystemTimeline:
+    """`run_system`'s discrete-event simulation."""
     env = simpy.Environment()
     dram = arch.dram
     channels = [simpy.Resource(env, capacity=1) for _ in range(dram.channels)]
