@@ -323,7 +323,8 @@ def test_shared_address_sums_are_exact(jit, monkeypatch):
     mapping = compile_program(lower_matmul(
         a, as_tensor(rng.standard_normal((40, 20), dtype=np.float32))), arch("default"))
     km = mapping.kernels[0]
-    ctx = type("C", (), {"km": km, "vec": frozenset(vector_nodes(km.kernel))})()
+    ctx = type("C", (), {"km": km, "vec": frozenset(vector_nodes(km.kernel)),
+                         "terms": {}})()
     terms = [fast._affine_terms(ctx, n) for n in km.kernel.nodes if n.op.value == "macc"]
     assert len(terms) > 1 and len(set(terms)) < len(terms)  # really shared
     monkeypatch.setenv(fast.FOLD_JIT_ENV, jit)

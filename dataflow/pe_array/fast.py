@@ -94,6 +94,8 @@ class _Kernel:
     # MACC node id -> the ids of its group: MACCs of one term set and the same two inputs,
     # each taking one lane of input 0 (a GEMM's outer product), folded in one compiled call
     macc_groups: dict = field(default_factory=dict)
+    # node id -> its lane-0 address's loop terms (`_affine_terms`), computed once per kernel
+    terms: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True, eq=False)
@@ -603,10 +605,12 @@ def _gather(buf: np.ndarray, at: _Lanes) -> np.ndarray:
 def _affine_terms(ctx: _Kernel, node: Node) -> tuple:
     """The loop terms of a node's lane-0 address: all of them for a vector access (the vector
     loop's term is lane 0's), all but the vector loop's for a scalar one, unless it spans."""
-    kernel = ctx.km.kernel
-    vv = kernel.vector_var
-    return tuple(sorted((v, c) for v, c in node.addr.terms
-                        if v != vv or node.addr.span or node.id in ctx.vec))
+    terms = ctx.terms.get(node.id)
+    if terms is None:
+        vv = ctx.km.kernel.vector_var
+        terms = ctx.terms[node.id] = tuple(sorted(
+            (v, c) for v, c in node.addr.terms if v != vv or node.addr.span or node.id in ctx.vec))
+    return terms
 
 
 def _affine_base(w: _Waves, dom, terms: tuple) -> np.ndarray:
@@ -1095,6 +1099,14 @@ def _apply_writes(writes: list[_Writes], bufs: dict[str, np.ndarray]) -> None:
     over their concatenation equals one call per node. Values are cast to the buffer's dtype
     first, as `commit` casts them."""
     if not writes:
+        return
+    if len(writes) == 1:  # one node's updates (one op, one buffer): by cycle, then iteration
+        w = writes[0]
+        buf = bufs[w.buffer]
+        order = np.lexsort((w.iteration, w.cycle))
+        vals = np.broadcast_to(np.asarray(w.vals).astype(buf.dtype, copy=False), w.addr.shape)
+        sel = w.mask[order]
+        commit(w.op, buf, w.addr[order][sel], vals[order][sel])
         return
     cyc = np.concatenate([w.cycle for w in writes])
     k = np.concatenate([w.iteration for w in writes])
