@@ -391,7 +391,7 @@ class _RunMemo:
     Kernel mappings are told apart by what the timing reads besides the address pattern the
     test compares: the body's nodes (ops, address strides, which are vector), loops and
     buffers, copies, II, schedule length, placements (issue times, busy PEs), routes (word
-    hops), SPM allocations, and the arch's SPM and lane count; two mappings equal in all of
+    hops), SPM allocations, and the arch's SPM and PE array; two mappings equal in all of
     these time equal patterns equally. Held: the `KEEP_BYTES` most recently used bytes of
     patterns (lane-0 words), whole kernels dropped oldest first."""
 
@@ -409,7 +409,7 @@ class _RunMemo:
             kernel = km.kernel
             body = (kernel.nodes, kernel.loops, kernel.buffers, kernel.vector_var, km.copies,
                     km.ii, km.schedule_length, km.placements, km.routes, km.allocations,
-                    arch.spm, arch.pe_array.simd_lanes)
+                    arch.spm, arch.pe_array)
             try:
                 hash(body)
             except TypeError:  # an unhashable constant in the body: no memo across runs
