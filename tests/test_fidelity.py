@@ -224,6 +224,26 @@ def test_tile_memo_across_runs_is_exact(preset, prog, monkeypatch):
     assert again.to_dict() == off.to_dict() and np.array_equal(again.output, off.output)
 
 
+def test_tile_memo_across_runs_stays_within_its_budget(monkeypatch):
+    """A budget smaller than the kernels' patterns: entries beyond it are not kept, what is
+    kept stays under it, and the runs still equal the memo off."""
+    from dataflow.pe_array import fast
+
+    mapping = map_program(_memo_programs()["spmm"], variant(**MANY_TILES["tiny-spm"]))
+    monkeypatch.setattr(fast._RunMemo, "KEEP_BYTES", 8192)
+    monkeypatch.setenv(fast.RUNS_MEMO_ENV, "1")
+    fast.RUNS.clear()
+    on = [simulate_mapping(mapping, "fast") for _ in range(2)]
+    (kept,) = fast.RUNS.kernels.values()
+    assert 0 < fast.RUNS.held <= 8192 and 0 < len(kept) < len(mapping.kernels[0].tiles)
+    assert fast.RUNS.held == sum(fast._entry_bytes(e) for t in fast.RUNS.kernels.values()
+                                 for e in t.values())
+    monkeypatch.setenv(fast.RUNS_MEMO_ENV, "0")
+    off = simulate_mapping(mapping, "fast")
+    assert all(r.to_dict() == off.to_dict() for r in on)
+    fast.RUNS.clear()
+
+
 def _spmm_with_columns(columns, seed=3):
     """A 32 x 64 CSR SpMM by a 64 x 8 B, four nonzeros per row at `columns(row)`."""
     from dataflow.dfg.lower import lower_spmm_csr

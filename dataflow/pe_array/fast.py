@@ -431,18 +431,31 @@ class _RunMemo:
         return tiles
 
     def put(self, tiles: dict, ti: int, entry: tuple) -> None:
+        """Hold `entry` as tile `ti`'s of the kernel `tiles` belongs to, within `KEEP_BYTES`:
+        older kernels are dropped first; an entry the budget cannot hold beside this kernel's
+        others (or a quarter of it alone) is not kept."""
         if id(tiles) not in self.sizes:  # dropped while its run went on
             return
-        old = tiles.get(ti)
-        grow = _entry_bytes(entry) - (_entry_bytes(old) if old else 0)
-        self.sizes[id(tiles)] += grow
-        self.held += grow
-        tiles[ti] = entry
-        while self.held > self.KEEP_BYTES and len(self.kernels) > 1:
+        self._drop(tiles, ti)
+        size = _entry_bytes(entry)
+        if size > self.KEEP_BYTES // 4:
+            return
+        while self.held + size > self.KEEP_BYTES and len(self.kernels) > 1 \
+                and next(iter(self.kernels.values())) is not tiles:
             _, dropped = self.kernels.popitem(last=False)
             self.held -= self.sizes.pop(id(dropped))
-        if self.held > self.KEEP_BYTES:  # one kernel alone is too large
-            self.clear()
+        if self.held + size > self.KEEP_BYTES:
+            return
+        tiles[ti] = entry
+        self.sizes[id(tiles)] += size
+        self.held += size
+
+    def _drop(self, tiles: dict, ti: int) -> None:
+        old = tiles.pop(ti, None)
+        if old is not None:
+            size = _entry_bytes(old)
+            self.sizes[id(tiles)] -= size
+            self.held -= size
 
     def clear(self) -> None:
         self.kernels.clear()
