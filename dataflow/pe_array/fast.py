@@ -200,6 +200,8 @@ def run_kernel_fast(km: KernelMapping, arch: ArchSpec, inputs: dict[str, np.ndar
     timing = None
     if tile_memo_enabled(memo):
         timing = _TimingMemo(arch.spm, RUNS.tiles_of(km, arch) if runs_memo_enabled() else None)
+        if timing.prior is not None:
+            timing.layouts = RUNS.layouts_of(timing.prior, kernel)
     for ti, tile in enumerate(km.tiles):
         ct.tiles.append(_run_tile(ctx, ct, ti, tile, timing))
     return ct.result(kernel, bufs)
@@ -231,11 +233,19 @@ def _run_tile(ctx: _Kernel, ct: Counters, ti: int, tile: Tile,
               timing: _TimingMemo | None = None) -> TileResult:
     """One tile: issue every node over all iterations, count SPM ports, commit the updates."""
     km, kernel = ctx.km, ctx.km.kernel
-    dom = enumerate_domain(kernel, ctx.lanes, (tile.lo, tile.hi))
-    n = len(dom[kernel.loops[0].var])
-    if n == 0:
-        return tile_result(kernel, ti, 0, 0, 0, km, ctx.arch, tile, ctx.fetched)
-    w = _waves(ctx, dom, n, _dense_axes(ctx, tile))
+    layouts = timing.layouts if timing is not None else None
+    got = layouts.get(ti) if layouts is not None else None
+    if got is not None and got[0] == (tile.lo, tile.hi):  # an earlier run's (`_RunMemo`)
+        _, dom, n, w = got
+        w.group_regs.clear()
+    else:
+        dom = enumerate_domain(kernel, ctx.lanes, (tile.lo, tile.hi))
+        n = len(dom[kernel.loops[0].var])
+        if n == 0:
+            return tile_result(kernel, ti, 0, 0, 0, km, ctx.arch, tile, ctx.fetched)
+        w = _waves(ctx, dom, n, _dense_axes(ctx, tile))
+        if layouts is not None:
+            RUNS.put_layout(layouts, ti, ((tile.lo, tile.hi), dom, n, w))
     acc = _TileAccesses()
     vals: dict[int, np.ndarray] = {}
     for node in kernel.nodes:
@@ -318,6 +328,8 @@ class _TimingMemo:
         self.entries: list[tuple] = []
         self.hits = 0
         self.prior = prior
+        # tile index -> ((lo, hi), domain, iterations, `_Waves`) an earlier run left
+        self.layouts: dict | None = None
 
     def _shift_ok(self, delta: int) -> bool:
         if delta == 0:
@@ -340,7 +352,8 @@ class _TimingMemo:
         earlier = self.prior.get(ti) if self.prior is not None else None
         for entry in ([earlier] if earlier is not None else []) + self.entries:
             n, active, old, counts, stall = entry
-            if n != w.n or len(old) != len(pattern) or not np.array_equal(active, w.active):
+            if n != w.n or len(old) != len(pattern) or not (
+                    active is w.active or np.array_equal(active, w.active)):
                 continue
             deltas: dict[str, int] = {}
             same: dict[tuple[int, int], bool] = {}  # base pairs already compared
@@ -355,8 +368,9 @@ class _TimingMemo:
                     ok = False
                     break
                 key = (id(base), id(obase))
-                if key not in same:
-                    same[key] = bool(np.array_equal(base - d, obase))
+                if key not in same:  # one array (a layout an earlier run left): equal
+                    same[key] = (base is obase and d == 0) or bool(np.array_equal(base - d,
+                                                                                   obase))
                 if not same[key]:
                     ok = False
                     break
@@ -402,6 +416,10 @@ class _RunMemo:
         self.sizes: dict[int, int] = {}  # id(tiles dict) -> bytes held
         self.held = 0
         self.keys: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        # id(tiles dict) -> (the kernel's domain arrays, tile index -> layout), and bytes
+        self.layouts: dict[int, tuple] = {}
+        self.layout_sizes: dict[int, int] = {}
+        self.layout_bytes = 0
 
     def key(self, km: KernelMapping, arch: ArchSpec) -> tuple | None:
         k = self.keys.get(km)
@@ -444,6 +462,7 @@ class _RunMemo:
                 and next(iter(self.kernels.values())) is not tiles:
             _, dropped = self.kernels.popitem(last=False)
             self.held -= self.sizes.pop(id(dropped))
+            self._drop_layouts(id(dropped))
         if self.held + size > self.KEEP_BYTES:
             return
         tiles[ti] = entry
@@ -457,10 +476,44 @@ class _RunMemo:
             self.sizes[id(tiles)] -= size
             self.held -= size
 
+    def layouts_of(self, tiles: dict, kernel) -> dict:
+        """The tile-index -> layout table of the kernel `tiles` belongs to: each tile's
+        iteration domain and `_Waves` (address sums, flush iterations) an earlier run made,
+        a function of the loops, the lanes, the copies (the key) and the domain arrays (a
+        sparse loop's positions), which are compared here; emptied when those differ."""
+        got = self.layouts.get(id(tiles))
+        arrays = kernel.domain_arrays
+        if got is None or len(got[0]) != len(arrays) or not all(
+                n0 == n1 and (a0 is a1 or np.array_equal(a0, a1))
+                for (n0, a0), (n1, a1) in zip(got[0], arrays)):
+            self._drop_layouts(id(tiles))
+            got = self.layouts[id(tiles)] = (arrays, {})
+        return got[1]
+
+    def put_layout(self, layouts: dict, ti: int, layout: tuple) -> None:
+        """Hold tile `ti`'s layout (made read-only) while layouts stay under `KEEP_BYTES`."""
+        _, dom, n, w = layout
+        size = sum(a.nbytes for a in dom.values()) + 6 * 8 * n + w.mask.nbytes
+        if self.layout_bytes + size > self.KEEP_BYTES:
+            return
+        for a in (*dom.values(), w.active, w.mask):
+            a.flags.writeable = False
+        layouts[ti] = layout
+        self.layout_bytes += size
+        self.layout_sizes[id(layouts)] = self.layout_sizes.get(id(layouts), 0) + size
+
+    def _drop_layouts(self, tiles_id: int) -> None:
+        got = self.layouts.pop(tiles_id, None)
+        if got is not None:
+            self.layout_bytes -= self.layout_sizes.pop(id(got[1]), 0)
+
     def clear(self) -> None:
         self.kernels.clear()
         self.sizes.clear()
         self.held = 0
+        self.layouts.clear()
+        self.layout_sizes.clear()
+        self.layout_bytes = 0
 
 
 def _entry_bytes(entry: tuple) -> int:
