@@ -14,7 +14,10 @@ which to apply and with what factors; this module knows no architecture.
   user taking its lane (`Node.lane`): the column operand of an outer product;
 - `split`, `reorder`, `vectorise_reduction` (the loop-nest block at the end): strip-mine a loop,
   permute the loops where legal, make a reduction loop the vector loop with a lane sum before
-  each accumulation (docs/conventions.md#generic-lowering).
+  each accumulation (docs/conventions.md#generic-lowering);
+- `hold_invariant_loads`: a load whose address does not move with the innermost loop is held
+  in its PE's register, the SPM read again only when the address changes
+  (docs/conventions.md#held-loads).
 """
 
 from __future__ import annotations
@@ -590,5 +593,38 @@ def devectorise_reduction(kernel: Kernel) -> Kernel:
     nodes = [dataclasses.replace(n, inputs=tuple(sums.get(i, i) for i in n.inputs))
              for n in kernel.nodes if n.op is not Op.VSUM]
     out = _renumber(dataclasses.replace(kernel, vector_var=None), nodes, kernel.carried)
+    out.verify()
+    return out
+
+
+def innermost_moving_loop(kernel: Kernel, lanes: int = 1) -> str | None:
+    """The innermost loop that takes more than one step: a dense loop of extent 1, and the
+    vector loop when it is one vector of `lanes`, never move; a sparse loop may."""
+    for lp in reversed(kernel.loops):
+        steps = lp.extent if lp.is_dense else 2
+        if lp.var == kernel.vector_var:
+            steps = -(-lp.extent // max(1, lanes))
+        if steps > 1:
+            return lp.var
+    return None
+
+
+def hold_invariant_loads(kernel: Kernel, lanes: int = 1) -> Kernel:
+    """Every `load` whose address does not use the innermost moving loop
+    (`innermost_moving_loop`) marked `hold`: its PE keeps the value it loaded and reads the
+    SPM again only when its address changes from the copy's previous iteration (an SDDMM's
+    row of A, invariant over the nonzeros of its row, docs/conventions.md#held-loads). The
+    values are the same; only SPM reads go. A kernel with nothing to hold comes back as it
+    is."""
+    var = innermost_moving_loop(kernel, lanes)
+    if var is None:
+        return kernel
+    held = {n.id for n in kernel.nodes
+            if n.op is Op.LOAD and not n.hold and not n.addr.coef(var)}
+    if not held:
+        return kernel
+    nodes = tuple(dataclasses.replace(n, hold=True) if n.id in held else n
+                  for n in kernel.nodes)
+    out = dataclasses.replace(kernel, nodes=nodes)
     out.verify()
     return out

@@ -105,7 +105,8 @@ def res_mii(kernel: Kernel, arch: ArchSpec, copies: int) -> int:
         bound = max(bound, fu.issue_interval_cycles)  # the FU must be free again next II
     for cycles in busy.values():
         bound = max(bound, math.ceil(copies * cycles / pes))
-    streaming = [n for n in kernel.nodes if not _flushes_per_run(kernel, n)]
+    # a held load reads once per run of its address (docs/conventions.md#held-loads)
+    streaming = [n for n in kernel.nodes if not (_flushes_per_run(kernel, n) or n.hold)]
     reads = sum(1 for n in streaming if n.op.reads_spm)
     writes = sum(1 for n in streaming if n.op.writes_spm)
     spm = arch.spm

@@ -139,7 +139,9 @@ def stagger_reads(km: KernelMapping, arch: ArchSpec) -> KernelMapping:
     reads: dict[int, list] = {}  # copy -> [(node, slot, line at delay d for d < lines)]
     for p in sorted(km.placements, key=lambda p: (p.copy, p.time, p.node)):
         node = nodes[p.node]
-        if not node.op.reads_spm or node.op.accumulates or node.addr.index_stride:
+        # a held load reads once per run of its address (docs/conventions.md#held-loads)
+        if (not node.op.reads_spm or node.op.accumulates or node.addr.index_stride
+                or node.hold):
             continue
         it = min(n - 1, p.copy * waves + ref) - np.arange(2 * spm.lines)
         it = np.maximum(it, 0)
