@@ -475,7 +475,7 @@ def vectorise_reduction(kernel: Kernel, var: str) -> Kernel:
 
 
 def _merge_lane_sums(members: list[Node], nodes: dict, users: dict, next_id: int, var: str,
-                     where: str) -> tuple[list[Node], set[int], int]:
+                     where: str, tree: bool = False) -> tuple[list[Node], set[int], int]:
     """One group of `block_lane_sums`: (the nodes that replace it, the ids it drops, the next
     free id)."""
     sums = [nodes[m.inputs[0]] for m in members]
@@ -500,7 +500,23 @@ def _merge_lane_sums(members: list[Node], nodes: dict, users: dict, next_id: int
         next_id += 1
         return new[-1]
 
-    if chain and common is not None:
+    if tree and chain:
+        # products in pairs (a mul and a mac), the pairs added as a tree: a few cycles from
+        # the first load to the sum instead of two per product, so no operand waits long on
+        # its PE; the common scalar once, after the lane sum
+        dropped |= {t.id for t in terms}
+        level = []
+        for j in range(0, len(terms), 2):
+            first = add(Op.MUL, terms[j].inputs, f"block {var}")
+            level.append(first if j + 1 == len(terms) else
+                         add(Op.MAC, (*terms[j + 1].inputs, first.id), f"block {var}"))
+        while len(level) > 1:
+            level = [add(Op.ADD, (level[j].id, level[j + 1].id), f"block {var}")
+                     if j + 1 < len(level) else level[j] for j in range(0, len(level), 2)]
+        out = add(Op.VSUM, (level[0].id,), sums[0].name)
+        if common is not None:
+            out = add(Op.MUL, (out.id, common), vals[0].name)
+    elif chain and common is not None:
         # the common scalar scales each term's first operand as it arrives (its value is not
         # held in a register until the end of the chain), then the products chain
         dropped |= {t.id for t in terms}
@@ -524,7 +540,7 @@ def _merge_lane_sums(members: list[Node], nodes: dict, users: dict, next_id: int
     return new, dropped, next_id
 
 
-def block_lane_sums(kernel: Kernel, var: str, factor: int) -> Kernel:
+def block_lane_sums(kernel: Kernel, var: str, factor: int, tree: bool = False) -> Kernel:
     """Register blocking of a lane-sum reduction (docs/conventions.md#sparse-line-model): loop
     `var` (dense, outside the vector loop) unrolled-and-jammed by `factor` (neighbouring
     iterations), then the `factor` copies of each `mul` -> [`mul` by a common scalar] ->
@@ -532,8 +548,10 @@ def block_lane_sums(kernel: Kernel, var: str, factor: int) -> Kernel:
     through vector multiply-adds (`mac`, one per copy after the first), one lane sum, the
     common scalar (a mask value) multiplied once after it, one accumulation. So a block of
     `factor` vectors costs one lane sum and one register update instead of `factor` of each,
-    as a GEMM's register block shares one load among its maccs. Sums in another order: fp32
-    tolerances."""
+    as a GEMM's register block shares one load among its maccs. `tree`: the products in
+    pairs (`mul`, `mac`) added as a tree, the common scalar after the lane sum -- a short
+    path from each load to the sum (the held row of A, docs/conventions.md#held-loads). Sums
+    in another order: fp32 tolerances."""
     where = f"kernel {kernel.name!r}: block_lane_sums({var!r}, {factor})"
     if var == kernel.vector_var:
         raise DFGError(f"{where}: blocks a loop outside the vector loop")
@@ -555,7 +573,8 @@ def block_lane_sums(kernel: Kernel, var: str, factor: int) -> Kernel:
     for members in groups.values():
         if len(members) != factor:
             raise DFGError(f"{where}: {len(members)} accumulations at one address, not {factor}")
-        new, gone, next_id = _merge_lane_sums(members, nodes, users, next_id, var, where)
+        new, gone, next_id = _merge_lane_sums(members, nodes, users, next_id, var, where,
+                                              tree)
         dropped |= gone
         emit[members[-1].id] = new
     if dropped & touched:

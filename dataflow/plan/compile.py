@@ -83,6 +83,13 @@ class KernelSchedule:
     # blocks extent / vector_blocks apart, whose rows can share a line
     # (docs/conventions.md#sparse-line-model)
     vector_inner: int = 0
+    # the row-blocked SDDMM (`_held_row_candidates`, docs/conventions.md#held-loads): the
+    # blocked lane sums added as a tree (`block_lane_sums(tree=True)`); > 0 (the lanes): the
+    # loads invariant over the innermost moving loop held (`transform.hold_invariant_loads`);
+    # the mapper issues source loads as late as their consumers allow (`late_sources`)
+    sum_tree: bool = False
+    hold: int = 0
+    late_sources: bool = False
 
     @property
     def plain(self) -> bool:
@@ -97,7 +104,12 @@ class KernelSchedule:
         if self.reduce_lanes:
             parts.append(f"reduction vectorised over {self.reduce_lanes} lanes")
         if self.sum_blocks > 1:
-            parts.append(f"lane sums blocked by {self.sum_blocks}")
+            parts.append(f"lane sums blocked by {self.sum_blocks}"
+                         + (" as a tree" if self.sum_tree else ""))
+        if self.hold:
+            parts.append("invariant loads held")
+        if self.late_sources:
+            parts.append("source loads late")
         if self.devectorise:
             parts.insert(0, "lane sums as scalar accumulation (no vsum unit)")
         if self.copies:
@@ -136,7 +148,8 @@ def apply_kernel_schedule(kernel: Kernel, sched: KernelSchedule) -> Kernel:
     if sched.reduce_lanes:
         kernel = _vectorise_innermost(kernel, sched.reduce_lanes)
     if sched.sum_blocks > 1:
-        kernel = transform.block_lane_sums(kernel, kernel.loops[-2].var, sched.sum_blocks)
+        kernel = transform.block_lane_sums(kernel, kernel.loops[-2].var, sched.sum_blocks,
+                                           tree=sched.sum_tree)
     if sched.fuse:
         kernel = transform.fuse_multiply_accumulate(kernel)
     if sched.vector_blocks > 1 and sched.vector_inner:
@@ -144,6 +157,8 @@ def apply_kernel_schedule(kernel: Kernel, sched: KernelSchedule) -> Kernel:
     elif sched.vector_blocks > 1:
         kernel = transform.unroll_and_jam(kernel, kernel.vector_var, sched.vector_blocks,
                                           inner=False)
+    if sched.hold:
+        kernel = transform.hold_invariant_loads(kernel, sched.hold)
     return kernel
 
 
@@ -197,6 +212,38 @@ def _lane_sum_candidates(kernel: Kernel, arch: ArchSpec) -> list[KernelSchedule]
             continue
         if len(blocked.nodes) <= arch.pe_array.num_pes:
             out.append(KernelSchedule(reduce_lanes=base, sum_blocks=f))
+    return out + _held_row_candidates(body, base, arch)
+
+
+def _held_row_candidates(body: Kernel, base: int, arch: ArchSpec) -> list[KernelSchedule]:
+    """The SDDMM blocked by rows (docs/conventions.md#held-loads): every chunk of the
+    reduction in one body (`block_lane_sums` by the whole chunk loop, chained or as a tree),
+    so the loop over a row's nonzeros is innermost and the row of A, invariant over it, is
+    held -- one read of it serves all the row's outputs on a copy, and the SPM ports serve the
+    gathers -- with source loads issued late (`map_kernel(late_sources=True)`). Where the
+    body fits the PEs."""
+    outer = body.loops[-2]
+    if not outer.is_dense or outer.extent < 2:
+        return []
+    lanes, pes = arch.pe_array.simd_lanes, arch.pe_array.num_pes
+    out = []
+    for tree in (False, True):
+        sched = KernelSchedule(reduce_lanes=base, sum_blocks=outer.extent, sum_tree=tree,
+                               hold=lanes, late_sources=True)
+        if supports(arch, "macc"):  # the mask value times the sum into C: one macc
+            sched = dataclasses.replace(sched, fuse=True)
+        try:
+            blocked = apply_kernel_schedule(body, dataclasses.replace(sched, reduce_lanes=0))
+        except DFGError:
+            continue
+        nodes = len(blocked.nodes)
+        if not any(n.hold for n in blocked.nodes) or nodes > pes:
+            continue
+        out.append(sched)
+        # twice the copies at II 2: a body as large as half the array seldom routes two
+        # copies at II 1 (every PE busy, every link taken), four at II 2 leave slack
+        if 2 * pes // nodes > pes // nodes:
+            out.append(dataclasses.replace(sched, copies=2 * pes // nodes))
     return out
 
 
@@ -262,6 +309,8 @@ def _evaluate(program: Program, index: int, sched: KernelSchedule, arch: ArchSpe
     body = apply_kernel_schedule(program.kernels[index], sched)
     if sched.copies:
         options = {**options, "copies": sched.copies}
+    if sched.late_sources:
+        options = {**options, "late_sources": True}
     try:
         km = map_kernel(body, arch, **options)
     except MappingError:

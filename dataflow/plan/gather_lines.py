@@ -89,7 +89,7 @@ def orderable(kernel: Kernel, program: Program) -> _Orderable | None:
         if n.op is Op.LOAD and n.buffer in inputs and _at_position(n, var):
             bufs.add(n.buffer)
         elif n.op.writes_spm and n.buffer in outputs and _at_position(n, var) \
-                and n.op in (Op.STORE, Op.ACC):
+                and n.op in (Op.STORE, Op.ACC, Op.MACC):
             outs.add(n.buffer)
         else:
             return None

@@ -348,7 +348,7 @@ def choice_key(kernel: Kernel, arch: ArchSpec, kind: str) -> str:
     return h.hexdigest()
 
 
-CHOICE_KIND, CHOICE_VERSION = "schedule", 1
+CHOICE_KIND, CHOICE_VERSION = "schedule", 2  # 2: held-row schedules
 
 
 def _choice_path(key: str):
