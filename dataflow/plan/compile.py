@@ -251,7 +251,24 @@ def kernel_candidates(kernel: Kernel, arch: ArchSpec) -> list[KernelSchedule]:
     """The generic schedules `kernel` admits on `arch`, the plain one first (see the module
     docstring): fusing needs a mul feeding an acc and a unit that runs macc; a vector split
     needs the vector loop's vectors to divide evenly and the body to fit the PEs; a lane-sum
-    reduction may be vectorised and blocked (`_lane_sum_candidates`)."""
+    reduction may be vectorised and blocked (`_lane_sum_candidates`). Every one but the plain
+    one holds the loads it leaves invariant over the innermost moving loop, and the plain one
+    gets a held twin (docs/conventions.md#held-loads): a held load only reads less."""
+    out = _unheld_candidates(kernel, arch)
+    lanes = arch.pe_array.simd_lanes
+    held = []
+    for c in out:
+        h = c if c.hold else dataclasses.replace(c, hold=lanes)
+        try:
+            holds = h is not c and any(n.hold for n in apply_kernel_schedule(kernel, h).nodes)
+        except DFGError:
+            holds = False
+        held.append(h if holds else c)
+    return list(dict.fromkeys([out[0], *held]))
+
+
+def _unheld_candidates(kernel: Kernel, arch: ArchSpec) -> list[KernelSchedule]:
+    """`kernel_candidates` before loads are held."""
     base = KernelSchedule()
     if any(n.op is Op.VSUM for n in kernel.nodes) and not supports(arch, "vsum"):
         base = KernelSchedule(devectorise=True)
