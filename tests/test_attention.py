@@ -421,13 +421,14 @@ def test_dia_lowering_iterations_and_fewer_cycles_than_csr(default_arch):
                                "softmax_exp": seq * T, "softmax_norm": seq * T,
                                "spmm": seq * T * dim // lanes})
     # no column indices to load and no gathers: the scores' body is smaller than the CSR
-    # program's, and its array cycles were fewer until the held-row SDDMM
-    # (docs/conventions.md#held-loads) made the CSR scores 2,059 cycles against DIA's 2,216
-    # here (the whole program's: line-aware delays and lane-sum blocking,
-    # docs/conventions.md#sparse-line-model, 10,654 against 11,472); they stay within 10 %
+    # program's, and its array cycles were fewer until the held-row SDDMM with the row maximum
+    # folded in (docs/conventions.md#held-loads, #attention-fold) made the CSR scores 1,844
+    # cycles against DIA's 2,216 here (the whole program's went the same way with line-aware
+    # delays and lane-sum blocking, docs/conventions.md#sparse-line-model: 10,654 against
+    # 11,472); they stay within a quarter
     phase = {low: {kr.kernel: kr.compute_cycles for kr in r.kernels}
              for low, r in (("csr", csr), ("dia", dia))}
-    assert phase["dia"]["sddmm"] < 1.1 * phase["csr"]["sddmm"]
+    assert phase["dia"]["sddmm"] < 1.25 * phase["csr"]["sddmm"]
 
 
 def test_dia_lowering_rejects_other_patterns_and_auto_falls_back():

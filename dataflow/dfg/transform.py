@@ -647,3 +647,60 @@ def hold_invariant_loads(kernel: Kernel, lanes: int = 1) -> Kernel:
     out = dataclasses.replace(kernel, nodes=nodes)
     out.verify()
     return out
+
+
+def _row_max_of(a: Kernel, b: Kernel, lanes: int) -> Kernel | None:
+    """`a` computing `b`'s row maximum too (`fuse_row_max`), or None where it cannot."""
+    if len(b.loops) != 2 or len(a.loops) < 2 or b.vector_var is not None:
+        return None
+    (ri, rp), (ai, ap) = b.loops, a.loops[:2]
+    if not (ri.is_dense and ai.is_dense and ri.extent == ai.extent and not rp.is_dense
+            and not ap.is_dense and np.array_equal(b.domain[rp.pos], a.domain[ap.pos])):
+        return None
+    if [n.op for n in b.nodes] != [Op.LOAD, Op.ACC_MAX] or b.carried != ((1, 1, 1),):
+        return None
+    load, amax = b.nodes
+    if load.addr != Addr(((rp.var, 1),)) or amax.addr != Addr(((ri.var, 1),)):
+        return None
+    # every loop inside a's sparse loop takes one step: its write at the position is a whole
+    # value, not a partial sum
+    for lp in a.loops[2:]:
+        steps = -(-lp.extent // lanes) if lp.var == a.vector_var else lp.extent
+        if not lp.is_dense or steps != 1:
+            return None
+    writers = [n for n in a.nodes if n.buffer == load.buffer and n.op.writes_spm]
+    if len(writers) != 1 or writers[0].op not in (Op.ACC, Op.STORE) \
+            or writers[0].addr != Addr(((ap.var, 1),)) or writers[0].inputs[-1] in vector_nodes(a):
+        return None
+    if a.buffer_map[load.buffer].init != 0.0 or amax.buffer in a.buffer_map:
+        return None
+    nid = len(a.nodes)
+    node = dataclasses.replace(amax, id=nid, inputs=(writers[0].inputs[-1],),
+                               addr=Addr(((ai.var, 1),)))
+    out = dataclasses.replace(a, nodes=(*a.nodes, node),
+                              buffers=(*a.buffers, b.buffer_map[amax.buffer]),
+                              carried=(*a.carried, (nid, nid, 1)))
+    out.verify()
+    return out
+
+
+def fuse_row_max(program: Program, lanes: int) -> Program:
+    """Each row-maximum kernel (a load of S at the position and an `accmax` into the row's
+    word, the attention's `softmax_max`) folded into the kernel before it when that kernel
+    writes S whole at the position over the same rows and positions (every loop inside its
+    sparse loop one step, the vector loop one vector of `lanes`: the held-row SDDMM): its
+    `accmax` then takes the value it writes, so the program loses a kernel and a pass over S
+    (docs/conventions.md#attention-fold). S starts at zero, so the value written is the one
+    the maximum read back: the same maximum. The program as it is where nothing folds."""
+    kernels, out, changed = list(program.kernels), [], False
+    j = 0
+    while j < len(kernels):
+        fused = _row_max_of(kernels[j], kernels[j + 1], lanes) if j + 1 < len(kernels) else None
+        out.append(fused or kernels[j])
+        changed |= fused is not None
+        j += 2 if fused is not None else 1
+    if not changed:
+        return program
+    prog = dataclasses.replace(program, kernels=tuple(out))
+    prog.verify()
+    return prog

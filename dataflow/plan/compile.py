@@ -135,11 +135,15 @@ class ProgramSchedule:
     # (buffer, pad words): gathered rows stored at a pitch that starts them on any line
     # (`gather_lines.gather_pads`, docs/conventions.md#gather-lines)
     pads: tuple[tuple[str, int], ...] = ()
+    # each row-maximum kernel folded into the kernel before it, after the kernel schedules
+    # (`transform.fuse_row_max`, docs/conventions.md#attention-fold)
+    row_max_fused: bool = False
 
     @property
     def plain(self) -> bool:
         return ((self.gemm is None or self.gemm.plain) and all(k.plain for k in self.kernels)
-                and not self.row_max and not self.lane_partials and not self.pads)
+                and not self.row_max and not self.lane_partials and not self.pads
+                and not self.row_max_fused)
 
 
 def apply_kernel_schedule(kernel: Kernel, sched: KernelSchedule) -> Kernel:
@@ -402,10 +406,38 @@ def _compile_kernels(program: Program, arch: ArchSpec,
     chosen = [_choose_kernel(program, i, arch, options) for i in range(len(program.kernels))]
     scheds = tuple(s for _, s in chosen)
     prog = apply_schedule(program, ProgramSchedule(kernels=scheds), arch)
-    mapping = Mapping(program=prog, arch=arch, kernels=tuple(km for km, _ in chosen))
+    kms = [km for km, _ in chosen]
+    fused = _fuse_row_max(prog, kms, scheds, arch, options)
+    if fused is not None:
+        prog, kms = fused
+    mapping = Mapping(program=prog, arch=arch, kernels=tuple(kms))
     check_mapping(mapping)
     # a static sparse operand's nonzeros in the line-aware order (docs/conventions.md#gather-lines)
-    return gather_lines.line_order(mapping), ProgramSchedule(kernels=scheds, pads=pads)
+    return gather_lines.line_order(mapping), ProgramSchedule(kernels=scheds, pads=pads,
+                                                              row_max_fused=fused is not None)
+
+
+def _fuse_row_max(prog: Program, kms: list, scheds: tuple, arch: ArchSpec,
+                  options: dict) -> tuple[Program, list] | None:
+    """(`prog` with its row-maximum kernels folded into the kernels before them, their
+    mappings) where that maps at no lower throughput (docs/conventions.md#attention-fold),
+    else None. The folded kernel is mapped with its own schedule's mapper options."""
+    fused = transform.fuse_row_max(prog, arch.pe_array.simd_lanes)
+    if fused is prog:
+        return None
+    old = {k.name: (k, km, s) for k, km, s in zip(prog.kernels, kms, scheds)}
+    out = []
+    for index, kern in enumerate(fused.kernels):
+        k, km, s = old[kern.name]
+        if kern is k:
+            out.append(km)
+            continue
+        mapper = KernelSchedule(copies=s.copies, late_sources=s.late_sources, hold=s.hold)
+        got = _evaluate(fused, index, mapper, arch, options) if not mapper.plain else None
+        if got is None or got[1].copies * km.ii < km.copies * got[1].ii:
+            return None
+        out.append(dataclasses.replace(got[1], notes=(*km.notes, "row maximum folded in")))
+    return fused, out
 
 
 def _blockable(program: Program, arch: ArchSpec) -> bool:
@@ -452,7 +484,10 @@ def apply_schedule(program: Program, sched: ProgramSchedule | None, arch: ArchSp
         return apply_gemm_schedule(program, sched.gemm, arch.pe_array.simd_lanes)
     program = gather_lines.apply_pads(program, sched.pads)
     kernels = tuple(apply_kernel_schedule(k, s) for k, s in zip(program.kernels, sched.kernels))
-    return dataclasses.replace(program, kernels=kernels)
+    program = dataclasses.replace(program, kernels=kernels)
+    if sched.row_max_fused:
+        program = transform.fuse_row_max(program, arch.pe_array.simd_lanes)
+    return program
 
 
 def compile_program(program: Program, arch: ArchSpec, dataflow: str | None = None,
