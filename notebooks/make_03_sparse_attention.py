@@ -29,10 +29,14 @@ pattern is a **mask tensor in a UST format** that says what the structure is, an
 lowered to a program of kernels that touch only the mask's stored entries:
 
 ```
-SDDMM  S = mask . (Q K^T)      (sddmm, sddmm_reduce)
-softmax over each row's stored entries   (softmax_max, softmax_exp, softmax_norm)
-SpMM   O = P V                  (spmm)
+SDDMM  S = mask . (Q K^T)                        (sddmm)
+softmax over each row's stored entries           (softmax_max, softmax_exp)
+SpMM   O = P V, P = E / rowsum divided in it     (spmm)
 ```
+
+The CSR program has four kernels: the softmax's normalisation is folded into the SpMM, which
+divides each entry's exponential by its row's sum as it loads it (the row's sum is held in a
+PE register, read once per row), so no kernel writes the probabilities and reads them back.
 
 This notebook draws every pattern, checks the simulated values against dense masked attention
 in numpy, and shows where the cycles go, pattern by pattern, against dense attention.
@@ -116,7 +120,8 @@ for name in PATTERNS:
 md("""
 ## Where the cycles go
 
-Compute cycles by phase (SDDMM including its lane reduction, the three softmax kernels, SpMM),
+Compute cycles by phase (SDDMM including its lane reduction, the two softmax kernels, SpMM
+with the normalisation),
 per pattern, next to dense attention. Every kernel iterates over stored entries only, so the
 bars shrink with the pattern's nnz; the system total on top adds DRAM and reconfiguration
 stalls.

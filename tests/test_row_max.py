@@ -103,7 +103,7 @@ def test_mlx_has_no_accmax_unit_and_the_compiler_lowers_it():
 
 
 def test_default_preset_keeps_its_accmax_schedule():
-    """default.yaml runs accmax: the program is mapped as lowered, five kernels."""
+    """default.yaml runs accmax: the program is mapped as lowered, four kernels."""
     x = make_inputs("window", 48, 16)
     prog = lower_attention(x["q"], x["k"], x["v"], x["pos"], x["crd"], lanes=8)
     mapping, sched = choose_schedule(prog, load_arch(ARCH_DIR / "default.yaml"))

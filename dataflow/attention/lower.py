@@ -1,16 +1,19 @@
 """Lowering of masked attention O = softmax(mask(Q K^T / sqrt(d))) V to one `Program`.
 
-Five kernels over the mask's CSR arrays (pos, crd), run one after another:
+Four kernels over the mask's CSR arrays (pos, crd), run one after another:
 
 1. `sddmm`         S[p] = sum_c vsum(Q[i, c*L : c*L+L] * K[crd[p], c*L : c*L+L])   (L = lanes)
 2. `softmax_max`   rowmax[i] = max_p S[p]                                   (accmax)
 3. `softmax_exp`   E[p] = exp(scale * (S[p] - rowmax[i]));  rowsum[i] += E[p]
-4. `softmax_norm`  P[p] = E[p] / rowsum[i]
-5. `spmm`          O[i, :] += P[p] * V[crd[p], :]                      (the CSR SpMM of lower.py)
+4. `spmm`          O[i, :] += (E[p] / rowsum[i]) * V[crd[p], :]   (the CSR SpMM of lower.py with
+                   the softmax's normalisation folded in: `normalised_spmm_kernel`)
 
 Only stored entries are touched, so every kernel's iteration count scales with the mask's nnz
 (the dense pattern is the CSR of an all-ones mask). The row max is subtracted before exp as in
-any numerically safe softmax; `rowmax` starts at -inf (Buffer.init). Q and K are padded with
+any numerically safe softmax; `rowmax` starts at -inf (Buffer.init). The normalisation is the
+SpMM's (docs/conventions.md#attention-fold): each probability E[p] / rowsum[i] is divided out
+as the SpMM loads it -- the same division as a kernel of its own that writes P would make, so
+the same values -- and no kernel writes P and reads it back. Q and K are padded with
 zero columns to a multiple of L so the reduction vectorises (zeros add nothing to a dot product).
 """
 
@@ -28,7 +31,7 @@ from dataflow.dfg.ops import Op
 
 #: Kernel names in program order, and the phase each belongs to (SimResult breakdowns).
 KERNEL_PHASE = {"sddmm": "sddmm", "softmax_max": "softmax", "softmax_exp": "softmax",
-                "softmax_norm": "softmax", "spmm": "spmm"}
+                "spmm": "spmm", "softmax_norm": "softmax"}  # the last: the DIA lowering's
 
 
 def rename_buffers(kernel: Kernel, names: dict[str, str], name: str) -> Kernel:
@@ -86,17 +89,28 @@ def softmax_exp_kernel(m: int, pos: np.ndarray, scale: float) -> Kernel:
          Buffer("rowsum", m, "output")), carried=((7, 7, 1),))
 
 
-def softmax_norm_kernel(m: int, pos: np.ndarray) -> Kernel:
-    """P[p] = E[p] / rowsum[i]."""
-    nnz = int(pos[-1])
-    nodes = (
-        Node(0, Op.LOAD, buffer="E", addr=Addr((("p", 1),)), name="e"),
-        Node(1, Op.LOAD, buffer="rowsum", addr=Addr((("i", 1),)), name="sum"),
-        Node(2, Op.DIV, (0, 1), name="e/sum"),
-        Node(3, Op.STORE, (2,), buffer="P", addr=Addr((("p", 1),)), name="P="),
-    )
-    return _row_entry_kernel("softmax_norm", m, pos, nodes,
-                             (Buffer("E", nnz), Buffer("rowsum", m), Buffer("P", nnz, "output")))
+def normalised_spmm_kernel(m: int, n: int, dv: int, pos: np.ndarray) -> Kernel:
+    """O[i, :] += (E[p] / rowsum[i]) * V[crd[p], :]: the CSR SpMM (`spmm_csr_kernel`, j over
+    dv vectorised, p innermost) with the softmax's normalisation folded in
+    (docs/conventions.md#attention-fold). rowsum[i] does not move with p: the compiler holds
+    it (docs/conventions.md#held-loads), so a row's sum is read once per row, not per entry."""
+    spmm = rename_buffers(spmm_csr_kernel(m, n, dv, pos),
+                          {"A_val": "E", "A_crd": "M_crd", "B": "V", "C": "O", "A_pos": "M_pos"},
+                          "spmm")
+    e, crd, gather, mul, acc = spmm.nodes
+    if (e.op, crd.op, gather.op, mul.op, acc.op) != (Op.LOAD, Op.LOAD, Op.GATHER, Op.MUL,
+                                                     Op.ACC):
+        raise DFGError(f"normalised_spmm_kernel: unexpected SpMM body {spmm}")
+    nodes = (e, Node(1, Op.LOAD, buffer="rowsum", addr=Addr((("i", 1),)), name="sum"),
+             Node(2, Op.DIV, (0, 1), name="e/sum"),
+             dataclasses.replace(crd, id=3),
+             dataclasses.replace(gather, id=4, inputs=(3,)),
+             dataclasses.replace(mul, id=5, inputs=(2, 4)),
+             dataclasses.replace(acc, id=6, inputs=(5,)))
+    out = dataclasses.replace(spmm, nodes=nodes, buffers=(*spmm.buffers, Buffer("rowsum", m)),
+                              carried=((6, 6, 1),))
+    out.verify()
+    return out
 
 
 def lower_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos: np.ndarray,
@@ -126,11 +140,8 @@ def lower_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos: np.ndarray
     scale = 1.0 / math.sqrt(d)
     sddmm = rename_buffers(sddmm_csr_vector_kernel(m, dp, n, pos, lanes),
                            {"A": "Q", "BT": "K", "C_val": "S"}, "sddmm")
-    spmm = rename_buffers(spmm_csr_kernel(m, n, dv, pos),
-                          {"A_val": "P", "A_crd": "M_crd", "B": "V", "C": "O", "A_pos": "M_pos"},
-                          "spmm")
-    kernels = (sddmm, softmax_max_kernel(m, pos),
-               softmax_exp_kernel(m, pos, scale), softmax_norm_kernel(m, pos), spmm)
+    kernels = (sddmm, softmax_max_kernel(m, pos), softmax_exp_kernel(m, pos, scale),
+               normalised_spmm_kernel(m, n, dv, pos))
     prog = Program(
         name=f"attention_{m}x{n}x{d}_nnz{nnz}", kernels=kernels,
         inputs=(("M_crd", crd), ("Q", qp.ravel()), ("K", kp.ravel()),

@@ -71,6 +71,9 @@ class Node:
     # mul / macc: input 0 is this lane of a vector, broadcast to every lane (an outer product's
     # column operand); None: inputs are used as they are
     lane: int | None = None
+    # load: its value is held in the PE's register and the SPM read again only when the
+    # address changes from its copy's previous iteration (docs/conventions.md#held-loads)
+    hold: bool = False
 
     def __str__(self) -> str:
         mem = f" {self.buffer}[{self.addr}]" if self.buffer else ""
@@ -78,7 +81,7 @@ class Node:
         if self.lane is not None and ins:
             ins[0] += f".lane{self.lane}"
         ins_text = f"({', '.join(ins)})" if ins else ""
-        return f"%{self.id} = {self.op.value}{ins_text}{mem}"
+        return f"%{self.id} = {self.op.value}{ins_text}{mem}{' held' if self.hold else ''}"
 
 
 @dataclass(frozen=True)
@@ -251,6 +254,8 @@ class Kernel:
         if n.lane is not None and (not n.op.selects_lane or n.lane < 0):
             raise DFGError(f"{where}: node %{n.id} {n.op.value}: only mul and macc select a "
                            f"lane of input 0, with lane >= 0 (got {n.lane})")
+        if n.hold and n.op is not Op.LOAD:
+            raise DFGError(f"{where}: node %{n.id} {n.op.value}: only a load is held")
 
     def _verify_memory_node(self, where: str, n: Node) -> None:
         if n.buffer not in self.buffer_map or n.addr is None:

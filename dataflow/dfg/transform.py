@@ -14,7 +14,10 @@ which to apply and with what factors; this module knows no architecture.
   user taking its lane (`Node.lane`): the column operand of an outer product;
 - `split`, `reorder`, `vectorise_reduction` (the loop-nest block at the end): strip-mine a loop,
   permute the loops where legal, make a reduction loop the vector loop with a lane sum before
-  each accumulation (docs/conventions.md#generic-lowering).
+  each accumulation (docs/conventions.md#generic-lowering);
+- `hold_invariant_loads`: a load whose address does not move with the innermost loop is held
+  in its PE's register, the SPM read again only when the address changes
+  (docs/conventions.md#held-loads).
 """
 
 from __future__ import annotations
@@ -472,7 +475,7 @@ def vectorise_reduction(kernel: Kernel, var: str) -> Kernel:
 
 
 def _merge_lane_sums(members: list[Node], nodes: dict, users: dict, next_id: int, var: str,
-                     where: str) -> tuple[list[Node], set[int], int]:
+                     where: str, tree: bool = False) -> tuple[list[Node], set[int], int]:
     """One group of `block_lane_sums`: (the nodes that replace it, the ids it drops, the next
     free id)."""
     sums = [nodes[m.inputs[0]] for m in members]
@@ -497,7 +500,23 @@ def _merge_lane_sums(members: list[Node], nodes: dict, users: dict, next_id: int
         next_id += 1
         return new[-1]
 
-    if chain and common is not None:
+    if tree and chain:
+        # products in pairs (a mul and a mac), the pairs added as a tree: a few cycles from
+        # the first load to the sum instead of two per product, so no operand waits long on
+        # its PE; the common scalar once, after the lane sum
+        dropped |= {t.id for t in terms}
+        level = []
+        for j in range(0, len(terms), 2):
+            first = add(Op.MUL, terms[j].inputs, f"block {var}")
+            level.append(first if j + 1 == len(terms) else
+                         add(Op.MAC, (*terms[j + 1].inputs, first.id), f"block {var}"))
+        while len(level) > 1:
+            level = [add(Op.ADD, (level[j].id, level[j + 1].id), f"block {var}")
+                     if j + 1 < len(level) else level[j] for j in range(0, len(level), 2)]
+        out = add(Op.VSUM, (level[0].id,), sums[0].name)
+        if common is not None:
+            out = add(Op.MUL, (out.id, common), vals[0].name)
+    elif chain and common is not None:
         # the common scalar scales each term's first operand as it arrives (its value is not
         # held in a register until the end of the chain), then the products chain
         dropped |= {t.id for t in terms}
@@ -521,7 +540,7 @@ def _merge_lane_sums(members: list[Node], nodes: dict, users: dict, next_id: int
     return new, dropped, next_id
 
 
-def block_lane_sums(kernel: Kernel, var: str, factor: int) -> Kernel:
+def block_lane_sums(kernel: Kernel, var: str, factor: int, tree: bool = False) -> Kernel:
     """Register blocking of a lane-sum reduction (docs/conventions.md#sparse-line-model): loop
     `var` (dense, outside the vector loop) unrolled-and-jammed by `factor` (neighbouring
     iterations), then the `factor` copies of each `mul` -> [`mul` by a common scalar] ->
@@ -529,8 +548,10 @@ def block_lane_sums(kernel: Kernel, var: str, factor: int) -> Kernel:
     through vector multiply-adds (`mac`, one per copy after the first), one lane sum, the
     common scalar (a mask value) multiplied once after it, one accumulation. So a block of
     `factor` vectors costs one lane sum and one register update instead of `factor` of each,
-    as a GEMM's register block shares one load among its maccs. Sums in another order: fp32
-    tolerances."""
+    as a GEMM's register block shares one load among its maccs. `tree`: the products in
+    pairs (`mul`, `mac`) added as a tree, the common scalar after the lane sum -- a short
+    path from each load to the sum (the held row of A, docs/conventions.md#held-loads). Sums
+    in another order: fp32 tolerances."""
     where = f"kernel {kernel.name!r}: block_lane_sums({var!r}, {factor})"
     if var == kernel.vector_var:
         raise DFGError(f"{where}: blocks a loop outside the vector loop")
@@ -552,7 +573,8 @@ def block_lane_sums(kernel: Kernel, var: str, factor: int) -> Kernel:
     for members in groups.values():
         if len(members) != factor:
             raise DFGError(f"{where}: {len(members)} accumulations at one address, not {factor}")
-        new, gone, next_id = _merge_lane_sums(members, nodes, users, next_id, var, where)
+        new, gone, next_id = _merge_lane_sums(members, nodes, users, next_id, var, where,
+                                              tree)
         dropped |= gone
         emit[members[-1].id] = new
     if dropped & touched:
@@ -592,3 +614,93 @@ def devectorise_reduction(kernel: Kernel) -> Kernel:
     out = _renumber(dataclasses.replace(kernel, vector_var=None), nodes, kernel.carried)
     out.verify()
     return out
+
+
+def innermost_moving_loop(kernel: Kernel, lanes: int = 1) -> str | None:
+    """The innermost loop that takes more than one step: a dense loop of extent 1, and the
+    vector loop when it is one vector of `lanes`, never move; a sparse loop may."""
+    for lp in reversed(kernel.loops):
+        steps = lp.extent if lp.is_dense else 2
+        if lp.var == kernel.vector_var:
+            steps = -(-lp.extent // max(1, lanes))
+        if steps > 1:
+            return lp.var
+    return None
+
+
+def hold_invariant_loads(kernel: Kernel, lanes: int = 1) -> Kernel:
+    """Every `load` whose address does not use the innermost moving loop
+    (`innermost_moving_loop`) marked `hold`: its PE keeps the value it loaded and reads the
+    SPM again only when its address changes from the copy's previous iteration (an SDDMM's
+    row of A, invariant over the nonzeros of its row, docs/conventions.md#held-loads). The
+    values are the same; only SPM reads go. A kernel with nothing to hold comes back as it
+    is."""
+    var = innermost_moving_loop(kernel, lanes)
+    if var is None:
+        return kernel
+    held = {n.id for n in kernel.nodes
+            if n.op is Op.LOAD and not n.hold and not n.addr.coef(var)}
+    if not held:
+        return kernel
+    nodes = tuple(dataclasses.replace(n, hold=True) if n.id in held else n
+                  for n in kernel.nodes)
+    out = dataclasses.replace(kernel, nodes=nodes)
+    out.verify()
+    return out
+
+
+def _row_max_of(a: Kernel, b: Kernel, lanes: int) -> Kernel | None:
+    """`a` computing `b`'s row maximum too (`fuse_row_max`), or None where it cannot."""
+    if len(b.loops) != 2 or len(a.loops) < 2 or b.vector_var is not None:
+        return None
+    (ri, rp), (ai, ap) = b.loops, a.loops[:2]
+    if not (ri.is_dense and ai.is_dense and ri.extent == ai.extent and not rp.is_dense
+            and not ap.is_dense and np.array_equal(b.domain[rp.pos], a.domain[ap.pos])):
+        return None
+    if [n.op for n in b.nodes] != [Op.LOAD, Op.ACC_MAX] or b.carried != ((1, 1, 1),):
+        return None
+    load, amax = b.nodes
+    if load.addr != Addr(((rp.var, 1),)) or amax.addr != Addr(((ri.var, 1),)):
+        return None
+    # every loop inside a's sparse loop takes one step: its write at the position is a whole
+    # value, not a partial sum
+    for lp in a.loops[2:]:
+        steps = -(-lp.extent // lanes) if lp.var == a.vector_var else lp.extent
+        if not lp.is_dense or steps != 1:
+            return None
+    writers = [n for n in a.nodes if n.buffer == load.buffer and n.op.writes_spm]
+    if len(writers) != 1 or writers[0].op not in (Op.ACC, Op.STORE) \
+            or writers[0].addr != Addr(((ap.var, 1),)) or writers[0].inputs[-1] in vector_nodes(a):
+        return None
+    if a.buffer_map[load.buffer].init != 0.0 or amax.buffer in a.buffer_map:
+        return None
+    nid = len(a.nodes)
+    node = dataclasses.replace(amax, id=nid, inputs=(writers[0].inputs[-1],),
+                               addr=Addr(((ai.var, 1),)))
+    out = dataclasses.replace(a, nodes=(*a.nodes, node),
+                              buffers=(*a.buffers, b.buffer_map[amax.buffer]),
+                              carried=(*a.carried, (nid, nid, 1)))
+    out.verify()
+    return out
+
+
+def fuse_row_max(program: Program, lanes: int) -> Program:
+    """Each row-maximum kernel (a load of S at the position and an `accmax` into the row's
+    word, the attention's `softmax_max`) folded into the kernel before it when that kernel
+    writes S whole at the position over the same rows and positions (every loop inside its
+    sparse loop one step, the vector loop one vector of `lanes`: the held-row SDDMM): its
+    `accmax` then takes the value it writes, so the program loses a kernel and a pass over S
+    (docs/conventions.md#attention-fold). S starts at zero, so the value written is the one
+    the maximum read back: the same maximum. The program as it is where nothing folds."""
+    kernels, out, changed = list(program.kernels), [], False
+    j = 0
+    while j < len(kernels):
+        fused = _row_max_of(kernels[j], kernels[j + 1], lanes) if j + 1 < len(kernels) else None
+        out.append(fused or kernels[j])
+        changed |= fused is not None
+        j += 2 if fused is not None else 1
+    if not changed:
+        return program
+    prog = dataclasses.replace(program, kernels=tuple(out))
+    prog.verify()
+    return prog

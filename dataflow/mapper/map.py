@@ -9,7 +9,7 @@ from dataflow.cachefiles import BoundedCache
 from dataflow.dfg.graph import Kernel, Program, vector_nodes
 from dataflow.mapper.legality import check_kernel_mapping, check_mapping
 from dataflow.mapper.mapping import KernelMapping, Mapping, MappingError, SystolicMapping
-from dataflow.mapper.schedule import anneal, rec_mii, res_mii, schedule_kernel
+from dataflow.mapper.schedule import anneal, delay_sources, rec_mii, res_mii, schedule_kernel
 from dataflow.mapper.tiling import tile_and_allocate
 
 DATAFLOWS = ("os", "ws", "is")
@@ -60,11 +60,14 @@ IMPROVERS = (None, "anneal")
 
 def map_kernel(kernel: Kernel, arch: ArchSpec, copies: int | None = None,
                max_ii_slack: int = 8, max_tile_rows: int | None = None,
-               improve: str | None = None, seed: int = 0) -> KernelMapping:
+               improve: str | None = None, seed: int = 0,
+               late_sources: bool = False) -> KernelMapping:
     """Modulo-schedule `kernel`, choosing the number of body copies that maximises throughput
     (copies / II). `improve="anneal"` runs simulated annealing on the chosen schedule (shorter
-    schedule, fewer link hops; same II). Raises MappingError naming the resource that ran out,
-    with the numbers, when nothing fits."""
+    schedule, fewer link hops; same II). `late_sources`: each source load issued as late as
+    its consumers allow (`schedule.delay_sources`: shorter register lifetimes, so a body
+    whose operands wait on a long chain fits the registers). Raises MappingError naming the
+    resource that ran out, with the numbers, when nothing fits."""
     if improve not in IMPROVERS:
         raise MappingError(f"unknown improvement pass {improve!r}; choose one of {IMPROVERS}")
     n_nodes = len(kernel.nodes)
@@ -83,7 +86,8 @@ def map_kernel(kernel: Kernel, arch: ArchSpec, copies: int | None = None,
     tiles, allocs = tile_and_allocate(kernel, arch, max_tile_rows)
     rec = rec_mii(kernel, arch)
     candidates = [copies] if copies else list(range(max(1, pes // n_nodes), 0, -1))
-    best, why = _best_schedule(kernel, arch, candidates, rec, max_ii_slack, allocs, tiles)
+    best, why = _best_schedule(kernel, arch, candidates, rec, max_ii_slack, allocs, tiles,
+                               late_sources)
     if best is None:
         u = min(why) if why else 1
         raise MappingError(f"kernel {kernel.name!r}: no legal modulo schedule found up to "
@@ -103,7 +107,8 @@ def map_kernel(kernel: Kernel, arch: ArchSpec, copies: int | None = None,
     return best
 
 
-def _best_schedule(kernel, arch, candidates, rec, max_ii_slack, allocs, tiles):
+def _best_schedule(kernel, arch, candidates, rec, max_ii_slack, allocs, tiles,
+                   late_sources=False):
     """(the best legal mapping or None, copies -> last reason an attempt failed).
 
     Best first: (copies, II) pairs are tried in falling `_score` order, each copy count from
@@ -127,6 +132,8 @@ def _best_schedule(kernel, arch, candidates, rec, max_ii_slack, allocs, tiles):
         if got is None:
             why[u] = f"at II = {ii}: {diag[-1]}" if diag else f"at II = {ii}"
             continue
+        if late_sources:
+            got = delay_sources(kernel, arch, ii, *got)
         km = _kernel_mapping(kernel, u, ii, res, rec, got, allocs, tiles)
         try:
             check_kernel_mapping(km, arch)

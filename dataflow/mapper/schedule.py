@@ -31,6 +31,7 @@ Routing and its reservation state live in `routing.py`; the placement repair and
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from collections import Counter
@@ -56,8 +57,8 @@ from dataflow.mapper.routing import (
 
 # Deferred imports: networkx is imported in `rec_mii`, its one user (start-up).
 
-__all__ = ["Link", "anneal", "hop", "hop_distance", "is_immediate", "op_latency", "rec_mii",
-           "res_mii", "schedule_kernel", "shortest_path", "value_flits"]
+__all__ = ["Link", "anneal", "delay_sources", "hop", "hop_distance", "is_immediate", "op_latency",
+           "rec_mii", "res_mii", "schedule_kernel", "shortest_path", "value_flits"]
 
 NEGOTIATION_ITERATIONS = 24
 # PathFinder gives up after this many iterations without a lower total overuse: by then the
@@ -105,7 +106,8 @@ def res_mii(kernel: Kernel, arch: ArchSpec, copies: int) -> int:
         bound = max(bound, fu.issue_interval_cycles)  # the FU must be free again next II
     for cycles in busy.values():
         bound = max(bound, math.ceil(copies * cycles / pes))
-    streaming = [n for n in kernel.nodes if not _flushes_per_run(kernel, n)]
+    # a held load reads once per run of its address (docs/conventions.md#held-loads)
+    streaming = [n for n in kernel.nodes if not (_flushes_per_run(kernel, n) or n.hold)]
     reads = sum(1 for n in streaming if n.op.reads_spm)
     writes = sum(1 for n in streaming if n.op.writes_spm)
     spm = arch.spm
@@ -524,3 +526,33 @@ def _negotiate(st: RouteState, where, routes) -> bool:
             st.reserve(nk, value)
             routes[key] = (r[0], r[1], nk)
     return not st.overused()
+
+
+def delay_sources(kernel: Kernel, arch: ArchSpec, ii: int, placements, routes):
+    """Each source load (a load of no input: a row of A, a mask value) of each copy issued as
+    late as its consumers allow, by whole IIs so every modulo reservation (issue slot, unit,
+    link) stays where it was, its routes departing as much later: its value then waits on
+    its consumer's PE for less than an II instead of holding registers there while a long
+    chain of products (a blocked lane sum) reaches it (docs/conventions.md#held-loads).
+    Returns (placements, routes); nothing else moves."""
+    hop = arch.interconnect.hop_latency_cycles
+    flits = value_flits(kernel, arch)
+    on_cycle = {x for s, d, _ in kernel.carried for x in (s, d)}
+    at = {(p.copy, p.node): p for p in placements}
+    slack: dict[tuple[int, int], int] = {}
+    for r in routes:
+        node = kernel.nodes[r.src]
+        if node.op is not Op.LOAD or node.inputs or r.src in on_cycle:
+            continue
+        arrive = r.depart + len(r.links) * hop + (flits[r.src] - 1 if r.links else 0)
+        wait = at[(r.copy, r.dst)].time - arrive
+        key = (r.copy, r.src)
+        slack[key] = min(slack.get(key, wait), wait)
+    shift = {key: w // ii * ii for key, w in slack.items() if w >= ii}
+    if not shift:
+        return placements, routes
+    placements = [dataclasses.replace(p, time=p.time + shift.get((p.copy, p.node), 0))
+                  for p in placements]
+    routes = [dataclasses.replace(r, depart=r.depart + shift.get((r.copy, r.src), 0))
+              for r in routes]
+    return placements, routes

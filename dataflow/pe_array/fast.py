@@ -4,10 +4,12 @@ Same semantics as `reference.py`, which steps every cycle: the tile's n iteratio
 into U contiguous chunks of W = ceil(n / U); iteration k runs on body copy k div W in wave
 k mod W, so node n of it issues at cycle wave*II + t(copy, n). An ACC node accumulates in its
 PE's register and reads-modifies-writes the SPM once per run of consecutive same-address
-iterations of its copy. SPM row accesses are counted per (cycle, line) from the real address
-streams; a cycle whose busiest line needs p port-cycles stalls the whole (lock-step) array
-p - 1 cycles. SPM updates commit in the order `semantics.py` defines (cycle, iteration, node,
-lane), which also says how each op writes back.
+iterations of its copy. A held load reads the SPM only in the iterations whose address differs
+from its copy's previous one (docs/conventions.md#held-loads). SPM row accesses are counted
+per (cycle, line) from the real address streams; a cycle whose busiest line needs p
+port-cycles stalls the whole (lock-step) array p - 1 cycles. SPM updates commit in the order
+`semantics.py` defines (cycle, iteration, node, lane), which also says how each op writes
+back.
 
 SCATTER_ACC (PIT's SWrite with accumulate, docs/references.md#pit) is an ACC whose address adds a
 loaded index: it combines in the register over a run like ACC and read-modify-writes once per
@@ -612,7 +614,10 @@ def _issue_node(ctx: _Kernel, ct: Counters, w: _Waves, dom, vals: dict[int, np.n
         acc.rows.append((node, _Lanes(at.a0[sel], at.stride, at.width, flushes.mask,
                                       full=at.full), flushes.cycle))
         return
-    acc.rows.append((node, at, None))  # issue cycles computed if the rows are counted
+    if node.hold:
+        acc.rows.append(_held_reads(ctx, w, node, at))
+    else:
+        acc.rows.append((node, at, None))  # issue cycles computed if the rows are counted
     buf = ctx.bufs[node.buffer]
     if node.op in (Op.LOAD, Op.GATHER):
         vals[node.id] = _gather(buf, at)
@@ -745,6 +750,17 @@ def _lane_values(vals, node: Node, addr: np.ndarray, dtype) -> np.ndarray:
     """The stored value (`semantics.stored_value`) broadcast to one value per address."""
     src = np.asarray(stored_value(node, [vals[i] for i in node.inputs], dtype))
     return np.broadcast_to(src if src.ndim == 2 else src.reshape(-1, 1), addr.shape)
+
+
+def _held_reads(ctx: _Kernel, w: _Waves, node: Node, at: _Lanes) -> tuple:
+    """A held load's SPM reads (docs/conventions.md#held-loads): only in the iterations whose
+    lane-0 address differs from the copy's previous iteration's, or that start a copy's
+    chunk; the others reuse the PE's register. (node, their addresses, their cycles)."""
+    again = np.ones(w.n, dtype=bool)
+    again[1:] = (at.a0[1:] != at.a0[:-1]) | (w.copy[1:] != w.copy[:-1])
+    sel = np.flatnonzero(again)
+    return node, _Lanes(at.a0[sel], at.stride, at.width, at.mask[sel], full=at.full), \
+        _cycles(ctx, w, node, sel)
 
 
 def _cycles(ctx: _Kernel, w: _Waves, node: Node, sel: np.ndarray | None = None) -> np.ndarray:

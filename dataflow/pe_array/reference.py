@@ -14,6 +14,8 @@ imports the other, and the value and write-back rules both follow live in `seman
   read-modify-write) when its copy's next iteration targets another address or the copy's
   chunk ends. A scatter_acc is an acc whose address adds a loaded index; lanes of one access
   that hit the same word take one write access per repeat (see `fast.py`).
+- A held load reads the SPM only when its address differs from its copy's previous
+  iteration's (docs/conventions.md#held-loads); its value is the same either way.
 """
 
 from __future__ import annotations
@@ -204,7 +206,8 @@ def _issue(ctx: _Kernel, ct: Counters, st: _Tile, now: _Cycle, p: Placement, wav
     addrs = _lane_addresses(ctx, st, node, env, k, act)
     if node.op.accumulates and not _accumulate(ctx, st, p, node, wave, k):
         return  # keep accumulating in the register: no SPM access
-    _count_rows(ctx, st, now, node, addrs)
+    if not _held(ctx, st, node, wave, k):
+        _count_rows(ctx, st, now, node, addrs)
     _access(ctx, st, now, node, k, addrs)
 
 
@@ -245,6 +248,16 @@ def _accumulate(ctx: _Kernel, st: _Tile, p: Placement, node: Node, wave: int, k:
         return False
     st.values[(k, node.id)] = st.regs.pop(key)
     return True
+
+
+def _held(ctx: _Kernel, st: _Tile, node: Node, wave: int, k: int) -> bool:
+    """Whether a held load reuses its PE's register (docs/conventions.md#held-loads): its
+    copy's previous iteration (the wave before, in the same chunk) read the same address."""
+    if not node.hold or wave == 0:
+        return False
+    kernel = ctx.km.kernel
+    return (_address(node, st.iters[k - 1], kernel, ctx.bufs)
+            == _address(node, st.iters[k], kernel, ctx.bufs))
 
 
 def _count_rows(ctx: _Kernel, st: _Tile, now: _Cycle, node: Node, addrs: list[int]) -> None:

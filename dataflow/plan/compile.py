@@ -83,6 +83,13 @@ class KernelSchedule:
     # blocks extent / vector_blocks apart, whose rows can share a line
     # (docs/conventions.md#sparse-line-model)
     vector_inner: int = 0
+    # the row-blocked SDDMM (`_held_row_candidates`, docs/conventions.md#held-loads): the
+    # blocked lane sums added as a tree (`block_lane_sums(tree=True)`); > 0 (the lanes): the
+    # loads invariant over the innermost moving loop held (`transform.hold_invariant_loads`);
+    # the mapper issues source loads as late as their consumers allow (`late_sources`)
+    sum_tree: bool = False
+    hold: int = 0
+    late_sources: bool = False
 
     @property
     def plain(self) -> bool:
@@ -97,7 +104,12 @@ class KernelSchedule:
         if self.reduce_lanes:
             parts.append(f"reduction vectorised over {self.reduce_lanes} lanes")
         if self.sum_blocks > 1:
-            parts.append(f"lane sums blocked by {self.sum_blocks}")
+            parts.append(f"lane sums blocked by {self.sum_blocks}"
+                         + (" as a tree" if self.sum_tree else ""))
+        if self.hold:
+            parts.append("invariant loads held")
+        if self.late_sources:
+            parts.append("source loads late")
         if self.devectorise:
             parts.insert(0, "lane sums as scalar accumulation (no vsum unit)")
         if self.copies:
@@ -123,11 +135,15 @@ class ProgramSchedule:
     # (buffer, pad words): gathered rows stored at a pitch that starts them on any line
     # (`gather_lines.gather_pads`, docs/conventions.md#gather-lines)
     pads: tuple[tuple[str, int], ...] = ()
+    # each row-maximum kernel folded into the kernel before it, after the kernel schedules
+    # (`transform.fuse_row_max`, docs/conventions.md#attention-fold)
+    row_max_fused: bool = False
 
     @property
     def plain(self) -> bool:
         return ((self.gemm is None or self.gemm.plain) and all(k.plain for k in self.kernels)
-                and not self.row_max and not self.lane_partials and not self.pads)
+                and not self.row_max and not self.lane_partials and not self.pads
+                and not self.row_max_fused)
 
 
 def apply_kernel_schedule(kernel: Kernel, sched: KernelSchedule) -> Kernel:
@@ -136,7 +152,8 @@ def apply_kernel_schedule(kernel: Kernel, sched: KernelSchedule) -> Kernel:
     if sched.reduce_lanes:
         kernel = _vectorise_innermost(kernel, sched.reduce_lanes)
     if sched.sum_blocks > 1:
-        kernel = transform.block_lane_sums(kernel, kernel.loops[-2].var, sched.sum_blocks)
+        kernel = transform.block_lane_sums(kernel, kernel.loops[-2].var, sched.sum_blocks,
+                                           tree=sched.sum_tree)
     if sched.fuse:
         kernel = transform.fuse_multiply_accumulate(kernel)
     if sched.vector_blocks > 1 and sched.vector_inner:
@@ -144,6 +161,8 @@ def apply_kernel_schedule(kernel: Kernel, sched: KernelSchedule) -> Kernel:
     elif sched.vector_blocks > 1:
         kernel = transform.unroll_and_jam(kernel, kernel.vector_var, sched.vector_blocks,
                                           inner=False)
+    if sched.hold:
+        kernel = transform.hold_invariant_loads(kernel, sched.hold)
     return kernel
 
 
@@ -197,6 +216,38 @@ def _lane_sum_candidates(kernel: Kernel, arch: ArchSpec) -> list[KernelSchedule]
             continue
         if len(blocked.nodes) <= arch.pe_array.num_pes:
             out.append(KernelSchedule(reduce_lanes=base, sum_blocks=f))
+    return out + _held_row_candidates(body, base, arch)
+
+
+def _held_row_candidates(body: Kernel, base: int, arch: ArchSpec) -> list[KernelSchedule]:
+    """The SDDMM blocked by rows (docs/conventions.md#held-loads): every chunk of the
+    reduction in one body (`block_lane_sums` by the whole chunk loop, chained or as a tree),
+    so the loop over a row's nonzeros is innermost and the row of A, invariant over it, is
+    held -- one read of it serves all the row's outputs on a copy, and the SPM ports serve the
+    gathers -- with source loads issued late (`map_kernel(late_sources=True)`). Where the
+    body fits the PEs."""
+    outer = body.loops[-2]
+    if not outer.is_dense or outer.extent < 2:
+        return []
+    lanes, pes = arch.pe_array.simd_lanes, arch.pe_array.num_pes
+    out = []
+    for tree in (False, True):
+        sched = KernelSchedule(reduce_lanes=base, sum_blocks=outer.extent, sum_tree=tree,
+                               hold=lanes, late_sources=True)
+        if supports(arch, "macc"):  # the mask value times the sum into C: one macc
+            sched = dataclasses.replace(sched, fuse=True)
+        try:
+            blocked = apply_kernel_schedule(body, dataclasses.replace(sched, reduce_lanes=0))
+        except DFGError:
+            continue
+        nodes = len(blocked.nodes)
+        if not any(n.hold for n in blocked.nodes) or nodes > pes:
+            continue
+        out.append(sched)
+        # twice the copies at II 2: a body as large as half the array seldom routes two
+        # copies at II 1 (every PE busy, every link taken), four at II 2 leave slack
+        if 2 * pes // nodes > pes // nodes:
+            out.append(dataclasses.replace(sched, copies=2 * pes // nodes))
     return out
 
 
@@ -204,7 +255,24 @@ def kernel_candidates(kernel: Kernel, arch: ArchSpec) -> list[KernelSchedule]:
     """The generic schedules `kernel` admits on `arch`, the plain one first (see the module
     docstring): fusing needs a mul feeding an acc and a unit that runs macc; a vector split
     needs the vector loop's vectors to divide evenly and the body to fit the PEs; a lane-sum
-    reduction may be vectorised and blocked (`_lane_sum_candidates`)."""
+    reduction may be vectorised and blocked (`_lane_sum_candidates`). Every one but the plain
+    one holds the loads it leaves invariant over the innermost moving loop, and the plain one
+    gets a held twin (docs/conventions.md#held-loads): a held load only reads less."""
+    out = _unheld_candidates(kernel, arch)
+    lanes = arch.pe_array.simd_lanes
+    held = []
+    for c in out:
+        h = c if c.hold else dataclasses.replace(c, hold=lanes)
+        try:
+            holds = h is not c and any(n.hold for n in apply_kernel_schedule(kernel, h).nodes)
+        except DFGError:
+            holds = False
+        held.append(h if holds else c)
+    return list(dict.fromkeys([out[0], *held]))
+
+
+def _unheld_candidates(kernel: Kernel, arch: ArchSpec) -> list[KernelSchedule]:
+    """`kernel_candidates` before loads are held."""
     base = KernelSchedule()
     if any(n.op is Op.VSUM for n in kernel.nodes) and not supports(arch, "vsum"):
         base = KernelSchedule(devectorise=True)
@@ -262,6 +330,8 @@ def _evaluate(program: Program, index: int, sched: KernelSchedule, arch: ArchSpe
     body = apply_kernel_schedule(program.kernels[index], sched)
     if sched.copies:
         options = {**options, "copies": sched.copies}
+    if sched.late_sources:
+        options = {**options, "late_sources": True}
     try:
         km = map_kernel(body, arch, **options)
     except MappingError:
@@ -336,10 +406,38 @@ def _compile_kernels(program: Program, arch: ArchSpec,
     chosen = [_choose_kernel(program, i, arch, options) for i in range(len(program.kernels))]
     scheds = tuple(s for _, s in chosen)
     prog = apply_schedule(program, ProgramSchedule(kernels=scheds), arch)
-    mapping = Mapping(program=prog, arch=arch, kernels=tuple(km for km, _ in chosen))
+    kms = [km for km, _ in chosen]
+    fused = _fuse_row_max(prog, kms, scheds, arch, options)
+    if fused is not None:
+        prog, kms = fused
+    mapping = Mapping(program=prog, arch=arch, kernels=tuple(kms))
     check_mapping(mapping)
     # a static sparse operand's nonzeros in the line-aware order (docs/conventions.md#gather-lines)
-    return gather_lines.line_order(mapping), ProgramSchedule(kernels=scheds, pads=pads)
+    return gather_lines.line_order(mapping), ProgramSchedule(kernels=scheds, pads=pads,
+                                                              row_max_fused=fused is not None)
+
+
+def _fuse_row_max(prog: Program, kms: list, scheds: tuple, arch: ArchSpec,
+                  options: dict) -> tuple[Program, list] | None:
+    """(`prog` with its row-maximum kernels folded into the kernels before them, their
+    mappings) where that maps at no lower throughput (docs/conventions.md#attention-fold),
+    else None. The folded kernel is mapped with its own schedule's mapper options."""
+    fused = transform.fuse_row_max(prog, arch.pe_array.simd_lanes)
+    if fused is prog:
+        return None
+    old = {k.name: (k, km, s) for k, km, s in zip(prog.kernels, kms, scheds)}
+    out = []
+    for index, kern in enumerate(fused.kernels):
+        k, km, s = old[kern.name]
+        if kern is k:
+            out.append(km)
+            continue
+        mapper = KernelSchedule(copies=s.copies, late_sources=s.late_sources, hold=s.hold)
+        got = _evaluate(fused, index, mapper, arch, options) if not mapper.plain else None
+        if got is None or got[1].copies * km.ii < km.copies * got[1].ii:
+            return None
+        out.append(dataclasses.replace(got[1], notes=(*km.notes, "row maximum folded in")))
+    return fused, out
 
 
 def _blockable(program: Program, arch: ArchSpec) -> bool:
@@ -386,7 +484,10 @@ def apply_schedule(program: Program, sched: ProgramSchedule | None, arch: ArchSp
         return apply_gemm_schedule(program, sched.gemm, arch.pe_array.simd_lanes)
     program = gather_lines.apply_pads(program, sched.pads)
     kernels = tuple(apply_kernel_schedule(k, s) for k, s in zip(program.kernels, sched.kernels))
-    return dataclasses.replace(program, kernels=kernels)
+    program = dataclasses.replace(program, kernels=kernels)
+    if sched.row_max_fused:
+        program = transform.fuse_row_max(program, arch.pe_array.simd_lanes)
+    return program
 
 
 def compile_program(program: Program, arch: ArchSpec, dataflow: str | None = None,

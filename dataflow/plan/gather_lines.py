@@ -89,7 +89,7 @@ def orderable(kernel: Kernel, program: Program) -> _Orderable | None:
         if n.op is Op.LOAD and n.buffer in inputs and _at_position(n, var):
             bufs.add(n.buffer)
         elif n.op.writes_spm and n.buffer in outputs and _at_position(n, var) \
-                and n.op in (Op.STORE, Op.ACC):
+                and n.op in (Op.STORE, Op.ACC, Op.MACC):
             outs.add(n.buffer)
         else:
             return None
@@ -139,6 +139,10 @@ def _static_rows(km: KernelMapping, arch: ArchSpec, dom, n: int, copy, cyc_of, t
             flush = np.ones(n, dtype=bool)
             flush[:-1] = (a[1:] != a[:-1]) | (copy[1:] != copy[:-1])
             sel = np.flatnonzero(flush)
+        elif node.hold:  # read where its address changes (docs/conventions.md#held-loads)
+            again = np.ones(n, dtype=bool)
+            again[1:] = (a[1:] != a[:-1]) | (copy[1:] != copy[:-1])
+            sel = np.flatnonzero(again)
         if node.id in vec:
             width = node.addr.span or lanes
             cv = 1 if node.addr.span else node.addr.coef(kernel.vector_var)
