@@ -38,7 +38,7 @@ from dataflow.mapper import map_program
 from dataflow.mapper.legality import check_mapping
 from dataflow.mapper.map import map_kernel
 from dataflow.mapper.mapping import KernelMapping, Mapping, MappingError
-from dataflow.plan import gather_lines
+from dataflow.plan import gather_lines, tile_ramp
 from dataflow.plan.gemm_schedule import (
     GemmSchedule,
     apply_gemm_schedule,
@@ -336,7 +336,12 @@ def _compile_kernels(program: Program, arch: ArchSpec,
     chosen = [_choose_kernel(program, i, arch, options) for i in range(len(program.kernels))]
     scheds = tuple(s for _, s in chosen)
     prog = apply_schedule(program, ProgramSchedule(kernels=scheds), arch)
-    mapping = Mapping(program=prog, arch=arch, kernels=tuple(km for km, _ in chosen))
+    # first and last tiles cut smaller, before the line order that walks the tiles
+    # (docs/conventions.md#ramped-tiles)
+    kms = tuple(tile_ramp.ramp_tiles(km, arch, sample_cycles(km, arch, program)
+                                     if _measurable(program, km.kernel, i) else None)
+                for i, (km, _) in enumerate(chosen))
+    mapping = Mapping(program=prog, arch=arch, kernels=kms)
     check_mapping(mapping)
     # a static sparse operand's nonzeros in the line-aware order (docs/conventions.md#gather-lines)
     return gather_lines.line_order(mapping), ProgramSchedule(kernels=scheds, pads=pads)
