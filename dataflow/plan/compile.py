@@ -338,7 +338,7 @@ def _compile_kernels(program: Program, arch: ArchSpec,
     prog = apply_schedule(program, ProgramSchedule(kernels=scheds), arch)
     # first and last tiles cut smaller, before the line order that walks the tiles
     # (docs/conventions.md#ramped-tiles)
-    kms = tuple(tile_ramp.ramp_tiles(km, arch, sample_cycles(km, arch, program)
+    kms = tuple(tile_ramp.ramp_tiles(km, arch, (lambda km=km: sample_cycles(km, arch, program))
                                      if _measurable(program, km.kernel, i) else None)
                 for i, (km, _) in enumerate(chosen))
     mapping = Mapping(program=prog, arch=arch, kernels=kms)

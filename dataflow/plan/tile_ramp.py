@@ -15,6 +15,7 @@ transfer it hides is longer (`ramp_steps`).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 from dataflow.arch.spec import ArchSpec
 from dataflow.dfg.graph import BufferRole
@@ -61,26 +62,31 @@ def _per_row(km: KernelMapping, arch: ArchSpec, role: BufferRole) -> float:
     return words * arch.word_bytes / arch.dram.bytes_per_cycle / km.kernel.loops[0].extent
 
 
-def ramp_bounds(km: KernelMapping, arch: ArchSpec, per_iteration: float | None = None
-                ) -> list[int]:
+def ramp_bounds(km: KernelMapping, arch: ArchSpec,
+                per_iteration: Callable[[], float] | None = None) -> list[int]:
     """The outer-loop positions where the ramped tiles of `km` begin (but the first): its
     own tiles' bounds, with cuts added in its first and last tile's worth of rows where they
-    pay (`ramp_steps`). `per_iteration`: measured cycles per iteration (stalls included;
-    None: as issued, iterations x II / copies, which is fewer)."""
+    pay (`ramp_steps`) and the DMA keeps up (`keeps_up`) with the compute as issued
+    (iterations x II / copies, a lower bound) or, failing that, as `per_iteration` measures
+    it (cycles per iteration, stalls included; called only then: it runs a tile)."""
     tiles = km.tiles
     bounds = [t.lo for t in tiles[1:]]
     if len(tiles) < 2:
         return bounds
     extent = km.kernel.loops[0].extent
     rows = max(t.hi - t.lo for t in tiles)
-    lanes = arch.pe_array.simd_lanes if km.kernel.vector_var else 1
-    per = km.ii / km.copies if per_iteration is None else per_iteration
-    compute = kernel_iterations(km.kernel, lanes) * per / extent  # cycles per row
     load = _per_row(km, arch, BufferRole.INPUT)
     store = _per_row(km, arch, BufferRole.OUTPUT)
     fill = FILL_PER_TILE * km.schedule_length
-    up = ramp_steps(load * rows, rows, fill) if keeps_up(load, store, compute) else 0
-    down = ramp_steps(store * rows, rows, fill) if keeps_up(store, load, compute) else 0
+    up, down = ramp_steps(load * rows, rows, fill), ramp_steps(store * rows, rows, fill)
+    lanes = arch.pe_array.simd_lanes if km.kernel.vector_var else 1
+    per_row = kernel_iterations(km.kernel, lanes) / extent
+    compute = per_row * km.ii / km.copies  # cycles per row
+    if (up and not keeps_up(load, store, compute)) or (down and not keeps_up(store, load, compute)):
+        if per_iteration is not None:
+            compute = max(compute, per_row * per_iteration())
+    up = up if keeps_up(load, store, compute) else 0
+    down = down if keeps_up(store, load, compute) else 0
     head = [rows >> j for j in range(up, 0, -1)]
     tail = [extent - (rows >> j) for j in range(1, down + 1)]
     # the tiles' own bounds stay: each ramped tile lies inside one of them
@@ -88,7 +94,7 @@ def ramp_bounds(km: KernelMapping, arch: ArchSpec, per_iteration: float | None =
 
 
 def ramp_tiles(km: KernelMapping, arch: ArchSpec,
-               per_iteration: float | None = None) -> KernelMapping:
+               per_iteration: Callable[[], float] | None = None) -> KernelMapping:
     """`km` with ramped first and last tiles (the module docstring, `ramp_bounds`); `km`
     itself when nothing pays. Every ramped tile lies inside one of `km`'s, so the allocation
     holds its windows."""
