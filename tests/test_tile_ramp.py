@@ -36,7 +36,7 @@ def runs():
     for ramp in (True, False):
         with pytest.MonkeyPatch.context() as mp:
             if not ramp:
-                mp.setattr(tile_ramp, "ramp_tiles", lambda km, arch, per=None: km)
+                mp.setattr(tile_ramp, "ramp_tiles", lambda km, *a, **k: km)
             mapping, _ = choose_schedule(prog, DEFAULT)
         out.append((mapping, simulate_mapping(mapping)))
     return out, want
@@ -69,6 +69,14 @@ def test_ramped_tiles_cover_the_loop_once_inside_the_tiles(runs):
     for t in km.tiles:
         assert any(o.lo <= t.lo and t.hi <= o.hi for o in orig.tiles)
     assert any("ramped tiles" in n for n in km.notes)
+    # a program's inner ends are left alone: a later kernel's first tile is prefetched, an
+    # earlier one's write-backs drain behind the next kernel
+    slow = lambda: 1e3  # noqa: E731 (cycles per iteration: the DMA keeps up)
+    first, last = orig.tiles[0], orig.tiles[-1]
+    both = tile_ramp.ramp_bounds(orig, DEFAULT, slow)
+    assert min(both) < first.hi and max(both) > last.lo
+    assert min(tile_ramp.ramp_bounds(orig, DEFAULT, slow, head=False)) == first.hi
+    assert max(tile_ramp.ramp_bounds(orig, DEFAULT, slow, tail=False)) == last.lo
 
 
 def test_tiles_at_the_mappers_bounds_are_the_mappers_tiles():

@@ -339,7 +339,9 @@ def _compile_kernels(program: Program, arch: ArchSpec,
     # first and last tiles cut smaller, before the line order that walks the tiles
     # (docs/conventions.md#ramped-tiles)
     kms = tuple(tile_ramp.ramp_tiles(km, arch, (lambda km=km: sample_cycles(km, arch, program))
-                                     if _measurable(program, km.kernel, i) else None)
+                                     if _measurable(program, km.kernel, i) else None,
+                                     head=i == 0 or not arch.dram.prefetch_next_kernel,
+                                     tail=i == len(chosen) - 1)
                 for i, (km, _) in enumerate(chosen))
     mapping = Mapping(program=prog, arch=arch, kernels=kms)
     check_mapping(mapping)

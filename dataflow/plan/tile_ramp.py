@@ -63,12 +63,13 @@ def _per_row(km: KernelMapping, arch: ArchSpec, role: BufferRole) -> float:
 
 
 def ramp_bounds(km: KernelMapping, arch: ArchSpec,
-                per_iteration: Callable[[], float] | None = None) -> list[int]:
+                per_iteration: Callable[[], float] | None = None, *, head: bool = True,
+                tail: bool = True) -> list[int]:
     """The outer-loop positions where the ramped tiles of `km` begin (but the first): its
-    own tiles' bounds, with cuts added in its first and last tile's worth of rows where they
-    pay (`ramp_steps`) and the DMA keeps up (`keeps_up`) with the compute as issued
-    (iterations x II / copies, a lower bound) or, failing that, as `per_iteration` measures
-    it (cycles per iteration, stalls included; called only then: it runs a tile)."""
+    own tiles' bounds, with cuts added in its first (`head`) and last (`tail`) tile's worth of
+    rows where they pay (`ramp_steps`) and the DMA keeps up (`keeps_up`) with the compute as
+    issued (iterations x II / copies, a lower bound) or, failing that, as `per_iteration`
+    measures it (cycles per iteration, stalls included; called only then: it runs a tile)."""
     tiles = km.tiles
     bounds = [t.lo for t in tiles[1:]]
     if len(tiles) < 2:
@@ -78,7 +79,8 @@ def ramp_bounds(km: KernelMapping, arch: ArchSpec,
     load = _per_row(km, arch, BufferRole.INPUT)
     store = _per_row(km, arch, BufferRole.OUTPUT)
     fill = FILL_PER_TILE * km.schedule_length
-    up, down = ramp_steps(load * rows, rows, fill), ramp_steps(store * rows, rows, fill)
+    up = ramp_steps(load * rows, rows, fill) if head else 0
+    down = ramp_steps(store * rows, rows, fill) if tail else 0
     lanes = arch.pe_array.simd_lanes if km.kernel.vector_var else 1
     per_row = kernel_iterations(km.kernel, lanes) / extent
     compute = per_row * km.ii / km.copies  # cycles per row
@@ -87,20 +89,23 @@ def ramp_bounds(km: KernelMapping, arch: ArchSpec,
             compute = max(compute, per_row * per_iteration())
     up = up if keeps_up(load, store, compute) else 0
     down = down if keeps_up(store, load, compute) else 0
-    head = [rows >> j for j in range(up, 0, -1)]
-    tail = [extent - (rows >> j) for j in range(1, down + 1)]
+    cuts = [rows >> j for j in range(up, 0, -1)] + [extent - (rows >> j)
+                                                    for j in range(1, down + 1)]
     # the tiles' own bounds stay: each ramped tile lies inside one of them
-    return sorted({b for b in head + bounds + tail if 0 < b < extent})
+    return sorted({b for b in cuts + bounds if 0 < b < extent})
 
 
 def ramp_tiles(km: KernelMapping, arch: ArchSpec,
-               per_iteration: Callable[[], float] | None = None) -> KernelMapping:
+               per_iteration: Callable[[], float] | None = None, *, head: bool = True,
+               tail: bool = True) -> KernelMapping:
     """`km` with ramped first and last tiles (the module docstring, `ramp_bounds`); `km`
     itself when nothing pays. Every ramped tile lies inside one of `km`'s, so the allocation
-    holds its windows."""
+    holds its windows. A program's later kernels pass `head=False` where the DMA loads their
+    first tile during the kernel before (`dram.prefetch_next_kernel`), and all but its last
+    `tail=False`: their write-backs drain behind the next kernel's compute."""
     if not isinstance(km, KernelMapping):
         return km
-    bounds = ramp_bounds(km, arch, per_iteration)
+    bounds = ramp_bounds(km, arch, per_iteration, head=head, tail=tail)
     if len(bounds) == len(km.tiles) - 1:
         return km
     tiles = tiles_at(km.kernel, arch, bounds)
