@@ -111,7 +111,34 @@ def plan_split(workload: str, arch: ArchSpec, m: int, k: int, n: int,
     a_bytes = 4 * m * k if workload == "gemm" else 8 * density * m * k
     return choose_split(arch, m, k, n, fits, traffic=(a_bytes, 4 * k * n, 4 * m * n),
                         m_rows=m_rows if workload == "gemm" or not simulable else None,
-                        n_align=arch.pe_array.simd_lanes, streamed=streamed, what=workload)
+                        n_align=arch.pe_array.simd_lanes, streamed=streamed, what=workload,
+                        issue=None if workload == "gemm" else spmm_issue(arch, m, k, n, density))
+
+
+#: SPM reads a CSR SpMM issues per nonzero beside its gathers: its value and its column
+SCALAR_LOADS_PER_NONZERO = 2
+
+
+def spmm_issue(arch: ArchSpec, m: int, k: int, n: int, density: float) -> Callable[[int], float]:
+    """Cycles a CSR SpMM's nonzeros take to issue in N blocks of `nb` columns
+    (docs/conventions.md#spmm-n-blocks-by-issue-slots): each nonzero of a block of v vectors
+    loads its value and column and issues v gathers and v MACs, one op a PE a cycle, and reads
+    v + 2 SPM rows on the lines' read ports; whichever admits fewer nonzeros a cycle binds. A
+    wider block loads each value and column once for more MACs."""
+    nnz = density * m * k
+    pes = arch.pe_array.num_pes
+    ports = arch.spm.lines * arch.spm.read_ports_per_line
+    lanes = arch.pe_array.simd_lanes
+
+    def block(cols: int) -> float:
+        v = -(-cols // lanes)
+        loads = SCALAR_LOADS_PER_NONZERO
+        return nnz / min(pes / (loads + 2 * v), ports / (loads + v))
+
+    def cycles(nb: int) -> float:
+        return (n // nb) * block(nb) + (block(n % nb) if n % nb else 0.0)
+
+    return cycles
 
 
 def random_csr(rows: int, cols: int, density: float,

@@ -171,6 +171,25 @@ def tile_and_allocate(kernel: Kernel, arch: ArchSpec, max_tile_rows: int | None 
     return tuple(tiles), tuple(allocs)
 
 
+def tiles_at(kernel: Kernel, arch: ArchSpec, bounds) -> tuple[Tile, ...]:
+    """Tiles of the outer loop cut at `bounds` (increasing, strictly inside the loop's extent),
+    each with the windows `tile_and_allocate` gives a tile of those rows. A tile inside one of
+    `tile_and_allocate`'s has windows inside that tile's, so its allocation holds them."""
+    extent = kernel.loops[0].extent
+    edges = [0, *bounds, extent]
+    if any(b <= a for a, b in zip(edges, edges[1:])):
+        raise ValueError(f"tile bounds {list(bounds)} not increasing inside (0, {extent})")
+    windows = _row_windows(kernel, arch.pe_array.simd_lanes, classify_buffers(kernel))
+    tiles = []
+    for lo, hi in zip(edges, edges[1:]):
+        wins = []
+        for name, (first, last) in windows.items():
+            a, b = int(first[lo:hi].min()), int(last[lo:hi].max())
+            wins.append((name, *((a, b) if b > a else (0, 0))))  # (0, 0): nothing touched
+        tiles.append(Tile(lo=lo, hi=hi, windows=tuple(sorted(wins))))
+    return tuple(tiles)
+
+
 def _stagger(base: int, idx: int, nbuf: int, arch: ArchSpec) -> int:
     """Advance `base` to a row whose line is idx * lines / nbuf (interleaved mapping only)."""
     spm = arch.spm

@@ -38,7 +38,7 @@ from dataflow.mapper import map_program
 from dataflow.mapper.legality import check_mapping
 from dataflow.mapper.map import map_kernel
 from dataflow.mapper.mapping import KernelMapping, Mapping, MappingError
-from dataflow.plan import gather_lines
+from dataflow.plan import gather_lines, tile_ramp
 from dataflow.plan.gemm_schedule import (
     GemmSchedule,
     apply_gemm_schedule,
@@ -410,7 +410,14 @@ def _compile_kernels(program: Program, arch: ArchSpec,
     fused = _fuse_row_max(prog, kms, scheds, arch, options)
     if fused is not None:
         prog, kms = fused
-    mapping = Mapping(program=prog, arch=arch, kernels=tuple(kms))
+    # first and last tiles cut smaller, before the line order that walks the tiles
+    # (docs/conventions.md#ramped-tiles)
+    kms = tuple(tile_ramp.ramp_tiles(km, arch, (lambda km=km: sample_cycles(km, arch, prog))
+                                     if _measurable(prog, km.kernel, i) else None,
+                                     head=i == 0 or not arch.dram.prefetch_next_kernel,
+                                     tail=i == len(kms) - 1)
+                for i, km in enumerate(kms))
+    mapping = Mapping(program=prog, arch=arch, kernels=kms)
     check_mapping(mapping)
     # a static sparse operand's nonzeros in the line-aware order (docs/conventions.md#gather-lines)
     return gather_lines.line_order(mapping), ProgramSchedule(kernels=scheds, pads=pads,

@@ -255,16 +255,18 @@ def choose_split(arch: ArchSpec, m: int, k: int, n: int, fits: Callable[[int, in
                  traffic: tuple[float, float, float],
                  m_rows: Callable[[int, int], int] | None = None, k_align: int = 1,
                  n_align: int = 1, m_align: int = 1, streamed: bool = False,
-                 what: str = "matmul") -> Split:
+                 what: str = "matmul", issue: Callable[[int], float] | None = None) -> Split:
     """The split whose blocks fit (`fits(k_panel, n_block)`) with the fewest DRAM bytes.
 
     `traffic`: the bytes of A, B and C once each; `m_rows(k_panel, n_block)`: rows of an M tile
     (None: M is not cut); M tiles are multiples of `m_align`, K panels of `k_align`, N blocks
-    of `n_align` (but the last). Ties go to fewer sub-programs. A `UserError` when not even
-    one aligned panel and block fits."""
+    of `n_align` (but the last). `issue(n_block)`: the cycles the array's issue slots need for
+    the whole problem in N blocks of that width; where given, a split costs the longer of its
+    DRAM time and that (docs/conventions.md#spmm-n-blocks-by-issue-slots). Ties go to fewer
+    sub-programs. A `UserError` when not even one aligned panel and block fits."""
     a_bytes, b_bytes, c_bytes = traffic
-    overhead = ((arch.reconfiguration_cycles + arch.dram.latency_cycles)
-                * arch.dram.bytes_per_cycle)
+    bpc = arch.dram.bytes_per_cycle
+    overhead = (arch.reconfiguration_cycles + arch.dram.latency_cycles) * bpc
     best = None
     for nb in _block_sizes(n, n_align):
         kp = largest(k, k_align, lambda kp, nb=nb: fits(kp, nb))
@@ -275,8 +277,10 @@ def choose_split(arch: ArchSpec, m: int, k: int, n: int, fits: Callable[[int, in
         rows = max(m_align, m_rows(kp, nb) // m_align * m_align) if m_rows else m
         mt = piece(m, -(-m // rows), m_align)
         mc, kc, nc = -(-m // mt), -(-k // kp), -(-n // nb)
-        cost = (a_bytes * nc + b_bytes * mc + c_bytes * (2 * kc - 1) + overhead * mc * kc * nc,
-                mc * kc * nc)
+        moved = a_bytes * nc + b_bytes * mc + c_bytes * (2 * kc - 1)
+        if issue is not None:  # in bytes the DRAM moves meanwhile
+            moved = max(moved, issue(nb) * bpc)
+        cost = (moved + overhead * mc * kc * nc, mc * kc * nc)
         if best is None or cost < best[0]:
             best = (cost, Split(m, k, n, mt, kp, nb, streamed))
     if best is None:
