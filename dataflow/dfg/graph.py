@@ -113,6 +113,9 @@ class BufferFetch(str, Enum):
 
     WHOLE = "whole"  # all `size` words
     GATHER = "gather"  # an indirect DMA of only the SPM rows its gathers touch (PIT's SRead)
+    # handed from kernel to kernel in the SPM: the producer leaves it there, the consumer reads
+    # it there, no DMA either way (docs/conventions.md#moe-buffers-handed-over-in-the-spm)
+    ON_CHIP = "on_chip"
 
     def __str__(self) -> str:
         return self.value
@@ -124,7 +127,10 @@ class Buffer:
     buffer no input provides starts filled with `init` (-inf for the target of a
     max-accumulate). `fetch` is how a resident input crosses the DRAM interface: "whole" (all
     `size` words) or "gather" (an indirect DMA of only the SPM rows its gathers touch, PIT's
-    SRead from memory; see `dataflow.pe_array.common.gather_fetch_words`). `pitch` is
+    SRead from memory; see `dataflow.pe_array.common.gather_fetch_words`) or "on_chip" (an
+    intermediate handed over in the SPM: the producing kernel's output and the next kernel's
+    input, resident in both at the same SPM words, never crossing the DRAM interface;
+    docs/conventions.md#moe-buffers-handed-over-in-the-spm). `pitch` is
     (cols, row pitch) of an output stored with padded rows (`transform.pitch_output_rows`):
     the pad words stay on chip, the DMA moves cols of every pitch words."""
 
@@ -134,6 +140,11 @@ class Buffer:
     init: float = 0.0
     fetch: BufferFetch = BufferFetch.WHOLE
     pitch: tuple[int, int] | None = None
+
+    @property
+    def on_chip(self) -> bool:
+        """Whether the buffer is handed between kernels in the SPM (no DMA)."""
+        return self.fetch == BufferFetch.ON_CHIP
 
     def dma_words(self, lo: int, hi: int) -> int:
         """Words the DMA moves for the buffer's words lo .. hi - 1: all of them, or a pitched
@@ -274,9 +285,15 @@ class Kernel:
                            f"(load or gather), got {index_op.value}")
 
     def _verify_fetch(self, where: str) -> None:
-        """fetch="gather" only for an input read only by gathers whose index is a load."""
+        """fetch="gather" only for an input read only by gathers whose index is a load;
+        "on_chip" for an unpitched input or output (`Program.verify` pairs them)."""
         for b in self.buffers:
             if b.fetch == BufferFetch.WHOLE:
+                continue
+            if b.on_chip:
+                if b.role == BufferRole.TEMP or b.pitch is not None:
+                    raise DFGError(f"{where}: buffer {b.name!r} fetch='on_chip' is for an "
+                                   "unpitched input or output handed between kernels")
                 continue
             if (b.fetch != BufferFetch.GATHER or b.role != BufferRole.INPUT
                     or not self._read_only_by_loaded_gathers(b)):
@@ -439,3 +456,29 @@ class Program:
         for name, _ in self.outputs:
             if name not in produced:
                 raise DFGError(f"program {self.name!r}: output {name!r} is never produced")
+        self._verify_on_chip()
+
+    def _verify_on_chip(self) -> None:
+        """A buffer read on chip was left on chip, at its size, by the last kernel that wrote
+        it; one left on chip is read from DRAM by no later kernel and is not a program output
+        (docs/conventions.md#moe-buffers-handed-over-in-the-spm)."""
+        last: dict[str, Buffer] = {}
+        outputs = {name for name, _ in self.outputs}
+        for k in self.kernels:
+            for b in k.buffers:
+                if b.role != BufferRole.INPUT:
+                    continue
+                made = last.get(b.name)
+                if b.on_chip and (made is None or not made.on_chip or made.size != b.size):
+                    raise DFGError(f"program {self.name!r}: kernel {k.name!r} reads {b.name!r} "
+                                   "on chip, but no earlier kernel leaves it there at "
+                                   f"{b.size} words")
+                if not b.on_chip and made is not None and made.on_chip:
+                    raise DFGError(f"program {self.name!r}: kernel {k.name!r} reads {b.name!r} "
+                                   "from DRAM, but the kernel that makes it leaves it on chip")
+            for b in k.buffers:
+                if b.role == BufferRole.OUTPUT:
+                    if b.on_chip and b.name in outputs:
+                        raise DFGError(f"program {self.name!r}: output {b.name!r} must reach "
+                                       "DRAM; it cannot be left on chip")
+                    last[b.name] = b

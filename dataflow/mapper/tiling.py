@@ -30,10 +30,14 @@ def classify_buffers(kernel: Kernel) -> dict[str, bool]:
         if n.op in (Op.LOAD, Op.STORE, Op.ACC, Op.MACC) and any(
                 v in moving and c for v, c in n.addr.terms):
             streamed[n.buffer] = True
-    # a buffer touched by any indirect access must be whole
+    # a buffer touched by any indirect access must be whole, and so must one handed over in
+    # the SPM (the whole of it stays there between kernels)
     for n in kernel.nodes:
         if n.op.is_indirect:
             streamed[n.buffer] = False
+    for b in kernel.buffers:
+        if b.on_chip:
+            streamed[b.name] = False
     return streamed
 
 
@@ -111,7 +115,8 @@ def tile_and_allocate(kernel: Kernel, arch: ArchSpec, max_tile_rows: int | None 
         raise MappingError(
             f"kernel {kernel.name!r} does not fit the SPM{src}: resident buffers need "
             f"{resident_words} words ({names}) but spm.lines x spm.capacity_words_per_line = "
-            f"{spm.lines} x {spm.capacity_words_per_line} = {capacity} words")
+            f"{spm.lines} x {spm.capacity_words_per_line} = {capacity} words"
+            + _on_chip_hint(kernel))
     windows = _row_windows(kernel, lanes, streamed)
     extent = kernel.loops[0].extent
     if max_tile_rows is None:
@@ -138,7 +143,8 @@ def tile_and_allocate(kernel: Kernel, arch: ArchSpec, max_tile_rows: int | None 
             raise MappingError(
                 f"kernel {kernel.name!r} does not fit the SPM{src}: one index of loop "
                 f"{kernel.loops[0].var!r} needs {need} words double-buffered plus "
-                f"{resident_words} resident, more than spm capacity {capacity} words")
+                f"{resident_words} resident, more than spm capacity {capacity} words"
+                + _on_chip_hint(kernel))
         wins = []
         for name, (a, b) in cur.items():
             if b <= a:  # nothing touched in this tile
@@ -150,7 +156,7 @@ def tile_and_allocate(kernel: Kernel, arch: ArchSpec, max_tile_rows: int | None 
     # allocation: stagger each buffer's first row over the lines to spread port pressure
     allocs = []
     base = 0
-    order = [b for b in kernel.buffers]
+    order = allocation_order(kernel)
     for idx, b in enumerate(order):
         words = _round_up(peak[b.name] + row, row) if streamed[b.name] else _round_up(b.size, row)
         halves = 2 if streamed[b.name] else 1
@@ -169,6 +175,20 @@ def tile_and_allocate(kernel: Kernel, arch: ArchSpec, max_tile_rows: int | None 
         raise MappingError(f"kernel {kernel.name!r}: SPM allocation needs {base} words, "
                            f"capacity {capacity}{src}")
     return tuple(tiles), tuple(allocs)
+
+
+def allocation_order(kernel: Kernel) -> list:
+    """The kernel's buffers in SPM allocation order: those handed over on chip first, so the
+    kernel that leaves one and the kernel that reads it both hold it from word 0
+    (docs/conventions.md#moe-buffers-handed-over-in-the-spm; `legality.check_on_chip`)."""
+    return sorted(kernel.buffers, key=lambda b: not b.on_chip)
+
+
+def _on_chip_hint(kernel: Kernel) -> str:
+    """The part of a does-not-fit message that names the buffers held on chip."""
+    held = [f"{b.name}={b.size}" for b in kernel.buffers if b.on_chip]
+    return (f"; of them handed over on chip (fetch='on_chip', held whole): {', '.join(held)} "
+            "-- hand them over through DRAM instead" if held else "")
 
 
 def _stagger(base: int, idx: int, nbuf: int, arch: ArchSpec) -> int:

@@ -26,13 +26,15 @@ import dataclasses
 
 import numpy as np
 
-from dataflow.dfg.graph import Addr, Buffer, Kernel, Loop, Node, Program
+from dataflow.dfg.graph import Addr, Buffer, BufferFetch, Kernel, Loop, Node, Program
 from dataflow.dfg.lower import run_passes
 from dataflow.dfg.ops import Op
 from dataflow.mapper.legality import check_mapping
 from dataflow.mapper.map import map_kernel
+from dataflow.mapper.mapping import MappingError
 from dataflow.moe.gating import Routing
 from dataflow.moe.lower import combine_kernel, gate_kernel
+from dataflow.plan.compile import compile_program
 from dataflow.plan.retime import line_copies
 
 #: dispatched rows per body (each expert's rows padded to a multiple): one weight row load
@@ -42,7 +44,7 @@ BLOCK_ROWS = 4
 
 def grouped_expert_kernel(panels: np.ndarray, tokens: int, dim: int, hidden: int,
                           block: int = BLOCK_ROWS, x_pitch: int | None = None,
-                          x_buf: str = "X") -> Kernel:
+                          x_buf: str = "X", yd_fetch: BufferFetch = BufferFetch.WHOLE) -> Kernel:
     """Yd[r, :] = X[token_of_row[r], :] @ W[e] for the rows r of each expert e, `block` rows
     per body: panel q holds rows q * block .. q * block + block - 1, and expert e the panels
     panels[e] <= q < panels[e + 1] (a sparse loop, as a CSR row's nonzeros)."""
@@ -69,7 +71,7 @@ def grouped_expert_kernel(panels: np.ndarray, tokens: int, dim: int, hidden: int
                   nodes=tuple(nodes),
                   buffers=(Buffer("token_of_row", rows), Buffer(x_buf, tokens * pitch),
                            Buffer("W", experts * dim * hidden),
-                           Buffer("Yd", rows * hidden, "output")),
+                           Buffer("Yd", rows * hidden, "output", fetch=yd_fetch)),
                   vector_var="j", carried=tuple(carried),
                   domain_arrays=(("expert_panels", np.asarray(panels, dtype=np.int64)),))
 
@@ -90,14 +92,18 @@ def padded_rows(routing: Routing, block: int) -> tuple[np.ndarray, np.ndarray, n
     return panels, token, where
 
 
-def grouped_program(x, wg, w, routing: Routing, block: int = BLOCK_ROWS) -> Program:
-    """gate -> experts (one grouped kernel) -> combine, on the whole array."""
+def grouped_program(x, wg, w, routing: Routing, block: int = BLOCK_ROWS,
+                    on_chip: bool = False) -> Program:
+    """gate -> experts (one grouped kernel) -> combine, on the whole array. `on_chip`: the
+    experts leave Yd in the SPM and the combine reads it there (no DRAM write and read back;
+    docs/conventions.md#moe-buffers-handed-over-in-the-spm)."""
     (t, d), (e, _, h) = x.shape, w.shape
     k = routing.expert.shape[1]
     panels, token, where = padded_rows(routing, block)
+    yd_fetch = BufferFetch.ON_CHIP if on_chip else BufferFetch.WHOLE
     combine = combine_kernel(t, k, h)
     combine = dataclasses.replace(combine, buffers=tuple(
-        dataclasses.replace(b, size=len(token) * h) if b.name == "Yd" else b
+        dataclasses.replace(b, size=len(token) * h, fetch=yd_fetch) if b.name == "Yd" else b
         for b in combine.buffers))
 
     def f32(v):
@@ -111,7 +117,7 @@ def grouped_program(x, wg, w, routing: Routing, block: int = BLOCK_ROWS) -> Prog
     xp = np.zeros((t, d + pad), dtype=np.float32)
     xp[:, :d] = x
     experts = grouped_expert_kernel(panels, t, d, h, block, x_pitch=d + pad,
-                                    x_buf="X" if not pad else "X_rows")
+                                    x_buf="X" if not pad else "X_rows", yd_fetch=yd_fetch)
     extra = (("X_rows", xp.ravel()),) if pad else ()
     return run_passes(Program(
         name=f"moe_grouped_{t}x{d}x{h}_e{e}_k{k}",
@@ -160,3 +166,35 @@ def retile_small_kernels(mapping, arch, run):
             if res.cycles < best_res.cycles:
                 best_res, best = res, trial
     return best_res, best
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupedCompile:
+    """`compile_grouped`'s outcome: the simulated result and mapping of the chosen program,
+    whether Yd was handed over in the SPM, and why not when it was not."""
+
+    result: object  # SimResult
+    mapping: object  # Mapping
+    on_chip: bool
+    note: str
+
+
+def compile_grouped(x, wg, w, routing: Routing, arch, run, on_chip: bool = True
+                    ) -> GroupedCompile:
+    """The grouped program compiled and retiled (`retile_small_kernels`), the experts' output
+    Yd handed to the combine in the SPM (`on_chip`; docs/conventions.md#moe-buffers-handed-over-
+    in-the-spm): no write-back behind the experts, no load before the combine. When Yd held
+    whole beside the experts' other buffers does not fit the SPM, the mapper refuses the
+    handover (a MappingError naming Yd) and Yd goes through DRAM, as the note says.
+    `run(mapping)` simulates."""
+    note = ""
+    if on_chip:
+        try:
+            mapping = compile_program(grouped_program(x, wg, w, routing, on_chip=True), arch)
+        except MappingError as err:
+            note = f"Yd handed over through DRAM: held on chip it does not fit ({err})"
+            on_chip = False
+    if not on_chip:
+        mapping = compile_program(grouped_program(x, wg, w, routing), arch)
+    res, mapping = retile_small_kernels(mapping, arch, run)
+    return GroupedCompile(res, mapping, on_chip, note)
