@@ -139,35 +139,46 @@ SMALL_KERNEL_TILES = (4, 2, 1)
 RETILED = ("combine", "gate", "experts")
 
 
-def retile_small_kernels(mapping, arch, run, result=None):
+def retile_small_kernels(mapping, arch, run, result=None, alternatives=None):
     """(result, mapping) of the grouped program with the gate's and the combine's SPM tiles
     chosen by measuring the whole program: those kernels move a few hundred bytes to 2 KB per
     tile, and each transfer holds a DMA engine for the DRAM latency, so the mapper's 8 tiles
     (`mapper.tiling.MIN_TILES`, sized for overlap) run them at several times their compute;
     fewer, larger tiles pay the latency fewer times, and when the gate's loads land earlier
     the experts' weights are prefetched sooner (docs/conventions.md#moe-the-grouped-placement).
-    The experts kernel is tried the same way last. `run(mapping)` simulates; the mapper's
-    tiling stays a candidate, so the choice never loses to it; `result` is `run(mapping)`
-    when the caller has it."""
+    The experts kernel is tried the same way last. `alternatives`: kernel name -> other
+    mappings of that kernel (another schedule; the program's inputs already hold what they
+    read), each tried as mapped and retiled the same way. `run(mapping)` simulates; the
+    mapper's tiling stays a candidate, so the choice never loses to it; `result` is
+    `run(mapping)` when the caller has it."""
     best_res, best = (run(mapping) if result is None else result), mapping
     for name in RETILED:
         i = next((i for i, km in enumerate(best.kernels) if km.kernel.name == name), None)
         if i is None:
             continue
-        km = best.kernels[i]
-        extent = km.kernel.loops[0].extent
-        for tiles in SMALL_KERNEL_TILES:
-            rows = -(-extent // tiles)
-            if len(km.tiles) <= tiles:
-                continue
-            for cand in _retiled(km, arch, rows):
-                kernels = best.kernels[:i] + (cand,) + best.kernels[i + 1:]
-                trial = dataclasses.replace(best, kernels=kernels)
+        current = best.kernels[i]
+        for km in (current, *(alternatives or {}).get(name, ())):
+            cands = [] if km is current else [km]
+            for tiles in SMALL_KERNEL_TILES:
+                if len(km.tiles) > tiles:
+                    cands += _retiled(km, arch, -(-km.kernel.loops[0].extent // tiles))
+            for cand in cands:
+                trial = _with_kernel(best, i, cand)
                 check_mapping(trial)
                 res = run(trial)
                 if res.cycles < best_res.cycles:
                     best_res, best = res, trial
     return best_res, best
+
+
+def _with_kernel(mapping: Mapping, i: int, km: KernelMapping) -> Mapping:
+    """`mapping` with kernel i mapped as `km` (its program's kernel i too)."""
+    prog = mapping.program
+    if prog.kernels[i] is not km.kernel:
+        prog = dataclasses.replace(prog, kernels=(*prog.kernels[:i], km.kernel,
+                                                  *prog.kernels[i + 1:]))
+    return dataclasses.replace(mapping, program=prog, kernels=(*mapping.kernels[:i], km,
+                                                               *mapping.kernels[i + 1:]))
 
 
 def _retiled(km: KernelMapping, arch, rows: int) -> tuple[KernelMapping, ...]:
@@ -208,8 +219,8 @@ def compile_grouped(x, wg, w, routing: Routing, arch, run, on_chip: bool = True
             on_chip = False
     if not on_chip:
         mapping = compile_program(grouped_program(x, wg, w, routing), arch)
-    res, mapping = _with_blocked_gate(mapping, x, wg, arch, run)
-    res, mapping = retile_small_kernels(mapping, arch, run, res)
+    mapping, gate = _with_blocked_gate(mapping, x, wg, arch)
+    res, mapping = retile_small_kernels(mapping, arch, run, alternatives={"gate": (gate,)})
     return GroupedCompile(res, mapping, on_chip, note)
 
 
@@ -228,19 +239,15 @@ def _renamed_mapping(km: KernelMapping, names: dict[str, str], name: str) -> Ker
                                tiles=tiles)
 
 
-def _with_blocked_gate(mapping: Mapping, x, wg, arch, run):
-    """(result, mapping): the grouped mapping with its gate compiled as the dense GEMM it is
-    (`compile_gemm`'s register blocks over packed panels of X: on mlx_4x4 8 rows of X share
-    each Wg row load, 504 compute cycles against the generic schedule's 856), where that
-    runs the whole program faster; the gate's operands become program inputs in the layout
-    its blocking reads."""
+def _with_blocked_gate(mapping: Mapping, x, wg, arch) -> tuple[Mapping, KernelMapping]:
+    """(`mapping` with the blocked gate's operands among its program's inputs, the gate
+    compiled as the dense GEMM it is): `compile_gemm`'s register blocks over packed panels of
+    X (on mlx_4x4 8 rows of X share each Wg row load, 504 compute cycles against the generic
+    schedule's 856), its operands program inputs in the layout the blocking reads.
+    `retile_small_kernels` keeps it where the whole program runs faster."""
     gemm = compile_program(lower_gemm(x, wg), arch)
     km = _renamed_mapping(gemm.kernels[0], GATE_BUFFERS, "gate")
     prog = mapping.program
     prog = dataclasses.replace(
-        prog, kernels=(km.kernel, *prog.kernels[1:]),
-        inputs=prog.inputs + tuple((GATE_BUFFERS[n], v) for n, v in gemm.program.inputs))
-    prog.verify()
-    blocked = dataclasses.replace(mapping, program=prog, kernels=(km, *mapping.kernels[1:]))
-    check_mapping(blocked)
-    return min(((run(m), m) for m in (mapping, blocked)), key=lambda rm: rm[0].cycles)
+        prog, inputs=prog.inputs + tuple((GATE_BUFFERS[n], v) for n, v in gemm.program.inputs))
+    return dataclasses.replace(mapping, program=prog), km
