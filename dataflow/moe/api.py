@@ -4,7 +4,8 @@ Three placements of the experts:
 - `grouped` (default; `dataflow.moe.grouped`): one program on the whole array, gate -> one
   kernel for all experts (the tokens gathered by row, each expert's rows a sparse loop over the
   dispatch order, its weights streamed tile by tile) -> combine: no dispatch kernel, one
-  reconfiguration and one DMA prologue for all experts instead of one per expert.
+  reconfiguration and one DMA prologue for all experts instead of one per expert; the
+  experts' output handed to the combine in the SPM where it fits (`compile_grouped`).
 - `parallel`: the array is cut into one region per expert (PE rows/columns and SPM
   lines split evenly; each region gets 1/E of the DRAM bandwidth, a fair share of the one
   interface -- contention beyond that share is not modelled). Gate and dispatch run on the

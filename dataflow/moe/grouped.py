@@ -18,6 +18,11 @@ stream one expert's weights while the previous one computes. The compiler's gene
 experts at once. The program is gate -> experts ->
 combine; the layer's values and floors are those of the other placements
 (docs/conventions.md#register-blocking, section "MoE").
+
+`compile_grouped` hands Yd from the experts to the combine in the SPM (`fetch="on_chip"`:
+no write-back, no load; through DRAM when it does not fit), offers the gate compiled as the
+dense GEMM it is (register blocks over packed X) and retiles the kernels by measuring the
+whole program (docs/conventions.md#moe-buffers-handed-over-in-the-spm).
 """
 
 from __future__ import annotations
