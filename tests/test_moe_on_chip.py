@@ -88,7 +88,7 @@ def test_yd_too_large_is_refused_by_name_and_goes_through_dram(ops, default_arch
         default_arch.spm, capacity_words_per_line=600))
     experts = grouped_program(x, wg, w, routing, on_chip=True).kernels[1]
     assert experts.buffer_map["Yd"].fetch == BufferFetch.ON_CHIP
-    with pytest.raises(MappingError, match=r"handed over on chip .*Yd=8448"):
+    with pytest.raises(MappingError, match=r"held on chip for another kernel .*Yd=8448"):
         map_kernel(experts, small)
     got = compile_grouped(x, wg, w, routing, small, simulate_mapping)
     assert not got.on_chip and "Yd handed over through DRAM" in got.note

@@ -163,9 +163,10 @@ def _check_spm(km: KernelMapping, arch, where: str) -> None:
 
 
 def check_on_chip(mapping: Mapping) -> None:
-    """Every buffer handed over in the SPM (`fetch="on_chip"`) sits whole at the same words in
-    the kernel that leaves it and the kernel that reads it, and no kernel in between allocates
-    over them (docs/conventions.md#moe-buffers-handed-over-in-the-spm)."""
+    """Every buffer handed over in the SPM (read with `fetch="on_chip"`) sits whole at the same
+    words in the kernel that leaves it (its writer, or a reader with "keep") and the kernel
+    that reads it, and no kernel in between allocates over them
+    (docs/conventions.md#moe-buffers-handed-over-in-the-spm)."""
     kms = [km for km in mapping.kernels if not isinstance(km, SystolicMapping)]
     left: dict[str, int] = {}  # buffer -> index in kms of the kernel that left it on chip
     for j, km in enumerate(kms):
@@ -188,11 +189,10 @@ def check_on_chip(mapping: Mapping) -> None:
                             raise MappingError(f"{where}: kernel {mid.kernel.name!r} between "
                                                f"them allocates {a.buffer!r} over it")
         for b in km.kernel.buffers:
-            if b.role == BufferRole.OUTPUT:
-                if b.on_chip:
-                    left[b.name] = j
-                else:
-                    left.pop(b.name, None)
+            if b.role == BufferRole.OUTPUT and not b.on_chip:
+                left.pop(b.name, None)
+            elif b.held:  # left on chip by its writer, or kept after its load
+                left[b.name] = j
 
 
 def check_mapping(mapping: Mapping) -> None:

@@ -36,7 +36,7 @@ def classify_buffers(kernel: Kernel) -> dict[str, bool]:
         if n.op.is_indirect:
             streamed[n.buffer] = False
     for b in kernel.buffers:
-        if b.on_chip:
+        if b.held:
             streamed[b.name] = False
     return streamed
 
@@ -162,7 +162,8 @@ def tile_and_allocate(kernel: Kernel, arch: ArchSpec, max_tile_rows: int | None 
         halves = 2 if streamed[b.name] else 1
         bases = []
         for _ in range(halves):
-            base = _stagger(base, idx, len(order), arch)
+            base = (_stagger(base, idx, len(order), arch) if b.spm_base is None
+                    else _fixed_base(kernel, b, base, row))
             bases.append(base)
             base += words
         allocs.append(SPMAllocation(buffer=b.name, base=bases[0], words=words,
@@ -170,7 +171,7 @@ def tile_and_allocate(kernel: Kernel, arch: ArchSpec, max_tile_rows: int | None 
                                     base_alt=bases[1] if halves == 2 else None))
     if base > capacity:
         # staggering padding pushed us over: fall back to dense packing
-        allocs, base = _pack(order, streamed, peak, row)
+        allocs, base = _pack(kernel, order, streamed, peak, row)
     if base > capacity:
         raise MappingError(f"kernel {kernel.name!r}: SPM allocation needs {base} words, "
                            f"capacity {capacity}{src}")
@@ -178,17 +179,28 @@ def tile_and_allocate(kernel: Kernel, arch: ArchSpec, max_tile_rows: int | None 
 
 
 def allocation_order(kernel: Kernel) -> list:
-    """The kernel's buffers in SPM allocation order: those handed over on chip first, so the
-    kernel that leaves one and the kernel that reads it both hold it from word 0
+    """The kernel's buffers in SPM allocation order: those held on chip for or from another
+    kernel first (at their `spm_base`, else from word 0), so the kernel that leaves one and the
+    kernel that reads it hold it at the same words
     (docs/conventions.md#moe-buffers-handed-over-in-the-spm; `legality.check_on_chip`)."""
-    return sorted(kernel.buffers, key=lambda b: not b.on_chip)
+    return sorted(kernel.buffers, key=lambda b: (not b.held, b.spm_base or 0))
+
+
+def _fixed_base(kernel: Kernel, b, base: int, row: int) -> int:
+    """The SPM word of a held buffer placed at its `spm_base`; MappingError when that is not
+    a row's first word or lies below what is already allocated."""
+    if b.spm_base % row or b.spm_base < base:
+        raise MappingError(f"kernel {kernel.name!r}: buffer {b.name!r} held at spm_base "
+                           f"{b.spm_base}, which is not a multiple of the {row}-word SPM row or "
+                           f"overlaps the held buffers below it (they end at word {base})")
+    return b.spm_base
 
 
 def _on_chip_hint(kernel: Kernel) -> str:
     """The part of a does-not-fit message that names the buffers held on chip."""
-    held = [f"{b.name}={b.size}" for b in kernel.buffers if b.on_chip]
-    return (f"; of them handed over on chip (fetch='on_chip', held whole): {', '.join(held)} "
-            "-- hand them over through DRAM instead" if held else "")
+    held = [f"{b.name}={b.size}" for b in kernel.buffers if b.held]
+    return (f"; of them held on chip for another kernel (fetch 'on_chip' or 'keep', whole): "
+            f"{', '.join(held)} -- hand them over through DRAM instead" if held else "")
 
 
 def _stagger(base: int, idx: int, nbuf: int, arch: ArchSpec) -> int:
@@ -204,10 +216,12 @@ def _stagger(base: int, idx: int, nbuf: int, arch: ArchSpec) -> int:
     return r * row
 
 
-def _pack(order, streamed, peak, row):
+def _pack(kernel, order, streamed, peak, row):
     allocs, base = [], 0
     for b in order:
         words = _round_up(peak[b.name] + row, row) if streamed[b.name] else _round_up(b.size, row)
+        if b.spm_base is not None:
+            base = _fixed_base(kernel, b, base, row)
         if streamed[b.name]:
             allocs.append(SPMAllocation(b.name, base, words, True, base + words))
             base += 2 * words
