@@ -171,8 +171,11 @@ def check_on_chip(mapping: Mapping) -> None:
     left: dict[str, int] = {}  # buffer -> index in kms of the kernel that left it on chip
     for j, km in enumerate(kms):
         for b in km.kernel.buffers:
-            if not b.on_chip or b.role != BufferRole.INPUT or b.name not in left:
+            if not b.on_chip or b.role != BufferRole.INPUT:
                 continue
+            if b.name not in left:
+                raise MappingError(f"kernel {km.kernel.name!r} reads {b.name!r} on chip, but "
+                                   "no kernel before it leaves it there")
             i = left[b.name]
             made, read = kms[i].allocation_map[b.name], km.allocation_map[b.name]
             where = f"buffer {b.name!r} handed from {kms[i].kernel.name!r} to {km.kernel.name!r}"
