@@ -181,46 +181,33 @@ SMALL_KERNEL_TILES = (4, 2, 1)
 RETILED = ("combine", "gate", "experts")
 
 
-def retile_small_kernels(mapping, arch, run, result=None, alternatives=None):
+def retile_small_kernels(mapping, arch, run, result=None):
     """(result, mapping) of the grouped program with the gate's and the combine's SPM tiles
     chosen by measuring the whole program: those kernels move a few hundred bytes to 2 KB per
     tile, and each transfer holds a DMA engine for the DRAM latency, so the mapper's 8 tiles
     (`mapper.tiling.MIN_TILES`, sized for overlap) run them at several times their compute;
     fewer, larger tiles pay the latency fewer times, and when the gate's loads land earlier
     the experts' weights are prefetched sooner (docs/conventions.md#moe-the-grouped-placement).
-    The experts kernel is tried the same way last. `alternatives`: kernel name -> other
-    mappings of that kernel (another schedule; the program's inputs already hold what they
-    read), each tried as mapped and retiled the same way. `run(mapping)` simulates; the
-    mapper's tiling stays a candidate, so the choice never loses to it; `result` is
-    `run(mapping)` when the caller has it."""
+    The experts kernel is tried the same way last. `run(mapping)` simulates; the mapper's
+    tiling stays a candidate, so the choice never loses to it; `result` is `run(mapping)`
+    when the caller has it."""
     best_res, best = (run(mapping) if result is None else result), mapping
     for name in RETILED:
         i = next((i for i, km in enumerate(best.kernels) if km.kernel.name == name), None)
         if i is None:
             continue
-        current = best.kernels[i]
-        for km in (current, *(alternatives or {}).get(name, ())):
-            cands = [] if km is current else [km]
-            for tiles in SMALL_KERNEL_TILES:
-                if len(km.tiles) > tiles:
-                    cands += _retiled(km, arch, -(-km.kernel.loops[0].extent // tiles))
-            for cand in cands:
-                trial = _with_kernel(best, i, cand)
+        km = best.kernels[i]
+        for tiles in SMALL_KERNEL_TILES:
+            if len(km.tiles) <= tiles:
+                continue
+            for cand in _retiled(km, arch, -(-km.kernel.loops[0].extent // tiles)):
+                trial = dataclasses.replace(
+                    best, kernels=(*best.kernels[:i], cand, *best.kernels[i + 1:]))
                 check_mapping(trial)
                 res = run(trial)
                 if res.cycles < best_res.cycles:
                     best_res, best = res, trial
     return best_res, best
-
-
-def _with_kernel(mapping: Mapping, i: int, km: KernelMapping) -> Mapping:
-    """`mapping` with kernel i mapped as `km` (its program's kernel i too)."""
-    prog = mapping.program
-    if prog.kernels[i] is not km.kernel:
-        prog = dataclasses.replace(prog, kernels=(*prog.kernels[:i], km.kernel,
-                                                  *prog.kernels[i + 1:]))
-    return dataclasses.replace(mapping, program=prog, kernels=(*mapping.kernels[:i], km,
-                                                               *mapping.kernels[i + 1:]))
 
 
 def _retiled(km: KernelMapping, arch, rows: int) -> tuple[KernelMapping, ...]:
