@@ -1,7 +1,9 @@
-"""The grouped MoE's experts hand Yd to the combine in the SPM (`Buffer.fetch="on_chip"`,
+"""The grouped MoE's experts hand Yd to the combine in the SPM (`Buffer.fetch="on_chip"`)
+and its gate keeps X's rows there for the experts (`fetch="keep"`;
 docs/conventions.md#moe-buffers-handed-over-in-the-spm): values as numpy, never below the
-floors, fewer DRAM bytes and cycles than the round trip through DRAM, and a Yd too large to
-hold whole refused by the mapper by name and handed over through DRAM instead."""
+floors, fewer DRAM bytes and cycles than the round trips through DRAM, X read once, a Yd too
+large to hold whole refused by the mapper by name and handed over through DRAM instead, and
+hand-overs paired and placed alike."""
 
 from __future__ import annotations
 
