@@ -223,7 +223,7 @@ def _retiled(km: KernelMapping, arch, rows: int) -> tuple[KernelMapping, ...]:
 @dataclasses.dataclass(frozen=True)
 class GroupedCompile:
     """`compile_grouped`'s outcome: the simulated result and mapping of the chosen program,
-    whether Yd was handed over in the SPM, and why not when it was not."""
+    whether X and Yd were handed over in the SPM, and why not when they were not."""
 
     result: object  # SimResult
     mapping: object  # Mapping
