@@ -116,6 +116,12 @@ class BufferFetch(str, Enum):
 
     WHOLE = "whole"  # all `size` words
     GATHER = "gather"  # an indirect DMA of only the SPM rows its gathers touch (PIT's SRead)
+    # handed from kernel to kernel in the SPM: the producer leaves it there, the consumer reads
+    # it there, no DMA either way (docs/conventions.md#moe-buffers-handed-over-in-the-spm)
+    ON_CHIP = "on_chip"
+    # an input loaded whole as usual and then left in the SPM for the next kernel, which reads
+    # it with "on_chip" (one DRAM read for two kernels)
+    KEEP = "keep"
 
     def __str__(self) -> str:
         return self.value
@@ -127,7 +133,13 @@ class Buffer:
     buffer no input provides starts filled with `init` (-inf for the target of a
     max-accumulate). `fetch` is how a resident input crosses the DRAM interface: "whole" (all
     `size` words) or "gather" (an indirect DMA of only the SPM rows its gathers touch, PIT's
-    SRead from memory; see `dataflow.pe_array.common.gather_fetch_words`). `pitch` is
+    SRead from memory; see `dataflow.pe_array.common.gather_fetch_words`) or "on_chip" (an
+    intermediate handed over in the SPM: the producing kernel's output and the next kernel's
+    input, resident in both at the same SPM words, never crossing the DRAM interface) or
+    "keep" (an input loaded as "whole" and left in the SPM for a later kernel that reads it
+    "on_chip"); `spm_base` fixes the SPM word where such a held buffer sits in every kernel
+    that holds it (None: held buffers first, from word 0;
+    docs/conventions.md#moe-buffers-handed-over-in-the-spm). `pitch` is
     (cols, row pitch) of an output stored with padded rows (`transform.pitch_output_rows`):
     the pad words stay on chip, the DMA moves cols of every pitch words."""
 
@@ -137,6 +149,17 @@ class Buffer:
     init: float = 0.0
     fetch: BufferFetch = BufferFetch.WHOLE
     pitch: tuple[int, int] | None = None
+    spm_base: int | None = None
+
+    @property
+    def on_chip(self) -> bool:
+        """Whether the buffer is handed between kernels in the SPM (no DMA)."""
+        return self.fetch == BufferFetch.ON_CHIP
+
+    @property
+    def held(self) -> bool:
+        """Whether the buffer is held whole in the SPM for or from another kernel."""
+        return self.fetch in (BufferFetch.ON_CHIP, BufferFetch.KEEP)
 
     def dma_words(self, lo: int, hi: int) -> int:
         """Words the DMA moves for the buffer's words lo .. hi - 1: all of them, or a pitched
@@ -279,9 +302,21 @@ class Kernel:
                            f"(load or gather), got {index_op.value}")
 
     def _verify_fetch(self, where: str) -> None:
-        """fetch="gather" only for an input read only by gathers whose index is a load."""
+        """fetch="gather" only for an input read only by gathers whose index is a load;
+        "on_chip" for an unpitched input or output, "keep" for an unpitched input
+        (`Program.verify` pairs them); `spm_base` only on those."""
         for b in self.buffers:
+            if b.spm_base is not None and not b.held:
+                raise DFGError(f"{where}: buffer {b.name!r}: spm_base is for a buffer held "
+                               "on chip (fetch 'on_chip' or 'keep')")
             if b.fetch == BufferFetch.WHOLE:
+                continue
+            if b.held:
+                if b.role == BufferRole.TEMP or b.pitch is not None or (
+                        b.fetch == BufferFetch.KEEP and b.role != BufferRole.INPUT):
+                    raise DFGError(f"{where}: buffer {b.name!r} fetch={str(b.fetch)!r} is for "
+                                   "an unpitched input ('keep': an input) or output handed "
+                                   "between kernels")
                 continue
             if (b.fetch != BufferFetch.GATHER or b.role != BufferRole.INPUT
                     or not self._read_only_by_loaded_gathers(b)):
@@ -444,3 +479,39 @@ class Program:
         for name, _ in self.outputs:
             if name not in produced:
                 raise DFGError(f"program {self.name!r}: output {name!r} is never produced")
+        self._verify_on_chip()
+
+    def _verify_on_chip(self) -> None:
+        """A buffer read on chip was left on chip, at its size and SPM base, by the last
+        kernel that wrote it or by a kernel that read it with "keep" since; one left on chip
+        by its writer is read from DRAM by no later kernel and is not a program output
+        (docs/conventions.md#moe-buffers-handed-over-in-the-spm)."""
+        left: dict[str, Buffer] = {}  # what is on chip now, by the buffer that left it
+        only_on_chip: set[str] = set()  # written on chip and never to DRAM since
+        outputs = {name for name, _ in self.outputs}
+        for k in self.kernels:
+            for b in k.buffers:
+                if b.role != BufferRole.INPUT:
+                    continue
+                made = left.get(b.name)
+                if b.on_chip and (made is None or (made.size, made.spm_base)
+                                  != (b.size, b.spm_base)):
+                    raise DFGError(f"program {self.name!r}: kernel {k.name!r} reads {b.name!r} "
+                                   "on chip, but no earlier kernel leaves it there at "
+                                   f"{b.size} words (spm_base {b.spm_base})")
+                if not b.on_chip and b.name in only_on_chip:
+                    raise DFGError(f"program {self.name!r}: kernel {k.name!r} reads {b.name!r} "
+                                   "from DRAM, but the kernel that makes it leaves it on chip")
+                if b.fetch == BufferFetch.KEEP:
+                    left[b.name] = b
+            for b in k.buffers:
+                if b.role == BufferRole.OUTPUT:
+                    if b.on_chip and b.name in outputs:
+                        raise DFGError(f"program {self.name!r}: output {b.name!r} must reach "
+                                       "DRAM; it cannot be left on chip")
+                    if b.on_chip:
+                        left[b.name] = b
+                        only_on_chip.add(b.name)
+                    else:
+                        left.pop(b.name, None)
+                        only_on_chip.discard(b.name)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from itertools import pairwise
 
+from dataflow.dfg.graph import BufferRole
 from dataflow.mapper.mapping import KernelMapping, Mapping, MappingError, SystolicMapping
 from dataflow.mapper.schedule import is_immediate, value_flits
 
@@ -161,7 +162,44 @@ def _check_spm(km: KernelMapping, arch, where: str) -> None:
                                    f"({hi - lo} words) exceeds its allocation")
 
 
+def check_on_chip(mapping: Mapping) -> None:
+    """Every buffer handed over in the SPM (read with `fetch="on_chip"`) sits whole at the same
+    words in the kernel that leaves it (its writer, or a reader with "keep") and the kernel
+    that reads it, and no kernel in between allocates over them
+    (docs/conventions.md#moe-buffers-handed-over-in-the-spm)."""
+    kms = [km for km in mapping.kernels if not isinstance(km, SystolicMapping)]
+    left: dict[str, int] = {}  # buffer -> index in kms of the kernel that left it on chip
+    for j, km in enumerate(kms):
+        for b in km.kernel.buffers:
+            if not b.on_chip or b.role != BufferRole.INPUT:
+                continue
+            if b.name not in left:
+                raise MappingError(f"kernel {km.kernel.name!r} reads {b.name!r} on chip, but "
+                                   "no kernel before it leaves it there")
+            i = left[b.name]
+            made, read = kms[i].allocation_map[b.name], km.allocation_map[b.name]
+            where = f"buffer {b.name!r} handed from {kms[i].kernel.name!r} to {km.kernel.name!r}"
+            if made.streamed or read.streamed or (made.base, made.words) != (read.base,
+                                                                            read.words):
+                raise MappingError(f"{where}: held at words [{made.base}, "
+                                   f"{made.base + made.words}) and read at [{read.base}, "
+                                   f"{read.base + read.words}); both must hold it whole there")
+            for mid in kms[i + 1:j]:
+                for a in mid.allocations:
+                    for lo in (a.base, a.base_alt):
+                        if lo is not None and lo < made.base + made.words \
+                                and made.base < lo + a.words:
+                            raise MappingError(f"{where}: kernel {mid.kernel.name!r} between "
+                                               f"them allocates {a.buffer!r} over it")
+        for b in km.kernel.buffers:
+            if b.role == BufferRole.OUTPUT and not b.on_chip:
+                left.pop(b.name, None)
+            elif b.held:  # left on chip by its writer, or kept after its load
+                left[b.name] = j
+
+
 def check_mapping(mapping: Mapping) -> None:
+    check_on_chip(mapping)
     for km in mapping.kernels:
         if isinstance(km, SystolicMapping):
             if (km.rows, km.cols) != (mapping.arch.pe_array.rows, mapping.arch.pe_array.cols):

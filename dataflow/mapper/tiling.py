@@ -30,10 +30,14 @@ def classify_buffers(kernel: Kernel) -> dict[str, bool]:
         if n.op in (Op.LOAD, Op.STORE, Op.ACC, Op.MACC) and any(
                 v in moving and c for v, c in n.addr.terms):
             streamed[n.buffer] = True
-    # a buffer touched by any indirect access must be whole
+    # a buffer touched by any indirect access must be whole, and so must one handed over in
+    # the SPM (the whole of it stays there between kernels)
     for n in kernel.nodes:
         if n.op.is_indirect:
             streamed[n.buffer] = False
+    for b in kernel.buffers:
+        if b.held:
+            streamed[b.name] = False
     return streamed
 
 
@@ -111,7 +115,8 @@ def tile_and_allocate(kernel: Kernel, arch: ArchSpec, max_tile_rows: int | None 
         raise MappingError(
             f"kernel {kernel.name!r} does not fit the SPM{src}: resident buffers need "
             f"{resident_words} words ({names}) but spm.lines x spm.capacity_words_per_line = "
-            f"{spm.lines} x {spm.capacity_words_per_line} = {capacity} words")
+            f"{spm.lines} x {spm.capacity_words_per_line} = {capacity} words"
+            + _on_chip_hint(kernel))
     windows = _row_windows(kernel, lanes, streamed)
     extent = kernel.loops[0].extent
     if max_tile_rows is None:
@@ -138,7 +143,8 @@ def tile_and_allocate(kernel: Kernel, arch: ArchSpec, max_tile_rows: int | None 
             raise MappingError(
                 f"kernel {kernel.name!r} does not fit the SPM{src}: one index of loop "
                 f"{kernel.loops[0].var!r} needs {need} words double-buffered plus "
-                f"{resident_words} resident, more than spm capacity {capacity} words")
+                f"{resident_words} resident, more than spm capacity {capacity} words"
+                + _on_chip_hint(kernel))
         wins = []
         for name, (a, b) in cur.items():
             if b <= a:  # nothing touched in this tile
@@ -150,13 +156,14 @@ def tile_and_allocate(kernel: Kernel, arch: ArchSpec, max_tile_rows: int | None 
     # allocation: stagger each buffer's first row over the lines to spread port pressure
     allocs = []
     base = 0
-    order = [b for b in kernel.buffers]
+    order = allocation_order(kernel)
     for idx, b in enumerate(order):
         words = _round_up(peak[b.name] + row, row) if streamed[b.name] else _round_up(b.size, row)
         halves = 2 if streamed[b.name] else 1
         bases = []
         for _ in range(halves):
-            base = _stagger(base, idx, len(order), arch)
+            base = (_stagger(base, idx, len(order), arch) if b.spm_base is None
+                    else _fixed_base(kernel, b, base, row))
             bases.append(base)
             base += words
         allocs.append(SPMAllocation(buffer=b.name, base=bases[0], words=words,
@@ -164,7 +171,7 @@ def tile_and_allocate(kernel: Kernel, arch: ArchSpec, max_tile_rows: int | None 
                                     base_alt=bases[1] if halves == 2 else None))
     if base > capacity:
         # staggering padding pushed us over: fall back to dense packing
-        allocs, base = _pack(order, streamed, peak, row)
+        allocs, base = _pack(kernel, order, streamed, peak, row)
     if base > capacity:
         raise MappingError(f"kernel {kernel.name!r}: SPM allocation needs {base} words, "
                            f"capacity {capacity}{src}")
@@ -190,6 +197,31 @@ def tiles_at(kernel: Kernel, arch: ArchSpec, bounds) -> tuple[Tile, ...]:
     return tuple(tiles)
 
 
+def allocation_order(kernel: Kernel) -> list:
+    """The kernel's buffers in SPM allocation order: those held on chip for or from another
+    kernel first (at their `spm_base`, else from word 0), so the kernel that leaves one and the
+    kernel that reads it hold it at the same words
+    (docs/conventions.md#moe-buffers-handed-over-in-the-spm; `legality.check_on_chip`)."""
+    return sorted(kernel.buffers, key=lambda b: (not b.held, b.spm_base or 0))
+
+
+def _fixed_base(kernel: Kernel, b, base: int, row: int) -> int:
+    """The SPM word of a held buffer placed at its `spm_base`; MappingError when that is not
+    a row's first word or lies below what is already allocated."""
+    if b.spm_base % row or b.spm_base < base:
+        raise MappingError(f"kernel {kernel.name!r}: buffer {b.name!r} held at spm_base "
+                           f"{b.spm_base}, which is not a multiple of the {row}-word SPM row or "
+                           f"overlaps the held buffers below it (they end at word {base})")
+    return b.spm_base
+
+
+def _on_chip_hint(kernel: Kernel) -> str:
+    """The part of a does-not-fit message that names the buffers held on chip."""
+    held = [f"{b.name}={b.size}" for b in kernel.buffers if b.held]
+    return (f"; of them held on chip for another kernel (fetch 'on_chip' or 'keep', whole): "
+            f"{', '.join(held)} -- hand them over through DRAM instead" if held else "")
+
+
 def _stagger(base: int, idx: int, nbuf: int, arch: ArchSpec) -> int:
     """Advance `base` to a row whose line is idx * lines / nbuf (interleaved mapping only)."""
     spm = arch.spm
@@ -203,10 +235,12 @@ def _stagger(base: int, idx: int, nbuf: int, arch: ArchSpec) -> int:
     return r * row
 
 
-def _pack(order, streamed, peak, row):
+def _pack(kernel, order, streamed, peak, row):
     allocs, base = [], 0
     for b in order:
         words = _round_up(peak[b.name] + row, row) if streamed[b.name] else _round_up(b.size, row)
+        if b.spm_base is not None:
+            base = _fixed_base(kernel, b, base, row)
         if streamed[b.name]:
             allocs.append(SPMAllocation(b.name, base, words, True, base + words))
             base += 2 * words

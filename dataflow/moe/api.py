@@ -4,7 +4,8 @@ Three placements of the experts:
 - `grouped` (default; `dataflow.moe.grouped`): one program on the whole array, gate -> one
   kernel for all experts (the tokens gathered by row, each expert's rows a sparse loop over the
   dispatch order, its weights streamed tile by tile) -> combine: no dispatch kernel, one
-  reconfiguration and one DMA prologue for all experts instead of one per expert.
+  reconfiguration and one DMA prologue for all experts instead of one per expert; the
+  experts' output handed to the combine in the SPM where it fits (`compile_grouped`).
 - `parallel`: the array is cut into one region per expert (PE rows/columns and SPM
   lines split evenly; each region gets 1/E of the DRAM bandwidth, a fair share of the one
   interface -- contention beyond that share is not modelled). Gate and dispatch run on the
@@ -35,7 +36,7 @@ from dataflow.moe.gating import (
     moe_reference,
     route,
 )
-from dataflow.moe.grouped import grouped_program, retile_small_kernels
+from dataflow.moe.grouped import compile_grouped
 from dataflow.moe.lower import combine_program, expert_program, front_program, sequential_program
 from dataflow.moe.split import split_moe
 from dataflow.pe_array.roofline import program_roofline
@@ -137,8 +138,10 @@ def _compose_parallel(arch, parts_total: int, front, experts, combine, output, s
 
 
 def simulate_moe(x, wg, bias, w, top_k: int, arch=None, *, engine: str = "fast",
-                 placement: str = "grouped"):
+                 placement: str = "grouped", on_chip: bool = True):
     """Simulate the layer Y = combine(gate, experts(dispatch(X))); returns (SimResult, Routing).
+    `on_chip` (grouped): the experts' output handed to the combine in the SPM where it fits
+    (`grouped.compile_grouped`).
 
     `x` tokens x dim, `wg` dim x experts, `bias` (experts,), `w` experts x dim x hidden. Values
     are checked against `moe_reference` (numpy, float64)."""
@@ -157,9 +160,12 @@ def simulate_moe(x, wg, bias, w, top_k: int, arch=None, *, engine: str = "fast",
     routing = route(gate_logits(x, wg, bias), top_k)
     reference = moe_reference(x, wg, bias, w, top_k)
     if placement == "grouped":
-        mapping = compile_program(grouped_program(x, wg, w, routing), spec)
-        res, mapping = retile_small_kernels(
-            mapping, spec, lambda m: simulate_mapping(m, engine=engine, workload="moe"))
+        grouped = compile_grouped(x, wg, w, routing, spec,
+                                  lambda m: simulate_mapping(m, engine=engine, workload="moe"),
+                                  on_chip=on_chip)
+        res, mapping = grouped.result, grouped.mapping
+        if grouped.note:
+            res = dataclasses.replace(res, notes=res.notes + (grouped.note,))
     if placement in ("sequential", "grouped"):
         if placement == "sequential":
             res, mapping = _run(sequential_program(x, wg, w, routing), spec, engine, "moe")

@@ -88,7 +88,10 @@ def gather_fetch_words(kernel: Kernel, inputs: dict[str, np.ndarray], arch) -> d
 
 def dma_words(km: KernelMapping, b, index: int) -> int:
     """Words of buffer `b` the DMA moves for tile `index`: a streamed buffer's window every
-    tile; a resident input before the first tile and a resident output after the last."""
+    tile; a resident input before the first tile and a resident output after the last; none
+    for one handed over in the SPM (docs/conventions.md#moe-buffers-handed-over-in-the-spm)."""
+    if b.on_chip:
+        return 0
     if km.allocation_map[b.name].streamed:
         lo, hi = km.tiles[index].window_map[b.name]
         return b.dma_words(lo, hi)

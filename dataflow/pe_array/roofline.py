@@ -106,7 +106,9 @@ def kernel_roofline(program: Program, arch: ArchSpec, index: int, array: ArrayRe
     and the kernel keeps its compute and SPM floors."""
     kernel = program.kernels[index]
     moved = _moved_words([array], arch.word_bytes)
+    # an input handed over in the SPM crosses no DRAM interface: not compulsory
+    # (docs/conventions.md#moe-buffers-handed-over-in-the-spm)
     read = sum(_compulsory(b.size, moved.get(b.name), b.fetch == BufferFetch.GATHER)
-               for b in kernel.buffers if b.role == BufferRole.INPUT)
+               for b in kernel.buffers if b.role == BufferRole.INPUT and not b.on_chip)
     r = floors(arch, array.macs, read, 0)
     return r if own_dma else Roofline(r.compute_cycles, 0.0, r.spm_port_cycles)

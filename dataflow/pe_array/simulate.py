@@ -187,7 +187,8 @@ def _prefetch(mapping: Mapping):
     for km in mapping.kernels:
         allocs = km.allocations
         ends = [max(a.base, a.base_alt or 0) + a.words for a in allocs]
-        ins = [b.name for b in km.kernel.buffers if b.role == BufferRole.INPUT]
+        # an input handed over in the SPM has nothing to load
+        ins = [b.name for b in km.kernel.buffers if b.role == BufferRole.INPUT and not b.on_chip]
         outs = [b.name for b in km.kernel.buffers if b.role == BufferRole.OUTPUT]
         slot = {a.buffer: a.words for a in allocs}
         kernels.append((ins, outs, slot, max(ends, default=0)))

@@ -342,7 +342,8 @@ def choice_key(kernel: Kernel, arch: ArchSpec, kind: str) -> str:
     h = hashlib.sha256(kind.encode())
     h.update(str(kernel).encode())
     h.update(repr([(lp.var, lp.extent, lp.pos, lp.parent) for lp in kernel.loops]).encode())
-    h.update(repr([(b.name, b.size, str(b.role)) for b in kernel.buffers]).encode())
+    h.update(repr([(b.name, b.size, str(b.role), str(b.fetch), b.spm_base)
+                   for b in kernel.buffers]).encode())
     for name, arr in kernel.domain_arrays:
         h.update(name.encode())
         h.update(arr.tobytes())
