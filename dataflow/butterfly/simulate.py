@@ -62,17 +62,12 @@ def _buffer_bytes(km, kernel, tile_index: int, word_bytes: int,
     return out
 
 
-def _split(name: str, rd: int, wr: int, channels: int) -> list:
-    """DMA transfers of one buffer, page-interleaved over the DRAM channels (one transfer per
-    channel, as a page-interleaved allocator spreads a large buffer)."""
-    out = []
-    for kind, nb in (("read", rd), ("write", wr)):
-        if not nb:
-            continue
-        parts = max(1, min(channels, nb // 4096))  # pages of 4 KiB
-        share = [nb // parts + (1 if i < nb % parts else 0) for i in range(parts)]
-        out += [(f"{name}#{i}" if parts > 1 else name, kind, b) for i, b in enumerate(share)]
-    return out
+def _transfers(name: str, rd: int, wr: int) -> list:
+    """DMA transfers of one buffer for one tile: one per direction that moves bytes. The
+    system model stripes a transfer of a page per channel or more over every channel
+    (`pe_array.system`); splitting it per channel or per row would only pay the DMA latency
+    more often on the engines (docs/conventions.md#system-level)."""
+    return [(name, kind, nb) for kind, nb in (("read", rd), ("write", wr)) if nb]
 
 
 @dataclass(frozen=True, eq=False)
@@ -121,7 +116,7 @@ def simulate_orchestrated(om: OrchestratedMapping, engine: str = "fast",
                     if name not in internal:
                         rd += r
                         wr += w
-                        transfers += _split(name, r, w, arch.dram.channels)
+                        transfers += _transfers(name, r, w)
             extra = {"dram_transfers": tuple(transfers)} if _PER_BUFFER else {}
             merged.append(TileResult(kernel=f"residency{si}", index=t, iterations=iters,
                                      compute_cycles=comp, stall_cycles_spm_conflict=stall,
