@@ -62,6 +62,13 @@ def _buffer_bytes(km, kernel, tile_index: int, word_bytes: int,
     return out
 
 
+#: the one DMA transfer of a residency's resident inputs (coefficient tables, biases): tables
+#: that stay in the SPM for the residency's life are laid out together in DRAM by the compiler,
+#: so they cross in one transfer before the first tile instead of paying the DMA latency
+#: once per stage (docs/conventions.md#system-level)
+TABLES = "tables"
+
+
 def _transfers(name: str, rd: int, wr: int) -> list:
     """DMA transfers of one buffer for one tile: one per direction that moves bytes. The
     system model stripes a transfer of a page per channel or more over every channel
@@ -106,6 +113,7 @@ def simulate_orchestrated(om: OrchestratedMapping, engine: str = "fast",
         for t in range(ntiles):
             rd = wr = comp = stall = iters = 0
             transfers = []  # one DMA transfer per buffer and direction
+            tables = 0  # bytes of the residency's resident inputs: one packed transfer
             for i in seg:
                 km = mapping.kernels[i]
                 a = arrays[i].tiles[t]
@@ -116,7 +124,11 @@ def simulate_orchestrated(om: OrchestratedMapping, engine: str = "fast",
                     if name not in internal:
                         rd += r
                         wr += w
-                        transfers += _transfers(name, r, w)
+                        if r and not km.allocation_map[name].streamed:
+                            tables += r
+                        else:
+                            transfers += _transfers(name, r, w)
+            transfers += _transfers(TABLES, tables, 0)
             extra = {"dram_transfers": tuple(transfers)} if _PER_BUFFER else {}
             merged.append(TileResult(kernel=f"residency{si}", index=t, iterations=iters,
                                      compute_cycles=comp, stall_cycles_spm_conflict=stall,
