@@ -11,6 +11,7 @@ import pytest
 
 import dataflow.plan.orchestrate as orchestrate
 from dataflow.arch import resolve_arch
+from dataflow.butterfly import simulate as bsim
 from dataflow.butterfly.ops import run_fft
 from dataflow.dfg.lower_butterfly import ButterflyKind, ButterflySpec, lower_butterfly
 from dataflow.plan import stage_lines
@@ -113,3 +114,32 @@ def test_choice_is_cached_on_disk_and_a_corrupt_entry_is_remade(cache_dir, monke
     remade = stage_lines.choose_store_timing(km, arch, c.tile_rows, c.entry_budget)
     assert calls == [1] and remade.placements == chosen.placements
     assert files[0].read_bytes() != bytes(blob)
+
+
+def test_residency_dma_one_transfer_per_buffer_tables_packed_loads_with_configuration(
+        cache_dir, monkeypatch):
+    """The system side of a butterfly residency (docs/conventions.md#system-level): one DMA
+    transfer per data buffer and direction, the coefficient tables in one packed transfer on
+    the first tile, and the first tile's loads issued during the first configuration."""
+    x = _x()
+    arch = resolve_arch(DEFAULT)
+    seen = []
+    real = bsim.run_system
+
+    def spy(seg_tiles, arch_, prefetch=None):
+        seen.append((seg_tiles, prefetch))
+        return real(seg_tiles, arch_, prefetch)
+
+    monkeypatch.setattr(bsim, "run_system", spy)
+    on = run_fft(x, arch)[1].result
+    off_arch = dataclasses.replace(arch, dram=dataclasses.replace(
+        arch.dram, prefetch_next_kernel=False))
+    off = run_fft(x, off_arch)[1].result
+    (tiles, prefetch), (_, no_prefetch) = seen
+    first, second = tiles[0][1][0].dram_transfers, tiles[0][1][1].dram_transfers
+    names = [b for b, _, _ in first]
+    assert len(names) == len(set((b, k) for b, k, _ in first))  # one per buffer and direction
+    assert names.count(bsim.TABLES) == 1 and bsim.TABLES not in [b for b, _, _ in second]
+    assert prefetch[0] == {b for b, k, _ in first if k == "read"} and no_prefetch is None
+    # the loads hide under the configuration: exactly its cycles saved (DRAM-bound FFT)
+    assert 0 < off.cycles - on.cycles <= arch.reconfiguration_cycles

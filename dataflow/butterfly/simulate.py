@@ -77,6 +77,17 @@ def _transfers(name: str, rd: int, wr: int) -> list:
     return [(name, kind, nb) for kind, nb in (("read", rd), ("write", wr)) if nb]
 
 
+def _first_loads(seg_tiles, arch) -> list[frozenset[str]] | None:
+    """`run_system`'s prefetch sets: every first-tile load of the first residency, issued with
+    its configuration (nothing before it occupies the SPM, and its tile fits by construction;
+    docs/conventions.md#system-level); None without `dram.prefetch_next_kernel`."""
+    if not arch.dram.prefetch_next_kernel or not seg_tiles or not seg_tiles[0][1]:
+        return None
+    first = seg_tiles[0][1][0]
+    reads = frozenset(b for b, kind, n in first.dram_transfers if kind == "read" and n)
+    return [reads] + [frozenset()] * (len(seg_tiles) - 1)
+
+
 @dataclass(frozen=True, eq=False)
 class OrchestratedRun:
     """`result`: the SimResult (its `output` is the program's first output, flat);
@@ -134,7 +145,7 @@ def simulate_orchestrated(om: OrchestratedMapping, engine: str = "fast",
                                      compute_cycles=comp, stall_cycles_spm_conflict=stall,
                                      dram_bytes_read=rd, dram_bytes_written=wr, **extra))
         seg_tiles.append((f"residency{si}", tuple(merged)))
-    tl = run_system(seg_tiles, arch)
+    tl = run_system(seg_tiles, arch, _first_loads(seg_tiles, arch))
     rd = sum(t.dram_bytes_read for _, ts in seg_tiles for t in ts)
     wr = sum(t.dram_bytes_written for _, ts in seg_tiles for t in ts)
     spans: list[StageSpan] = []
