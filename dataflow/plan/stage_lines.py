@@ -52,7 +52,7 @@ from dataflow.mapper.legality import check_kernel_mapping
 from dataflow.mapper.map import map_kernel
 from dataflow.mapper.mapping import KernelMapping, MappingError
 from dataflow.plan.layout_cost import kernel_stalls, timing_only
-from dataflow.plan.line_schedule import LineTable, line_aware_delays, static_nodes
+from dataflow.plan.line_schedule import LineTable, static_nodes
 from dataflow.plan.retime import retime
 
 
@@ -75,6 +75,11 @@ FEWEST_COPIES_SHARE = 0.5
 #: greedy passes of `stagger_stores` over the stores (the first places them, later ones move
 #: each store again against all the others)
 STAGGER_SWEEPS = 3
+#: the search runs only where the plain schedule's stalls are at least this share of its
+#: cycles: below it the variants (and the remapping of fewer copies) cost more planning time
+#: than they can save (FNet on mlx_4x4: 3-8 %, store queues absorb the store collisions, no
+#: variant won; on the default array 35-45 %)
+MIN_STALL_SHARE = 0.1
 STAGE_LINES_NOTE = "store timing against the SPM lines: "
 CACHE_ENTRIES = 256
 _CHOICES = BoundedCache(CACHE_ENTRIES)
@@ -102,10 +107,25 @@ def _iterations(km: KernelMapping, arch: ArchSpec, t: int) -> int:
 
 
 def near_copies(km: KernelMapping, arch: ArchSpec) -> KernelMapping:
-    """Copy c delayed d_c whole IIs (`line_schedule.line_aware_delays`); `km` when no copy
-    moves or the result is not legal."""
-    delays = line_aware_delays(km, arch)
-    if not delays or not any(delays):
+    """Every op of copy c delayed d_c whole IIs, d_c < copies (near the other copies: a copy
+    runs d_c iterations, d_c rows, behind), chosen copy by copy on the line-aware reservation
+    table (`line_schedule.LineTable`) for the fewest stall cycles plus the schedule length
+    the delays add; `km` when no copy moves or the result is not legal."""
+    if km.copies < 2 or not km.tiles:
+        return km
+    table = LineTable(km, arch)
+    if not table.sample:
+        return km
+    delays = [0] * km.copies
+    for c in range(1, km.copies):
+        best = None
+        for d in range(km.copies):
+            delays[c] = d
+            key = (table.score(delays, c + 1)[0] + max(delays[:c + 1]) * km.ii, d)
+            if best is None or key < best:
+                best = key
+        delays[c] = best[1]
+    if not any(delays):
         return km
     return retime(km, arch, {(c, n.id): d * km.ii for c, d in enumerate(delays)
                              for n in km.kernel.nodes},
@@ -235,10 +255,14 @@ def choose_store_timing(km: KernelMapping, arch: ArchSpec, tile_rows: int,
 def _choose(km, arch, tile_rows, entry_budget) -> KernelMapping:
     budget = arch.pe_array.instruction_entries if entry_budget is None else entry_budget
     base = stage_cycles(km, arch)
-    if not kernel_stalls(km, arch, [t for t in SCORED_TILES if t < len(km.tiles)]):
+    stalls = kernel_stalls(km, arch, [t for t in SCORED_TILES if t < len(km.tiles)])
+    if stalls < MIN_STALL_SHARE * base:
         return km
     cands = [(base, 0, km, StoreTiming.PLAIN)]
-    for kind, v in ((StoreTiming.NEAR_COPIES, near_copies(km, arch)),
+    near = near_copies(km, arch)
+    for kind, v in ((StoreTiming.NEAR_COPIES, near),
+                    (StoreTiming.NEAR_COPIES, stagger_stores(near, arch) if near is not km
+                     else km),
                     (StoreTiming.STAGGER_STORES, stagger_stores(km, arch))):
         if v is not km:
             cands.append((stage_cycles(v, arch), len(cands), v, kind))
