@@ -88,6 +88,24 @@ def test_each_variant_is_legal_and_stagger_stores_removes_store_conflicts(cache_
     assert stage_lines.stage_cycles(staggered, arch) < stage_lines.stage_cycles(km, arch)
 
 
+def test_near_copies_shift_whole_copies_and_fewer_copies_can_win(cache_dir):
+    arch = resolve_arch(DEFAULT)
+    km, c = _stage_kernel(arch, index=2)
+    near = stage_lines.near_copies(km, arch)
+    assert near is not km
+    old = {(p.copy, p.node): p.time for p in km.placements}
+    shift = {}
+    for p in near.placements:  # every op of a copy moves by one whole number of IIs
+        shift.setdefault(p.copy, set()).add(p.time - old[(p.copy, p.node)])
+    assert all(len(d) == 1 and next(iter(d)) % km.ii == 0 for d in shift.values())
+    assert any(next(iter(d)) for d in shift.values())
+    assert stage_lines.stage_cycles(near, arch) < stage_lines.stage_cycles(km, arch)
+    # fewer copies at the same II: fewer stores in flight, and the chosen variant here
+    chosen = stage_lines.choose_store_timing(km, arch, c.tile_rows, c.entry_budget)
+    assert chosen.copies < km.copies and chosen.ii <= km.ii
+    assert stage_lines.stage_cycles(chosen, arch) < stage_lines.stage_cycles(near, arch)
+
+
 def test_choice_is_cached_on_disk_and_a_corrupt_entry_is_remade(cache_dir, monkeypatch):
     arch = resolve_arch(DEFAULT)
     km, c = _stage_kernel(arch)

@@ -9,19 +9,21 @@ default array they stalled the lock-step array for 40-60 % of a stage's unstalle
 hold their operands and the issue slots of their PEs: this pass chooses them, after mapping,
 from three families of variants, each a legal schedule of the same body:
 
-* `near_copies`: every op of copy c issued d_c whole IIs later (d_c chosen copy by copy by the
-  line-aware reservation table, `line_schedule.line_aware_delays`): a copy runs d_c
-  iterations behind, d_c rows away, so copies that stored on one line in one cycle spread;
+* `near_copies`: every op of copy c issued d_c < copies whole IIs later (d_c chosen copy by
+  copy on the line-aware reservation table, `line_schedule.LineTable`, for the fewest stalls
+  plus the length the delay adds): a copy runs d_c iterations behind, d_c rows away, so
+  copies that stored on one line in one cycle spread; then its stores staggered too;
 * `stagger_stores`: each store alone delayed by the fewest cycles that put it on a line
   whose write port is free in that cycle, over the first tile's waves, greedily (stores in
   issue order), onto a free issue slot of its PE;
 * `fewer_copies`: the body mapped with fewer copies (`map_kernel(copies=u)`), when u copies
   at their II lose no throughput, or lose less than their conflicts cost; then staggered too.
 
-Each variant is scored on the engine's count (`layout_cost.kernel_stalls`, equal to the fast
-engine's `stall_cycles_spm_conflict`) over the first two tiles (the halves of the double
-buffers): tile cycles (W - 1) II + L plus the stalls; the plain schedule wins ties. The choice
-is kept in memory and on disk (`<cache dir>/stage_lines/<hash>.pkl`, framed by
+Where the plain schedule stalls for less than `MIN_STALL_SHARE` of its cycles nothing is
+searched. Each variant is scored on the engine's count (`layout_cost.kernel_stalls`, equal
+to the fast engine's `stall_cycles_spm_conflict`) over the first two tiles (the halves of the
+double buffers): tile cycles (W - 1) II + L plus the stalls; the plain schedule wins ties.
+The choice is kept in memory and on disk (`<cache dir>/stage_lines/<hash>.pkl`, framed by
 `cachefiles.write_entry`: code fingerprint and checksum; a damaged entry is deleted and the
 choice re-made), and a stored schedule is checked by `legality.check_kernel_mapping` again.
 """
@@ -99,6 +101,7 @@ def stage_cycles(km: KernelMapping, arch: ArchSpec, tiles=SCORED_TILES) -> int:
 
 
 def _iterations(km: KernelMapping, arch: ArchSpec, t: int) -> int:
+    """Iterations (vector iterations for a vector body) of tile `t`."""
     kernel = km.kernel
     lanes = arch.pe_array.simd_lanes if kernel.vector_var else 1
     tile = km.tiles[t]
@@ -149,10 +152,8 @@ def stagger_stores(km: KernelMapping, arch: ArchSpec, max_delay: int | None = No
     nodes = static_nodes(km)
     if max_delay is None:
         max_delay = 2 * ii + lines
-    stores, loads = [], []
-    for c in range(km.copies):
-        for node, (w, t, line, _row, write) in zip(nodes, table.per_copy[c]):
-            (stores if write else loads).append((c, node.id, w, t, line))
+    stores = [(c, node.id, w, t, line) for c in range(km.copies)
+              for node, (w, t, line, _row, write) in zip(nodes, table.per_copy[c]) if write]
     if not stores:
         return km
     horizon = (table.sample + 1) * ii + km.schedule_length + max_delay + 1
