@@ -12,7 +12,7 @@ import pytest
 import dataflow.plan.orchestrate as orchestrate
 from dataflow.arch import resolve_arch
 from dataflow.butterfly import simulate as bsim
-from dataflow.butterfly.ops import run_fft
+from dataflow.butterfly.ops import run_fft, run_fnet_attention
 from dataflow.dfg.lower_butterfly import ButterflyKind, ButterflySpec, lower_butterfly
 from dataflow.plan import stage_lines
 from dataflow.plan.layout_cost import kernel_stalls
@@ -161,3 +161,20 @@ def test_residency_dma_one_transfer_per_buffer_tables_packed_loads_with_configur
     assert prefetch[0] == {b for b, k, _ in first if k == "read"} and no_prefetch is None
     # the loads hide under the configuration: exactly its cycles saved (DRAM-bound FFT)
     assert 0 < off.cycles - on.cycles <= arch.reconfiguration_cycles
+
+
+def test_fnet_passes_share_one_system_timeline(cache_dir):
+    """Pass 2's configuration overlaps pass 1's last write-backs
+    (`butterfly.simulate.back_to_back`): fewer cycles than the passes one after another,
+    never below the floors, pass 2's kernels after pass 1's."""
+    x = np.random.default_rng(4).standard_normal((64, 16)).astype(np.float32)
+    y, res, (r1, r2) = run_fnet_attention(x, DEFAULT)
+    assert_close(y, np.real(np.fft.fft2(x)))
+    assert res.cycles < r1.result.cycles + r2.result.cycles
+    assert res.cycles >= res.roofline_cycles
+    n1 = len(r1.result.kernels)
+    assert max(k.end_cycle for k in res.kernels[:n1]) <= min(
+        k.start_cycle for k in res.kernels[n1:])
+    assert max(k.end_cycle for k in res.kernels) <= res.cycles
+    assert res.stall_cycles_spm_conflict == (r1.result.stall_cycles_spm_conflict
+                                             + r2.result.stall_cycles_spm_conflict)

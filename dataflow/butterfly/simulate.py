@@ -99,6 +99,8 @@ class OrchestratedRun:
     spans: tuple[StageSpan, ...]
     bounds: dict
     spec: object = None  # the ButterflySpec the program was lowered with (its data layout)
+    #: (residency name, tiles) as handed to the system model, in order (`back_to_back`)
+    system: tuple = ()
 
 
 def simulate_orchestrated(om: OrchestratedMapping, engine: str = "fast",
@@ -190,31 +192,80 @@ def simulate_orchestrated(om: OrchestratedMapping, engine: str = "fast",
         output=outputs[mapping.program.outputs[0][0]], notes=notes, mapping_summary=om.summary(),
         roofline=program_roofline(mapping.program, arch, arrays, dram_bytes=(rd, wr)))
     return OrchestratedRun(result=res, outputs=outputs, spans=tuple(spans), bounds=bounds,
-                           spec=spec)
+                           spec=spec, system=tuple(seg_tiles))
 
 
-def merge_results(parts: list[SimResult], workload: str, output, notes=()) -> SimResult:
+def back_to_back(runs: list[OrchestratedRun], arch) -> tuple[int, int, int, list[int]] | None:
+    """Programs run one after another on one system timeline (`run_system` over all their
+    residencies in order): (cycles, DRAM stall cycles, reconfiguration stall cycles, the cycle
+    each run's first tile starts computing at), or None when a run carries no system tiles.
+
+    A program's reconfiguration then overlaps the previous one's last write-backs, as between
+    the kernels of one program (docs/conventions.md#system-level); its loads are issued after
+    it, so a load of what the previous program wrote queues behind those writes on the DMA
+    and the channels. Only the first program's first-tile loads go with its configuration."""
+    if not runs or any(not r.system for r in runs):
+        return None
+    tiles, first = [], []
+    for j, r in enumerate(runs):
+        first.append(len(tiles))
+        tiles += [(f"p{j}.{name}", ts) for name, ts in r.system]
+    tl = run_system(tiles, arch, _first_loads(tiles, arch))
+    began = {(name, i): t0 for name, i, t0, _ in tl.tile_spans}
+    starts = [began[(tiles[k][0], 0)] for k in first]
+    return tl.cycles, tl.stall_cycles_dram, tl.stall_cycles_reconfiguration, starts
+
+
+def merge_results(parts: list[SimResult], workload: str, output, notes=(),
+                  runs: list[OrchestratedRun] | None = None, arch=None) -> SimResult:
     """Several programs run back to back (e.g. the two passes of a 2-D FFT): one result
-    (`pe_array.simulate.sequence_results`), every part's notes kept, then `notes`."""
+    (`pe_array.simulate.sequence_results`), every part's notes kept, then `notes`. With their
+    `runs` and `arch`, the cycles and the DRAM and reconfiguration stalls are those of one
+    system timeline (`back_to_back`) and the kernels sit where it runs them."""
     if not parts:
         raise ButterflyError("nothing to merge")
-    return sequence_results(parts, workload, output,
-                            notes=tuple(n for r in parts for n in r.notes) + tuple(notes))
+    res = sequence_results(parts, workload, output,
+                           notes=tuple(n for r in parts for n in r.notes) + tuple(notes))
+    joint = back_to_back(runs, arch) if runs is not None and arch is not None else None
+    return res if joint is None else _on_timeline(res, parts, joint)
+
+
+def _on_timeline(res: SimResult, parts: list[SimResult], joint) -> SimResult:
+    """`res` (the parts in sequence) with the cycles, stalls and kernel places of `joint`
+    (`back_to_back`)."""
+    cycles, dram, reconf, starts = joint
+    kernels = []
+    for r, start in zip(parts, starts):  # each run's kernels moved with its first tile
+        shift = start - min(k.start_cycle for k in r.kernels)
+        kernels += [dataclasses.replace(k, start_cycle=k.start_cycle + shift,
+                                        end_cycle=k.end_cycle + shift) for k in r.kernels]
+    return dataclasses.replace(res, cycles=cycles, stall_cycles_dram=dram,
+                               stall_cycles_reconfiguration=reconf, kernels=tuple(kernels))
 
 
 def chain_runs(runs: list[OrchestratedRun], workload: str, outputs: dict, spec=None,
-               notes=()) -> OrchestratedRun:
+               notes=(), arch=None) -> OrchestratedRun:
     """Programs run back to back as one run (the passes of a four-step FFT): results merged
-    (`merge_results`), spans shifted onto one time line with residencies renumbered, bounds
-    added (the roofline of a sequence of programs is the sum of theirs)."""
+    (`merge_results`, on one system timeline when `arch` is given), spans shifted onto one
+    time line with residencies renumbered, bounds added (the roofline of a sequence of
+    programs is the sum of theirs)."""
 
-    res = merge_results([r.result for r in runs], workload, runs[-1].result.output, notes)
+    joint = back_to_back(runs, arch) if arch is not None else None
+    parts = [r.result for r in runs]
+    res = merge_results(parts, workload, runs[-1].result.output, notes)
+    if joint is not None:
+        res = _on_timeline(res, parts, joint)
+    starts = joint[3] if joint else None
     spans, offset, seg = [], 0, 0
-    for r in runs:
+    for j, r in enumerate(runs):
+        if starts is not None:  # moved with the run's first tile on the joint timeline
+            offset = starts[j] - min((s.start for s in r.spans), default=0)
         spans += [dataclasses.replace(s, start=s.start + offset, end=s.end + offset,
                                       residency=s.residency + seg) for s in r.spans]
         offset += r.result.cycles
         seg += 1 + max((s.residency for s in r.spans), default=-1)
     bounds = {k: sum(r.bounds[k] for r in runs) for k in runs[0].bounds}
+    system = tuple((f"p{j}.{name}", ts) for j, r in enumerate(runs) for name, ts in r.system) \
+        if all(r.system for r in runs) else ()
     return OrchestratedRun(result=res, outputs=outputs, spans=tuple(spans), bounds=bounds,
-                           spec=spec if spec is not None else runs[-1].spec)
+                           spec=spec if spec is not None else runs[-1].spec, system=system)
