@@ -200,10 +200,10 @@ def back_to_back(runs: list[OrchestratedRun], arch) -> tuple[int, int, int, list
     residencies in order): (cycles, DRAM stall cycles, reconfiguration stall cycles, the cycle
     each run's first tile starts computing at), or None when a run carries no system tiles.
 
-    A program's reconfiguration then overlaps the previous one's last write-backs, as between
-    the kernels of one program (docs/conventions.md#system-level); its loads are issued after
-    it, so a load of what the previous program wrote queues behind those writes on the DMA
-    and the channels. Only the first program's first-tile loads go with its configuration."""
+    A program's reconfiguration then overlaps the previous one's last write-backs, and its
+    loads, issued after it, share the DMA engines and channels with them: the rule between
+    the kernels of one program (docs/conventions.md#system-level). Only the first program's
+    first-tile loads go with its configuration."""
     if not runs or any(not r.system for r in runs):
         return None
     tiles, first = [], []
