@@ -122,6 +122,11 @@ def test_choice_is_cached_on_disk_and_a_corrupt_entry_is_remade(cache_dir, monke
     monkeypatch.setattr(stage_lines, "_choose", no_search)
     again = stage_lines.choose_store_timing(km, arch, c.tile_rows, c.entry_budget)
     assert again.placements == chosen.placements and again.copies == chosen.copies
+    # another program's kernel with the same body and addresses gets the choice bound to it
+    other, _ = _stage_kernel(arch)
+    assert other.kernel is not km.kernel
+    assert stage_lines.choose_store_timing(other, arch, c.tile_rows,
+                                           c.entry_budget).kernel is other.kernel
     # a flipped byte: the entry is ignored (deleted), the choice made again and rewritten
     blob = bytearray(files[0].read_bytes())
     blob[-5] ^= 0xFF

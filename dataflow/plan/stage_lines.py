@@ -243,14 +243,18 @@ def choose_store_timing(km: KernelMapping, arch: ArchSpec, tile_rows: int,
     if not km.tiles or not timing_only(km):
         return km
     key = _key(km, arch, tile_rows, entry_budget)
-    hit = _CHOICES.get(key)
+    hit = _CHOICES.get(key)  # the chosen schedule, or PLAIN
     if hit is None:
         hit = _disk_get(key, km, arch)
     if hit is None:
-        hit = _choose(km, arch, tile_rows, entry_budget)
-        _disk_put(key, None if hit is km else hit)
+        chosen = _choose(km, arch, tile_rows, entry_budget)
+        hit = StoreTiming.PLAIN if chosen is km else chosen
+        _disk_put(key, None if hit is StoreTiming.PLAIN else hit)
     _CHOICES.put(key, hit)
-    return hit
+    if hit is StoreTiming.PLAIN:
+        return km
+    # bound to this kernel (another program's kernels may share the key: same body, addresses)
+    return dataclasses.replace(hit, kernel=km.kernel, tiles=km.tiles, allocations=km.allocations)
 
 
 def _choose(km, arch, tile_rows, entry_budget) -> KernelMapping:
@@ -300,15 +304,16 @@ def _file(key: str):
     return resolve_cache_dir() / "stage_lines" / f"{key}.pkl"
 
 
-def _disk_get(key: str, km: KernelMapping, arch: ArchSpec) -> KernelMapping | None:
-    """The stored choice bound to `km`'s kernel, tiles and allocation (legality checked), or
-    None; a damaged, foreign or illegal entry is deleted."""
+def _disk_get(key: str, km: KernelMapping, arch: ArchSpec):
+    """The stored choice bound to `km`'s kernel, tiles and allocation (legality checked),
+    StoreTiming.PLAIN when the plain schedule won, or None; a damaged, foreign or illegal entry
+    is deleted."""
     def load(payload: bytes) -> KernelMapping:
         got = pickle.loads(payload)
         if not (isinstance(got, dict) and got.get("key") == key):
             raise ValueError("a choice for another kernel")
         if got["km"] is None:
-            return km
+            return StoreTiming.PLAIN
         out = dataclasses.replace(got["km"], kernel=km.kernel, tiles=km.tiles,
                                   allocations=km.allocations)
         check_kernel_mapping(out, arch)
