@@ -201,7 +201,9 @@ def test_butterfly_ffn_and_fnet_sim(mlx):
     xs = rng.standard_normal((16, 8)).astype(np.float32)
     y, res, _ = run_fnet_attention(xs, mlx, "multilayer")
     assert_close(y, np.real(np.fft.fft2(xs)))
-    assert res.output is y and res.cycles == sum(r.result.cycles for r in _)
+    # one system timeline: pass 2's configuration overlaps pass 1's last write-backs
+    assert res.output is y and res.cycles <= sum(r.result.cycles for r in _)
+    assert res.cycles >= max(r.result.cycles for r in _)
 
 
 def test_engines_agree_on_a_fused_fft(mlx):

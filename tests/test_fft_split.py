@@ -185,7 +185,7 @@ def test_fnet_splits_the_sequence_pass(small_spm):
     assert values_match(y, ref.fnet_attention(x))
     assert not any("four-step" in s for s in runs[0].result.notes)  # 16-point hidden pass
     assert any("four-step" in s for s in runs[1].result.notes)
-    assert res.cycles == runs[0].result.cycles + runs[1].result.cycles
+    assert res.cycles <= runs[0].result.cycles + runs[1].result.cycles  # one timeline
     assert sum(r.bounds["bound"] for r in runs) <= res.cycles
 
 

@@ -121,7 +121,8 @@ def run_fft_spec(spec: ButterflySpec, x2d: np.ndarray, arch, orchestration: str 
                 f"split with the fewest DRAM round trips, {trips[a]}); pass A: {n1}-point FFTs of "
                 f"{batch * n2} rows, pass B: the last {sb.stages} stages on {batch * n1} rows, "
                 f"corner turns by the DMA through DRAM")
-        return chain_runs([ra, rb], workload or "fft", {"y": y}, spec=spec, notes=(note,))
+        return chain_runs([ra, rb], workload or "fft", {"y": y}, spec=spec, notes=(note,),
+                          arch=arch)
     if whole is not None:
         raise whole
     raise SPMCapacityError(f"four-step split a={split} of n={n} does not fit the SPM "
@@ -265,7 +266,9 @@ def run_fnet_attention(x, arch=None, orchestration: str = "multilayer", engine: 
     y = _unblock(r2, s2).T.astype(np.float32)              # (seq, dim) real part
     res = merge_results([r1.result, r2.result], "fnet-attention", y,
                         notes=(("2-D FFT: pass 1 over hidden, DMA corner turn through DRAM, "
-                                "pass 2 over the sequence (real part kept)"),))
+                                "pass 2 over the sequence (real part kept); pass 2's "
+                                "configuration overlaps pass 1's last write-backs"),),
+                        runs=[r1, r2], arch=arch)
     return y, dataclasses.replace(res, output=y), (r1, r2)
 
 

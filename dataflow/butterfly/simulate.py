@@ -62,17 +62,30 @@ def _buffer_bytes(km, kernel, tile_index: int, word_bytes: int,
     return out
 
 
-def _split(name: str, rd: int, wr: int, channels: int) -> list:
-    """DMA transfers of one buffer, page-interleaved over the DRAM channels (one transfer per
-    channel, as a page-interleaved allocator spreads a large buffer)."""
-    out = []
-    for kind, nb in (("read", rd), ("write", wr)):
-        if not nb:
-            continue
-        parts = max(1, min(channels, nb // 4096))  # pages of 4 KiB
-        share = [nb // parts + (1 if i < nb % parts else 0) for i in range(parts)]
-        out += [(f"{name}#{i}" if parts > 1 else name, kind, b) for i, b in enumerate(share)]
-    return out
+#: the one DMA transfer of a residency's resident inputs (coefficient tables, biases): tables
+#: that stay in the SPM for the residency's life are laid out together in DRAM by the compiler,
+#: so they cross in one transfer before the first tile instead of paying the DMA latency
+#: once per stage (docs/conventions.md#system-level)
+TABLES = "tables"
+
+
+def _transfers(name: str, rd: int, wr: int) -> list:
+    """DMA transfers of one buffer for one tile: one per direction that moves bytes. The
+    system model stripes a transfer of a page per channel or more over every channel
+    (`pe_array.system`); splitting it per channel or per row would only pay the DMA latency
+    more often on the engines (docs/conventions.md#system-level)."""
+    return [(name, kind, nb) for kind, nb in (("read", rd), ("write", wr)) if nb]
+
+
+def _first_loads(seg_tiles, arch) -> list[frozenset[str]] | None:
+    """`run_system`'s prefetch sets: every first-tile load of the first residency, issued with
+    its configuration (nothing before it occupies the SPM, and its tile fits by construction;
+    docs/conventions.md#system-level); None without `dram.prefetch_next_kernel`."""
+    if not arch.dram.prefetch_next_kernel or not seg_tiles or not seg_tiles[0][1]:
+        return None
+    first = seg_tiles[0][1][0]
+    reads = frozenset(b for b, kind, n in first.dram_transfers if kind == "read" and n)
+    return [reads] + [frozenset()] * (len(seg_tiles) - 1)
 
 
 @dataclass(frozen=True, eq=False)
@@ -86,6 +99,8 @@ class OrchestratedRun:
     spans: tuple[StageSpan, ...]
     bounds: dict
     spec: object = None  # the ButterflySpec the program was lowered with (its data layout)
+    #: (residency name, tiles) as handed to the system model, in order (`back_to_back`)
+    system: tuple = ()
 
 
 def simulate_orchestrated(om: OrchestratedMapping, engine: str = "fast",
@@ -111,6 +126,7 @@ def simulate_orchestrated(om: OrchestratedMapping, engine: str = "fast",
         for t in range(ntiles):
             rd = wr = comp = stall = iters = 0
             transfers = []  # one DMA transfer per buffer and direction
+            tables = 0  # bytes of the residency's resident inputs: one packed transfer
             for i in seg:
                 km = mapping.kernels[i]
                 a = arrays[i].tiles[t]
@@ -121,13 +137,17 @@ def simulate_orchestrated(om: OrchestratedMapping, engine: str = "fast",
                     if name not in internal:
                         rd += r
                         wr += w
-                        transfers += _split(name, r, w, arch.dram.channels)
+                        if r and not km.allocation_map[name].streamed:
+                            tables += r
+                        else:
+                            transfers += _transfers(name, r, w)
+            transfers += _transfers(TABLES, tables, 0)
             extra = {"dram_transfers": tuple(transfers)} if _PER_BUFFER else {}
             merged.append(TileResult(kernel=f"residency{si}", index=t, iterations=iters,
                                      compute_cycles=comp, stall_cycles_spm_conflict=stall,
                                      dram_bytes_read=rd, dram_bytes_written=wr, **extra))
         seg_tiles.append((f"residency{si}", tuple(merged)))
-    tl = run_system(seg_tiles, arch)
+    tl = run_system(seg_tiles, arch, _first_loads(seg_tiles, arch))
     rd = sum(t.dram_bytes_read for _, ts in seg_tiles for t in ts)
     wr = sum(t.dram_bytes_written for _, ts in seg_tiles for t in ts)
     spans: list[StageSpan] = []
@@ -172,31 +192,80 @@ def simulate_orchestrated(om: OrchestratedMapping, engine: str = "fast",
         output=outputs[mapping.program.outputs[0][0]], notes=notes, mapping_summary=om.summary(),
         roofline=program_roofline(mapping.program, arch, arrays, dram_bytes=(rd, wr)))
     return OrchestratedRun(result=res, outputs=outputs, spans=tuple(spans), bounds=bounds,
-                           spec=spec)
+                           spec=spec, system=tuple(seg_tiles))
 
 
-def merge_results(parts: list[SimResult], workload: str, output, notes=()) -> SimResult:
+def back_to_back(runs: list[OrchestratedRun], arch) -> tuple[int, int, int, list[int]] | None:
+    """Programs run one after another on one system timeline (`run_system` over all their
+    residencies in order): (cycles, DRAM stall cycles, reconfiguration stall cycles, the cycle
+    each run's first tile starts computing at), or None when a run carries no system tiles.
+
+    A program's reconfiguration then overlaps the previous one's last write-backs, and its
+    loads, issued after it, share the DMA engines and channels with them: the rule between
+    the kernels of one program (docs/conventions.md#system-level). Only the first program's
+    first-tile loads go with its configuration."""
+    if not runs or any(not r.system for r in runs):
+        return None
+    tiles, first = [], []
+    for j, r in enumerate(runs):
+        first.append(len(tiles))
+        tiles += [(f"p{j}.{name}", ts) for name, ts in r.system]
+    tl = run_system(tiles, arch, _first_loads(tiles, arch))
+    began = {(name, i): t0 for name, i, t0, _ in tl.tile_spans}
+    starts = [began[(tiles[k][0], 0)] for k in first]
+    return tl.cycles, tl.stall_cycles_dram, tl.stall_cycles_reconfiguration, starts
+
+
+def merge_results(parts: list[SimResult], workload: str, output, notes=(),
+                  runs: list[OrchestratedRun] | None = None, arch=None) -> SimResult:
     """Several programs run back to back (e.g. the two passes of a 2-D FFT): one result
-    (`pe_array.simulate.sequence_results`), every part's notes kept, then `notes`."""
+    (`pe_array.simulate.sequence_results`), every part's notes kept, then `notes`. With their
+    `runs` and `arch`, the cycles and the DRAM and reconfiguration stalls are those of one
+    system timeline (`back_to_back`) and the kernels sit where it runs them."""
     if not parts:
         raise ButterflyError("nothing to merge")
-    return sequence_results(parts, workload, output,
-                            notes=tuple(n for r in parts for n in r.notes) + tuple(notes))
+    res = sequence_results(parts, workload, output,
+                           notes=tuple(n for r in parts for n in r.notes) + tuple(notes))
+    joint = back_to_back(runs, arch) if runs is not None and arch is not None else None
+    return res if joint is None else _on_timeline(res, parts, joint)
+
+
+def _on_timeline(res: SimResult, parts: list[SimResult], joint) -> SimResult:
+    """`res` (the parts in sequence) with the cycles, stalls and kernel places of `joint`
+    (`back_to_back`)."""
+    cycles, dram, reconf, starts = joint
+    kernels = []
+    for r, start in zip(parts, starts):  # each run's kernels moved with its first tile
+        shift = start - min(k.start_cycle for k in r.kernels)
+        kernels += [dataclasses.replace(k, start_cycle=k.start_cycle + shift,
+                                        end_cycle=k.end_cycle + shift) for k in r.kernels]
+    return dataclasses.replace(res, cycles=cycles, stall_cycles_dram=dram,
+                               stall_cycles_reconfiguration=reconf, kernels=tuple(kernels))
 
 
 def chain_runs(runs: list[OrchestratedRun], workload: str, outputs: dict, spec=None,
-               notes=()) -> OrchestratedRun:
+               notes=(), arch=None) -> OrchestratedRun:
     """Programs run back to back as one run (the passes of a four-step FFT): results merged
-    (`merge_results`), spans shifted onto one time line with residencies renumbered, bounds
-    added (the roofline of a sequence of programs is the sum of theirs)."""
+    (`merge_results`, on one system timeline when `arch` is given), spans shifted onto one
+    time line with residencies renumbered, bounds added (the roofline of a sequence of
+    programs is the sum of theirs)."""
 
-    res = merge_results([r.result for r in runs], workload, runs[-1].result.output, notes)
+    joint = back_to_back(runs, arch) if arch is not None else None
+    parts = [r.result for r in runs]
+    res = merge_results(parts, workload, runs[-1].result.output, notes)
+    if joint is not None:
+        res = _on_timeline(res, parts, joint)
+    starts = joint[3] if joint else None
     spans, offset, seg = [], 0, 0
-    for r in runs:
+    for j, r in enumerate(runs):
+        if starts is not None:  # moved with the run's first tile on the joint timeline
+            offset = starts[j] - min((s.start for s in r.spans), default=0)
         spans += [dataclasses.replace(s, start=s.start + offset, end=s.end + offset,
                                       residency=s.residency + seg) for s in r.spans]
         offset += r.result.cycles
         seg += 1 + max((s.residency for s in r.spans), default=-1)
     bounds = {k: sum(r.bounds[k] for r in runs) for k in runs[0].bounds}
+    system = tuple((f"p{j}.{name}", ts) for j, r in enumerate(runs) for name, ts in r.system) \
+        if all(r.system for r in runs) else ()
     return OrchestratedRun(result=res, outputs=outputs, spans=tuple(spans), bounds=bounds,
-                           spec=spec if spec is not None else runs[-1].spec)
+                           spec=spec if spec is not None else runs[-1].spec, system=system)

@@ -128,7 +128,8 @@ def run_system(kernel_tiles: list[tuple[str, tuple[TileResult, ...]]],
     `prefetch[k]` (`prefetch_sets`): buffers of kernel k's first tile loaded early, issued as soon
     as kernel k-1's last load has landed (so they queue behind its loads, beside its
     write-backs and compute, and through the reconfiguration); kernel k's first tile then also
-    waits for them. None or empty sets: every load is issued after the kernel's
+    waits for them. `prefetch[0]`, the first kernel's, starts with the run, during its
+    reconfiguration. None or empty sets: every load is issued after the kernel's
     reconfiguration, as without prefetch.
 
     The timeline is a function of exactly these inputs: per kernel its name and per tile its
@@ -205,7 +206,11 @@ def _simulate(kernel_tiles: list[tuple[str, tuple[TileResult, ...]]], arch: Arch
     early_of = list(prefetch or [frozenset()] * len(kernel_tiles))
 
     def array():
-        early, fetched = frozenset(), None  # this kernel's prefetch, started during the last
+        # this kernel's prefetch, started during the last; nothing runs before the first
+        # kernel, so its early loads start with the run, during its reconfiguration
+        first = _next_early(kernel_tiles, early_of, -1)
+        early, fetched = (first[2], env.process(prefetcher(env.timeout(0), *first))) if first \
+            else (frozenset(), None)
         for k, (name, tiles) in enumerate(kernel_tiles):
             start = env.now
             if arch.reconfiguration_cycles:

@@ -43,7 +43,7 @@ SAMPLE_WAVES = 512
 LINE_NOTE = "copies delayed by the line-aware reservation table"
 
 
-def _static_nodes(km: KernelMapping) -> list:
+def static_nodes(km: KernelMapping) -> list:
     """Nodes whose SPM rows follow from the loop domain: affine loads and stores (an
     accumulation touches the SPM at its flushes only, a gather through a loaded index)."""
     return [n for n in km.kernel.nodes
@@ -71,7 +71,7 @@ class LineTable:
         times = {(p.copy, p.node): p.time for p in km.placements}
         vec = vector_nodes(kernel)
         self.per_copy: list[list[tuple]] = [[] for _ in range(km.copies)]
-        for node in _static_nodes(km):
+        for node in static_nodes(km):
             base, first = spm_base(km, node.buffer, 0, tile)
             a = np.full(n, node.addr.const, dtype=np.int64)
             for v, c in node.addr.terms:
@@ -140,7 +140,7 @@ class LineTable:
 def line_aware_delays(km: KernelMapping, arch: ArchSpec) -> list[int] | None:
     """Per copy, the delay in IIs the reservation table chooses (see the module docstring);
     None when the kernel has no static access or one copy."""
-    if km.copies < 2 or not _static_nodes(km) or not km.tiles:
+    if km.copies < 2 or not static_nodes(km) or not km.tiles:
         return None
     table = LineTable(km, arch)
     if not table.sample:
@@ -163,7 +163,7 @@ def line_aware_delays(km: KernelMapping, arch: ArchSpec) -> list[int] | None:
 
 def table_stalls(km: KernelMapping, arch: ArchSpec) -> int:
     """Stall cycles the static accesses of `km` (as scheduled) cause on the table's sample."""
-    if not _static_nodes(km) or not km.tiles:
+    if not static_nodes(km) or not km.tiles:
         return 0
     table = LineTable(km, arch)
     return table.score([0] * km.copies, km.copies)[0] if table.sample else 0

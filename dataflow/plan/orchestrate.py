@@ -63,6 +63,7 @@ from dataflow.mapper.legality import check_mapping
 from dataflow.mapper.mapping import KernelMapping, Mapping, MappingError
 from dataflow.mapper.tiling import MIN_TILES
 from dataflow.plan.spm_layout import choose_layout
+from dataflow.plan.stage_lines import choose_store_timing
 from dataflow.plan.stage_mapping import MAPPER_EFFORT, instructions_per_pe, map_stage_kernel
 
 
@@ -380,6 +381,8 @@ def map_butterfly(program, spec: ButterflySpec, arch: ArchSpec,
     # the plan mapped kernels built without data; the program's kernels have the same bodies
     kms = [map_stage_kernel(k, arch, choice.tile_rows, choice.entry_budget)
            for k in program.kernels]
+    # stores timed against the SPM lines (docs/conventions.md#butterfly-stage-lines)
+    kms = [choose_store_timing(km, arch, choice.tile_rows, choice.entry_budget) for km in kms]
     mapping = Mapping(program=program, arch=arch, kernels=tuple(kms), orchestration=mode)
     check_mapping(mapping)
     _check_residencies(mapping, segments)
