@@ -142,7 +142,7 @@ def test_staggered_buffer_bases_avoid_conflicts_that_packing_creates():
     streamed = classify_buffers(km.kernel)
     peak = {a.buffer: (a.words - arch.spm.words_per_row) if a.streamed else a.words
             for a in km.allocations}
-    packed, _ = _pack(list(km.kernel.buffers), streamed, peak, arch.spm.words_per_row)
+    packed, _ = _pack(km.kernel, list(km.kernel.buffers), streamed, peak, arch.spm.words_per_row)
     packed_km = dataclasses.replace(km, allocations=packed)
     staggered = simulate_mapping(mapping)
     naive = simulate_mapping(dataclasses.replace(mapping, kernels=(packed_km,)))
