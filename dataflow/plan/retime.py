@@ -54,9 +54,16 @@ def retime(km: KernelMapping, arch: ArchSpec, delay: dict[tuple[int, int], int],
             shift[(c, n.id)] = max([own] + [shift[(c, i)] for i in n.inputs])
     if not any(shift.values()):
         return km
-    placements = tuple(dataclasses.replace(p, time=p.time + shift[(p.copy, p.node)])
+    return shifted(km, arch, shift, note)
+
+
+def shifted(km: KernelMapping, arch: ArchSpec, shift: dict[tuple[int, int], int],
+            note: str) -> KernelMapping:
+    """`km` with each (copy, node) issued shift[(copy, node)] cycles later (absent: 0) and each
+    route departing as much later as its source; `km` when the result is not legal."""
+    placements = tuple(dataclasses.replace(p, time=p.time + shift.get((p.copy, p.node), 0))
                        for p in km.placements)
-    routes = tuple(dataclasses.replace(r, depart=r.depart + shift[(r.copy, r.src)])
+    routes = tuple(dataclasses.replace(r, depart=r.depart + shift.get((r.copy, r.src), 0))
                    for r in km.routes)
     length = max(p.time + p.latency for p in placements)
     out = dataclasses.replace(km, placements=placements, routes=routes, schedule_length=length,

@@ -55,7 +55,7 @@ from dataflow.mapper.map import map_kernel
 from dataflow.mapper.mapping import KernelMapping, MappingError
 from dataflow.plan.layout_cost import kernel_stalls, timing_only
 from dataflow.plan.line_schedule import LineTable, static_nodes
-from dataflow.plan.retime import retime
+from dataflow.plan.retime import retime, shifted
 
 
 class StoreTiming(str, Enum):
@@ -210,17 +210,8 @@ def stagger_stores(km: KernelMapping, arch: ArchSpec, max_delay: int | None = No
 
 def _delay_stores(km: KernelMapping, arch: ArchSpec, delay: dict, note: str) -> KernelMapping:
     """`km` with store (copy, node) issued delay[(copy, node)] cycles later (stores have no
-    users: nothing else moves); `km` when the result is not legal."""
-    placements = tuple(dataclasses.replace(p, time=p.time + delay.get((p.copy, p.node), 0))
-                       for p in km.placements)
-    length = max(p.time + p.latency for p in placements)
-    out = dataclasses.replace(km, placements=placements, schedule_length=length,
-                              notes=(*km.notes, note))
-    try:
-        check_kernel_mapping(out, arch)
-    except MappingError:
-        return km
-    return out
+    users and no routes: nothing else moves); `km` when the result is not legal."""
+    return shifted(km, arch, delay, note)
 
 
 def fewer_copies(km: KernelMapping, arch: ArchSpec, tile_rows: int) -> list[KernelMapping]:
