@@ -37,6 +37,9 @@ SpMM   O = P V, P = E / rowsum divided in it     (spmm)
 The CSR program has four kernels: the softmax's normalisation is folded into the SpMM, which
 divides each entry's exponential by its row's sum as it loads it (the row's sum is held in a
 PE register, read once per row), so no kernel writes the probabilities and reads them back.
+Where it maps at no lower throughput (on `default.yaml`, the row-blocked scores kernel) the
+compiler also folds the row maximum into the SDDMM, and the program runs three kernels:
+`sddmm`, `softmax_exp`, `spmm` (docs/conventions.md#attention-fold).
 
 This notebook draws every pattern, checks the simulated values against dense masked attention
 in numpy, and shows where the cycles go, pattern by pattern, against dense attention.
