@@ -190,10 +190,10 @@ for name, m in mappings.items():
     print("stall cycles:", r.stall_cycles, "\\n")"""),
     ("md", """**Register blocking.** The compiled body is an outer product: `%0` loads one SPM row
 of A -- 8 rows of A in one column `kk`, since A is stored in *panels* of 8 rows, each panel column
-by column (element (r, c) at (r // 8)·8·128 + c·8 + r % 8, `transform.pack_panels`) -- and
+by column (element (r, c) at (r // 8)·8·128 + c·8 + r % 8, `layout.pack_panels`) -- and
 each `macc` takes its lane (`%0.lane0` .. `%0.lane7`). `%1` loads 8 columns of B's row `kk`,
 one row of a *column panel* (B stored in panels of 8 columns, each row by row, BLIS's packed B,
-`transform.pack_column_panels`). So one row load of A feeds 8 maccs, and the B vector is shared
+`layout.pack_column_panels`). So one row load of A feeds 8 maccs, and the B vector is shared
 by all 8: 64 MACs for two row reads instead of 8. The 8 accumulators (rows 8i .. 8i + 7 of C)
 stay in their PEs' registers across the whole `kk` reduction. The packed layouts also make
 consecutive `kk` walk the SPM lines (an A or B row a step) instead of every copy's stream

@@ -1,7 +1,7 @@
 """Register blocks that share PEs (issue 13 point 6; docs/conventions.md#register-blocking):
 `best_copies` (more copies of a body than the PEs hold at II = 1, at a longer II), the
 line-aware `stagger_reads` and the fixed `skew_copies`, and C stored with a row pitch
-(`transform.pitch_output_rows`) so a block's flushes spread over the lines.
+(`layout.pitch_output_rows`) so a block's flushes spread over the lines.
 
 Values equal numpy on both engines, cycles never below the roofline, and each effect in the
 expected direction.
@@ -14,7 +14,7 @@ import pytest
 
 import dataflow
 from dataflow.arch import load_arch
-from dataflow.dfg import transform
+from dataflow.dfg import layout
 from dataflow.dfg.graph import DFGError
 from dataflow.dfg.lower import lower_gemm
 from dataflow.mapper import map_program
@@ -82,7 +82,7 @@ def test_c_pad_spreads_a_blocks_accumulators_over_the_lines():
 
 def test_pitched_output_keeps_the_values_on_both_engines():
     a, b, prog = _gemm(16, 8, 24)
-    pitched = transform.pitch_output_rows(prog, "C", 16, 24, 8)
+    pitched = layout.pitch_output_rows(prog, "C", 16, 24, 8)
     size = {buf.name: buf.size for buf in pitched.kernels[0].buffers}["C"]
     assert size == 16 * 32 and pitched.output_pitch == (("C", 24, 32),)
     flat = np.arange(16 * 32)
@@ -91,9 +91,9 @@ def test_pitched_output_keeps_the_values_on_both_engines():
     res = assert_engines_identical(map_program(pitched, DEFAULT))
     _check(res, a, b)
     with pytest.raises(DFGError, match="pitched already"):
-        transform.pitch_output_rows(pitched, "C", 16, 24, 8)
+        layout.pitch_output_rows(pitched, "C", 16, 24, 8)
     with pytest.raises(DFGError, match="negative"):
-        transform.pitch_output_rows(prog, "C", 16, 24, -8)
+        layout.pitch_output_rows(prog, "C", 16, 24, -8)
 
 
 def _shared(m, k, n, arch, rows=8, cols=1):

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from dataflow.arch import load_arch
-from dataflow.dfg import transform
+from dataflow.dfg import layout, transform
 from dataflow.dfg.graph import Addr, DFGError, Kernel, Loop, Node
 from dataflow.dfg.lower import lower_gemm
 from dataflow.dfg.ops import Op
@@ -278,10 +278,10 @@ def test_choices_and_mappings_are_kept_on_disk_and_a_damaged_file_is_ignored(tmp
 
 def test_padded_rows_keep_the_values():
     a, b, prog = _gemm(16, 16, 64)
-    padded = transform.pad_rows(prog, "B", 16, 64, 8)
+    padded = layout.pad_rows(prog, "B", 16, 64, 8)
     assert padded.input_map["B"].size == 16 * 72
     assert padded.input_map["B"][72 + 3] == b[1, 3] and padded.input_map["B"][64] == 0
     res = assert_engines_identical(map_program(padded, DEFAULT))
     _check_values(res, a, b)
     with pytest.raises(DFGError, match="negative"):
-        transform.pad_rows(prog, "B", 16, 64, -1)
+        layout.pad_rows(prog, "B", 16, 64, -1)

@@ -140,7 +140,7 @@ class Buffer:
     "on_chip"); `spm_base` fixes the SPM word where such a held buffer sits in every kernel
     that holds it (None: held buffers first, from word 0;
     docs/conventions.md#moe-buffers-handed-over-in-the-spm). `pitch` is
-    (cols, row pitch) of an output stored with padded rows (`transform.pitch_output_rows`):
+    (cols, row pitch) of an output stored with padded rows (`layout.pitch_output_rows`):
     the pad words stay on chip, the DMA moves cols of every pitch words."""
 
     name: str
@@ -431,7 +431,7 @@ class Program:
     gemm: GemmShape | None = None
     stage_groups: tuple[StageGroup, ...] = ()
     # (buffer, columns, row pitch): an output stored with rows `pitch` words apart, of which
-    # the first `columns` are its values (`dfg.transform.pitch_output_rows`)
+    # the first `columns` are its values (`dfg.layout.pitch_output_rows`)
     output_pitch: tuple[tuple[str, int, int], ...] = ()
     # values of buffers an earlier kernel makes that the host knows before the run (a run-time
     # index whose prefix sum the host computes): the compiler measures a later kernel's timing

@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass
 
 from dataflow.arch.spec import ArchSpec
-from dataflow.dfg import transform
+from dataflow.dfg import layout, transform
 from dataflow.dfg.graph import Program
 from dataflow.mapper import map_program
 from dataflow.mapper.mapping import Mapping, MappingError
@@ -92,13 +92,13 @@ def apply_gemm_schedule(program: Program, sched: GemmSchedule, lanes: int) -> Pr
     kern = transform.unroll_and_jam(kern, "j", sched.cols, inner=False)
     out = dataclasses.replace(program, kernels=(kern,))
     if sched.rows > 1:
-        out = transform.pack_panels(out, "A", g.m, g.k, sched.rows)
+        out = layout.pack_panels(out, "A", g.m, g.k, sched.rows)
         out = dataclasses.replace(
             out, kernels=(transform.vectorise_lanes(out.kernels[0], sched.rows),))
     if sched.pack_b:
-        out = transform.pack_column_panels(out, "B", g.k, g.n, lanes)
+        out = layout.pack_column_panels(out, "B", g.k, g.n, lanes)
     if sched.pad_c:
-        out = transform.pitch_output_rows(out, "C", g.m, g.n, sched.pad_c)
+        out = layout.pitch_output_rows(out, "C", g.m, g.n, sched.pad_c)
     return out
 
 
