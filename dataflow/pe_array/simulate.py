@@ -12,6 +12,7 @@ from dataflow.dfg.graph import BufferRole
 from dataflow.dfg.ops import Op
 from dataflow.errors import UserError
 from dataflow.mapper.mapping import Mapping, SystolicMapping
+from dataflow.pe_array.area import area_breakdown
 from dataflow.pe_array.fast import run_kernel_fast
 from dataflow.pe_array.result import ArrayResult, KernelResult, Roofline, SimResult, TileResult
 from dataflow.pe_array.roofline import kernel_roofline, program_roofline
@@ -96,21 +97,6 @@ def energy_breakdown(arrays: list[ArrayResult], arch, dram_bytes: int,
         "dram": dram_bytes * e.dram_byte_pj,
         "interconnect": sum(a.link_word_hops for a in arrays) * e.link_hop_pj,
         "reconfiguration": kernels * arch.pe_array.num_pes * e.reconfiguration_pj,
-    }
-
-
-def area_breakdown(arch) -> dict[str, float]:
-    """mm² by component from the arch's area table: PEs; SPM lines (per line, scaled by ports
-    beyond one read and one write port: each extra port adds its bit lines, our stated
-    first-order assumption); routers, whose crossbar grows with the links they join (4 mesh
-    directions, 4 more per skip-hop stride, times links_per_direction)."""
-    a, pe, spm, ic = arch.area, arch.pe_array, arch.spm, arch.interconnect
-    ports = spm.read_ports_per_line + spm.write_ports_per_line
-    directions = 4 * (1 + len(ic.skip_hop_strides)) * ic.links_per_direction
-    return {
-        "pe_array": pe.num_pes * a.pe_mm2,
-        "spm": spm.lines * a.spm_line_mm2 * ports / 2,
-        "interconnect": pe.num_pes * a.router_mm2 * directions / 4,
     }
 
 
@@ -210,7 +196,8 @@ def simulate_mapping(mapping: Mapping, engine: str = "fast", trace: bool = False
     systolic = any(isinstance(k, SystolicMapping) for k in mapping.kernels)
     notes: tuple[str, ...] = ()
     if systolic:  # SCALE-Sim's SRAMs and DRAM links (dataflow/pe_array/systolic_memory.py)
-        from dataflow.pe_array.systolic_memory import memory_notes, run_systolic_system
+        from dataflow.pe_array.systolic_memory import run_systolic_system
+        from dataflow.pe_array.systolic_timing import memory_notes
 
         timeline, mems = run_systolic_system(list(mapping.kernels), arrays, arch)
         rd = sum(m.dram_words_read for m in mems) * arch.word_bytes

@@ -47,7 +47,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from dataflow.arch.spec import ArchSpec
-from dataflow.errors import UserError
 from dataflow.mapper.mapping import SystolicMapping
 from dataflow.pe_array.result import ArrayResult, SystemTimeline
 from dataflow.pe_array.systolic_demand import (
@@ -56,44 +55,15 @@ from dataflow.pe_array.systolic_demand import (
     read_demand,
     write_counts,
 )
-
-ACTIVE_BUF_FRAC = 0.5  # single_layer_sim.py: active_buf_frac for every SRAM
-SETS_PER_BUFFER = 100  # read_buffer.prepare_hashed_buffer: ceil(total / 100) words a set
-READ_HIT_LATENCY = 1  # read_buffer.hit_latency
-READ_PORT_LATENCY = 1  # read_port.latency (no Ramulator trace)
-
-
-@dataclass(frozen=True)
-class SystolicMemoryTimeline:
-    """One kernel's SCALE-Sim USER-bandwidth figures, in cycles (SCALE-Sim's 0-based count)."""
-
-    total_cycles: int  # "Total Cycles": the last ofmap write's cycle, stalls included
-    total_cycles_incl_prefetch: int  # "Total Cycles (incl. prefetch)"
-    stall_cycles: int  # "Stall Cycles"
-    prefetch_cycles: int  # DRAM lines of the first fill, before cycle 0
-    link_words_per_cycle: int  # each of the three DRAM links
-    dram_words_read: int  # ifmap and filter prefetches, as SCALE-Sim counts them (whole lines)
-    dram_words_written: int  # ofmap words drained
-    sram_words: tuple[int, int, int]  # ifmap, filter, ofmap SRAM sizes
-
-
-def link_words_per_cycle(arch: ArchSpec) -> int:
-    """Words a cycle on each operand's DRAM link: the arch's DRAM bandwidth shared by the
-    SRAMs (`spm.lines`, one per operand), whole words (SCALE-Sim's lines are whole words)."""
-    words = int(arch.dram.bytes_per_cycle // (arch.word_bytes * arch.spm.lines))
-    if words < 1:
-        raise UserError(f"{arch.name}: dram.bytes_per_cycle {arch.dram.bytes_per_cycle} gives "
-                        f"less than one word a cycle to each of the {arch.spm.lines} SRAMs")
-    return words
-
-
-def sram_words(arch: ArchSpec) -> tuple[int, int, int]:
-    """(ifmap, filter, ofmap) SRAM sizes in words: the systolic preset's SPM lines 0, 1, 2
-    (`spm.capacity_words_per_line` each)."""
-    if arch.spm.lines != 3:
-        raise UserError(f"{arch.name}: a systolic array needs spm.lines = 3 (ifmap, filter, "
-                        f"ofmap SRAMs), got {arch.spm.lines}")
-    return (arch.spm.capacity_words_per_line,) * 3
+from dataflow.pe_array.systolic_timing import (  # the light pieces, shared with the fast path
+    ACTIVE_BUF_FRAC,
+    READ_HIT_LATENCY,
+    READ_PORT_LATENCY,
+    SETS_PER_BUFFER,
+    SystolicMemoryTimeline,
+    link_words_per_cycle,
+    sram_words,
+)
 
 
 def scalesim_im2col_addresses(h: int, w: int, r: int, s: int, c: int, stride: int
@@ -380,12 +350,3 @@ def run_systolic_system(kernels: list[SystolicMapping], arrays: list[ArrayResult
     return SystemTimeline(cycles=now, stall_cycles_dram=sum(m.stall_cycles for m in mems),
                           stall_cycles_reconfiguration=0, kernel_spans=tuple(spans),
                           tile_spans=tuple(tile_spans)), mems
-
-
-def memory_notes(mems: tuple[SystolicMemoryTimeline, ...]) -> tuple[str, ...]:
-    """One line per kernel with SCALE-Sim's figures that `SimResult` has no field for."""
-    return tuple(
-        f"SCALE-Sim memory (kernel {i}): Total Cycles {m.total_cycles}, Total Cycles (incl. "
-        f"prefetch) {m.total_cycles_incl_prefetch}, Stall Cycles {m.stall_cycles}; SRAMs "
-        f"{'/'.join(map(str, m.sram_words))} words, {m.link_words_per_cycle} words/cycle a "
-        f"DRAM link" for i, m in enumerate(mems))

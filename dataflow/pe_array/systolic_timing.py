@@ -1,0 +1,287 @@
+"""`--timing-only` of a dense GEMM on a systolic array without numpy: the closed forms of
+`dataflow.pe_array.systolic` and of SCALE-Sim's memory model (`systolic_memory`) in integer
+arithmetic, for the cases where that model is a closed form (docs/conventions.md#timing-only).
+
+A whole `dataflow simulate --timing-only` process is mostly imports: numpy alone costs about as
+much as the rest of the run. Every figure of a timing-only GEMM follows from M, N, K, the
+dataflow, the array and the SRAM sizes, in closed form per fold group:
+
+* compute cycles: ⌈Sr/R⌉·⌈Sc/C⌉ folds of `fold_cycles` each (`systolic.closed_form_cycles`);
+* SRAM word accesses (`systolic._sram_accesses`) and PE busy cycles (`systolic._busy`): every
+  fold reads its operand tiles once and keeps its rr x cc PEs busy T cycles;
+* SCALE-Sim's memory model (`systolic_memory.systolic_memory`) when neither read SRAM refetches
+  (every set of the operand is in its active half: `_read_buffer` then records no prefetch) and
+  the ofmap SRAM never drains mid-run (the words written fit its drain half: `_WriteBuffer`
+  starts a drain only past it): no stall, "Total Cycles" is the compute cycles, the first fill
+  is each read SRAM's active half (or the whole operand), and the ofmap drains after the last
+  demand line, one DRAM line of `bw` words a cycle.
+
+Anything else -- an SRAM that refetches or drains mid-run (and may stall), an arch that is not
+a systolic preset of three SRAMs, a flag the fast path does not take -- returns None from
+`timing_only_result`, and the caller runs the full path (`matmul_workloads._timing_only`),
+which also raises its errors. `tests/test_systolic_timing.py` holds the two paths' JSON equal
+field by field.
+
+The light pieces of the memory model (its constants, the timeline record, the DRAM-link and
+SRAM sizes, the notes) live here, imported by `systolic_memory`, so both paths share them.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+from dataflow.arch.spec import ArchSpec, PEKind
+from dataflow.errors import UserError
+
+ACTIVE_BUF_FRAC = 0.5  # single_layer_sim.py: active_buf_frac for every SRAM
+SETS_PER_BUFFER = 100  # read_buffer.prepare_hashed_buffer: ceil(total / 100) words a set
+READ_HIT_LATENCY = 1  # read_buffer.hit_latency
+READ_PORT_LATENCY = 1  # read_port.latency (no Ramulator trace)
+DATAFLOWS = ("os", "ws", "is")
+
+
+@dataclass(frozen=True)
+class SystolicMemoryTimeline:
+    """One kernel's SCALE-Sim USER-bandwidth figures, in cycles (SCALE-Sim's 0-based count)."""
+
+    total_cycles: int  # "Total Cycles": the last ofmap write's cycle, stalls included
+    total_cycles_incl_prefetch: int  # "Total Cycles (incl. prefetch)"
+    stall_cycles: int  # "Stall Cycles"
+    prefetch_cycles: int  # DRAM lines of the first fill, before cycle 0
+    link_words_per_cycle: int  # each of the three DRAM links
+    dram_words_read: int  # ifmap and filter prefetches, as SCALE-Sim counts them (whole lines)
+    dram_words_written: int  # ofmap words drained
+    sram_words: tuple[int, int, int]  # ifmap, filter, ofmap SRAM sizes
+
+
+def link_words_per_cycle(arch: ArchSpec) -> int:
+    """Words a cycle on each operand's DRAM link: the arch's DRAM bandwidth shared by the
+    SRAMs (`spm.lines`, one per operand), whole words (SCALE-Sim's lines are whole words)."""
+    words = int(arch.dram.bytes_per_cycle // (arch.word_bytes * arch.spm.lines))
+    if words < 1:
+        raise UserError(f"{arch.name}: dram.bytes_per_cycle {arch.dram.bytes_per_cycle} gives "
+                        f"less than one word a cycle to each of the {arch.spm.lines} SRAMs")
+    return words
+
+
+def sram_words(arch: ArchSpec) -> tuple[int, int, int]:
+    """(ifmap, filter, ofmap) SRAM sizes in words: the systolic preset's SPM lines 0, 1, 2
+    (`spm.capacity_words_per_line` each)."""
+    if arch.spm.lines != 3:
+        raise UserError(f"{arch.name}: a systolic array needs spm.lines = 3 (ifmap, filter, "
+                        f"ofmap SRAMs), got {arch.spm.lines}")
+    return (arch.spm.capacity_words_per_line,) * 3
+
+
+def memory_notes(mems: tuple[SystolicMemoryTimeline, ...]) -> tuple[str, ...]:
+    """One line per kernel with SCALE-Sim's figures that `SimResult` has no field for."""
+    return tuple(
+        f"SCALE-Sim memory (kernel {i}): Total Cycles {m.total_cycles}, Total Cycles (incl. "
+        f"prefetch) {m.total_cycles_incl_prefetch}, Stall Cycles {m.stall_cycles}; SRAMs "
+        f"{'/'.join(map(str, m.sram_words))} words, {m.link_words_per_cycle} words/cycle a "
+        f"DRAM link" for i, m in enumerate(mems))
+
+
+# ---- the closed forms ----
+
+def _dims(df: str, m: int, n: int, k: int) -> tuple[int, int, int]:
+    """(Sr, Sc, T) as `systolic.systolic_dims`."""
+    return {"os": (m, n, k), "ws": (k, n, m), "is": (k, m, n)}[df]
+
+
+def fetch_sizes(df: str, m: int, n: int, k: int, rows: int, cols: int) -> tuple[int, int]:
+    """Entries (padding included) of the ifmap and filter fetch orders, as
+    `systolic_demand.fetch_sizes`."""
+    if df == "os":
+        return -(-m // rows) * rows * k, -(-n // cols) * cols * k
+    if df == "ws":
+        return -(-k // rows) * rows * m, -(-n // cols) * cols * k
+    return -(-m // cols) * cols * k, -(-k // rows) * rows * n
+
+
+def _never_refetches(stored: int, words: int) -> bool:
+    """`systolic_memory._read_buffer`'s test that every set of an operand of `stored` words is
+    in the active half of a `words`-word SRAM (then it records no later prefetch)."""
+    active = int(math.ceil(words * ACTIVE_BUF_FRAC))
+    per_set = math.ceil(words / SETS_PER_BUFFER)
+    num_sets = stored // per_set + 1
+    return min(math.ceil(active / per_set), num_sets) >= num_sets
+
+
+def quiet_memory(df: str, m: int, n: int, k: int, rows: int, cols: int, arch: ArchSpec
+                 ) -> SystolicMemoryTimeline | None:
+    """`systolic_memory.systolic_memory` of a GEMM whose read SRAMs never refetch and whose
+    ofmap SRAM never drains mid-run (see the module docstring); None for any other."""
+    bw = link_words_per_cycle(arch)
+    sizes = sram_words(arch)
+    if not (_never_refetches(m * k, sizes[0]) and _never_refetches(k * n, sizes[1])):
+        return None
+    sr, sc, t = _dims(df, m, n, k)
+    written = (m * n if df == "os" else -(-sr // rows) * t * sc)  # `systolic_demand.write_counts`
+    drain_half = sizes[2] - int(math.ceil(sizes[2] * ACTIVE_BUF_FRAC))
+    if written > drain_half:  # it drains mid-run (and may stall): the model's service loop
+        return None
+    total = closed_form_cycles(df, m, n, k, rows, cols)  # no stall: the last demand line
+    first = max(min(math.ceil(int(math.ceil(w * ACTIVE_BUF_FRAC)) / bw), math.ceil(f / bw))
+                for w, f in zip(sizes[:2], fetch_sizes(df, m, n, k, rows, cols)))
+    # `_WriteBuffer.drain_all` after the last line: ⌈written / bw⌉ DRAM lines back to back
+    stop = total + math.ceil(written / bw) - 1
+    return SystolicMemoryTimeline(
+        total_cycles=total, total_cycles_incl_prefetch=stop + first, stall_cycles=0,
+        prefetch_cycles=first, link_words_per_cycle=bw,
+        dram_words_read=sum(min(math.ceil(int(math.ceil(w * ACTIVE_BUF_FRAC)) / bw),
+                                math.ceil(f / bw)) * bw
+                            for w, f in zip(sizes[:2], fetch_sizes(df, m, n, k, rows, cols))),
+        dram_words_written=written, sram_words=sizes)
+
+
+def fold_cycles(df: str, rows: int, cols: int, t: int) -> int:
+    """Cycles of one fold (`systolic.fold_cycles`)."""
+    return (0 if df == "os" else rows) + (rows - 1) + (cols - 1) + t
+
+
+def closed_form_cycles(df: str, m: int, n: int, k: int, rows: int, cols: int) -> int:
+    """SCALE-Sim-convention compute cycles (`systolic.closed_form_cycles`)."""
+    sr, sc, t = _dims(df, m, n, k)
+    return -(-sr // rows) * -(-sc // cols) * fold_cycles(df, rows, cols, t) - 1
+
+
+def sram_accesses(df: str, m: int, n: int, k: int, rows: int, cols: int
+                  ) -> tuple[list[int], list[int]]:
+    """`systolic._sram_accesses` summed over the folds: (ifmap, filter, -) word reads and
+    (-, -, ofmap) word writes. A fold reads its stationary tile once and its streamed operand
+    T times a row (os: both operands, T times each row and column)."""
+    sr, sc, t = _dims(df, m, n, k)
+    fr, fc = -(-sr // rows), -(-sc // cols)
+    if df == "os":
+        return [fc * sr * t, fr * t * sc, 0], [0, 0, sr * sc]
+    stationary, streamed = sr * sc, fc * t * sr
+    reads = [streamed, stationary, 0] if df == "ws" else [stationary, streamed, 0]
+    return reads, [0, 0, fr * t * sc]
+
+
+class Counts(tuple):
+    """Per-line counts as a tuple, with what `SimResult` asks of its numpy arrays (`sum`,
+    `tolist`, `size`): the fast path's `spm_*_per_line`."""
+
+    __slots__ = ()
+
+    @property
+    def size(self) -> int:
+        return len(self)
+
+    def sum(self) -> int:
+        return sum(self, 0)
+
+    def tolist(self) -> list:
+        return list(self)
+
+
+class BusyGrid:
+    """`systolic._busy` without the array: PE (r, c) is busy T cycles in each fold that covers
+    it, i.e. T x (row folds covering r) x (column folds covering c). `SimResult` asks it for
+    `size` and `sum()`; `tolist()` gives the R x C grid."""
+
+    def __init__(self, t: int, row_cover: list[int], col_cover: list[int]):
+        self.t, self.row_cover, self.col_cover = t, row_cover, col_cover
+
+    @property
+    def size(self) -> int:
+        return len(self.row_cover) * len(self.col_cover)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return len(self.row_cover), len(self.col_cover)
+
+    def sum(self) -> int:
+        return self.t * sum(self.row_cover) * sum(self.col_cover)
+
+    def tolist(self) -> list[list[int]]:
+        return [[self.t * r * c for c in self.col_cover] for r in self.row_cover]
+
+
+def _cover(extent: int, size: int) -> list[int]:
+    """How many folds of `size` over `extent` cover each of the `size` positions."""
+    full, last = divmod(extent, size)
+    return [full + (i < last) for i in range(size)]
+
+
+def energy_pj(arch: ArchSpec, macs: int, accesses: int, dram_bytes: int) -> dict[str, float]:
+    """`simulate.energy_breakdown` of one systolic kernel: its MACs (ops that multiply), its
+    SRAM words (counted in words, not rows), no link hops, one configuration."""
+    e = arch.energy
+    compute = 0.0
+    compute += macs * e.mac_pj
+    return {
+        "compute": compute,
+        "spm": accesses * e.spm_access_pj * (arch.word_bytes * 8) / 64.0,
+        "dram": dram_bytes * e.dram_byte_pj,
+        "interconnect": 0 * e.link_hop_pj,
+        "reconfiguration": 1 * arch.pe_array.num_pes * e.reconfiguration_pj,
+    }
+
+
+def timing_only_result(spec: ArchSpec, m: int, n: int, k: int, dataflow: str | None,
+                       engine: str = "fast", workload: str = "gemm", t0: float | None = None):
+    """The `SimResult` of `simulate("gemm", spec, m=, n=, k=, dataflow=, timing_only=True)`
+    computed in closed form without numpy, or None where the full path must run (see the
+    module docstring). `t0`: the run's start for `wall_seconds`."""
+    t0 = time.perf_counter() if t0 is None else t0
+    df = dataflow or "os"
+    if (spec.pe_array.kind != PEKind.SYSTOLIC or df not in DATAFLOWS or engine not in
+            ("fast", "reference") or min(m, n, k) <= 0):
+        return None
+    try:
+        mem = quiet_memory(df, m, n, k, spec.pe_array.rows, spec.pe_array.cols, spec)
+    except UserError:  # the full path raises it
+        return None
+    if mem is None:
+        return None
+    from dataflow.pe_array.area import area_breakdown
+    from dataflow.pe_array.result import KernelResult, SimResult, TileResult
+    from dataflow.pe_array.roofline import floors
+
+    rows, cols = spec.pe_array.rows, spec.pe_array.cols
+    sr, sc, t = _dims(df, m, n, k)
+    per_fold = fold_cycles(df, rows, cols, t)
+    wb = spec.word_bytes
+    macs = m * n * k
+    reads, writes = sram_accesses(df, m, n, k, rows, cols)
+    lines = spec.spm.lines
+    reads, writes = Counts(reads[:lines]), Counts(writes[:lines])
+    tiles = []  # `systolic._tiles`: column folds outer
+    for c0 in range(0, sc, cols):
+        cc = min(cols, sc - c0)
+        for r0 in range(0, sr, rows):
+            rr = min(rows, sr - r0)
+            rd, wr = (rr * t + t * cc, rr * cc) if df == "os" else (rr * cc + t * rr, t * cc)
+            tiles.append(TileResult("gemm", len(tiles), rr * cc, per_fold, 0, rd * wb, wr * wb))
+    compute = len(tiles) * per_fold
+    spans = tuple(("gemm", i, i * per_fold, (i + 1) * per_fold) for i in range(len(tiles)))
+    span = mem.total_cycles + 1  # `systolic_memory.run_systolic_system`
+    rd, wr = mem.dram_words_read * wb, mem.dram_words_written * wb
+    energy = energy_pj(spec, macs, reads.sum() + writes.sum(), rd + wr)
+    operands = m * k + k * n  # read once (`roofline.program_roofline`; no DMA transfers kept)
+    kernel = KernelResult(kernel="gemm", start_cycle=0, end_cycle=span, compute_cycles=compute,
+                          ii=1, mii=1, copies=1, tiles=tuple(tiles),
+                          roofline=floors(spec, macs, operands, 0))
+    pe = spec.pe_array
+    return SimResult(
+        workload=workload, arch=spec.name, clock_ghz=spec.clock_ghz, engine=engine,
+        peak_macs_per_cycle=pe.num_pes * pe.simd_lanes,
+        area_mm2=tuple(area_breakdown(spec).items()),
+        dram_bytes_per_cycle=spec.dram.bytes_per_cycle, energy_pj=tuple(energy.items()),
+        pe_busy_cycles=BusyGrid(t, _cover(sr, rows), _cover(sc, cols)),
+        spm_reads_per_line=reads, spm_writes_per_line=writes,
+        spm_conflicts_per_line=Counts((0,) * lines),
+        cycles=span - 1, compute_cycles=compute - 1, stall_cycles_spm_conflict=0,
+        stall_cycles_dram=mem.stall_cycles, stall_cycles_reconfiguration=0,
+        stall_cycles_dependency=0, macs=macs, dram_bytes_read=rd, dram_bytes_written=wr,
+        kernels=(kernel,), output=None, tile_spans=spans, roofline=floors(spec, macs, operands,
+                                                                         m * n),
+        notes=memory_notes((mem,)), values_computed=False, values_match_reference=None,
+        max_abs_error=None, mapping_summary=(f"gemm: systolic {df} on {rows}x{cols}, GEMM "
+                                             f"M={m} N={n} K={k}"),
+        wall_seconds=time.perf_counter() - t0)
