@@ -6,10 +6,17 @@ from __future__ import annotations
 import json
 import time
 
-from dataflow.arch import preset_names
+from dataflow.arch import preset_names, resolve_arch
 from dataflow.cli import COMMANDS, deferred
 from dataflow.errors import USER_ERRORS, UserError
-from dataflow.workloads import all_params, workload_help, workload_names, workload_params
+from dataflow.pe_array.systolic_timing import timing_only_result
+from dataflow.workloads import (
+    Workload,
+    all_params,
+    workload_help,
+    workload_names,
+    workload_params,
+)
 
 # `dataflow.api` (numpy, the engine) is imported when a run needs it: a timing-only GEMM on a
 # systolic array is timed without it (`timing_only_fast`, docs/conventions.md#timing-only)
@@ -113,10 +120,6 @@ def timing_only_fast(args, params: dict):
     refetches or drains mid-run, or any input `simulate` refuses (it raises the error)."""
     if args.workload != "gemm" or args.save or args.trace or args.seed < 0:
         return None
-    from dataflow.arch import resolve_arch
-    from dataflow.pe_array.systolic_timing import timing_only_result
-    from dataflow.workloads import Workload, workload_params
-
     try:
         given = Workload("gemm", None, workload_params("gemm")).resolve(params)
         spec = resolve_arch(args.arch)

@@ -12,10 +12,11 @@ from dataflow.dfg.graph import BufferRole
 from dataflow.dfg.ops import Op
 from dataflow.errors import UserError
 from dataflow.mapper.mapping import Mapping, SystolicMapping
-from dataflow.pe_array.area import area_breakdown
+from dataflow.pe_array.assemble import area_breakdown, assemble_result  # noqa: F401 (re-exported)
 from dataflow.pe_array.fast import run_kernel_fast
 from dataflow.pe_array.result import ArrayResult, KernelResult, Roofline, SimResult, TileResult
 from dataflow.pe_array.roofline import kernel_roofline, program_roofline
+from dataflow.pe_array.systolic_timing import memory_notes
 
 # Deferred imports (start-up, issue 14): the per-cycle stepper, the systolic engine and its
 # SCALE-Sim memory model, and the SimPy system model are imported where a run first needs them
@@ -197,7 +198,6 @@ def simulate_mapping(mapping: Mapping, engine: str = "fast", trace: bool = False
     notes: tuple[str, ...] = ()
     if systolic:  # SCALE-Sim's SRAMs and DRAM links (dataflow/pe_array/systolic_memory.py)
         from dataflow.pe_array.systolic_memory import run_systolic_system
-        from dataflow.pe_array.systolic_timing import memory_notes
 
         timeline, mems = run_systolic_system(list(mapping.kernels), arrays, arch)
         rd = sum(m.dram_words_read for m in mems) * arch.word_bytes
@@ -247,21 +247,6 @@ def array_counts(arrays: list[ArrayResult]) -> dict[str, np.ndarray]:
             "spm_reads_per_line": sum(a.spm_reads_per_line for a in arrays),
             "spm_writes_per_line": sum(a.spm_writes_per_line for a in arrays),
             "spm_conflicts_per_line": sum(a.spm_conflicts_per_line for a in arrays)}
-
-
-def assemble_result(arch, *, workload: str, engine: str, counts: dict[str, np.ndarray],
-                    energy_pj: dict[str, float], **fields) -> SimResult:
-    """The one place a `SimResult` is put together (the engine's run, butterfly residencies,
-    experts side by side): what follows from the architecture -- its name and clock, the peak
-    MACs per cycle, the area breakdown, the DRAM peak for rooflines -- is filled in here; the
-    caller gives the timing, traffic and values (`fields`, SimResult's own names), `counts`
-    (`array_counts`) and the energy by component in pJ."""
-    return SimResult(
-        workload=workload, arch=arch.name, clock_ghz=arch.clock_ghz, engine=engine,
-        peak_macs_per_cycle=arch.pe_array.num_pes * arch.pe_array.simd_lanes,
-        area_mm2=tuple(area_breakdown(arch).items()),
-        dram_bytes_per_cycle=arch.dram.bytes_per_cycle,
-        energy_pj=tuple(energy_pj.items()), **counts, **fields)
 
 
 def sequence_results(parts: list[SimResult], workload: str, output, notes=(),

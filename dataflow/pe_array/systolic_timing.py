@@ -34,6 +34,9 @@ from dataclasses import dataclass
 
 from dataflow.arch.spec import ArchSpec, PEKind
 from dataflow.errors import UserError
+from dataflow.pe_array.assemble import assemble_result
+from dataflow.pe_array.result import KernelResult, TileResult
+from dataflow.pe_array.roofline import floors
 
 ACTIVE_BUF_FRAC = 0.5  # single_layer_sim.py: active_buf_frac for every SRAM
 SETS_PER_BUFFER = 100  # read_buffer.prepare_hashed_buffer: ceil(total / 100) words a set
@@ -239,10 +242,6 @@ def timing_only_result(spec: ArchSpec, m: int, n: int, k: int, dataflow: str | N
         return None
     if mem is None:
         return None
-    from dataflow.pe_array.area import area_breakdown
-    from dataflow.pe_array.result import KernelResult, SimResult, TileResult
-    from dataflow.pe_array.roofline import floors
-
     rows, cols = spec.pe_array.rows, spec.pe_array.cols
     sr, sc, t = _dims(df, m, n, k)
     per_fold = fold_cycles(df, rows, cols, t)
@@ -267,21 +266,16 @@ def timing_only_result(spec: ArchSpec, m: int, n: int, k: int, dataflow: str | N
     kernel = KernelResult(kernel="gemm", start_cycle=0, end_cycle=span, compute_cycles=compute,
                           ii=1, mii=1, copies=1, tiles=tuple(tiles),
                           roofline=floors(spec, macs, operands, 0))
-    pe = spec.pe_array
-    return SimResult(
-        workload=workload, arch=spec.name, clock_ghz=spec.clock_ghz, engine=engine,
-        peak_macs_per_cycle=pe.num_pes * pe.simd_lanes,
-        area_mm2=tuple(area_breakdown(spec).items()),
-        dram_bytes_per_cycle=spec.dram.bytes_per_cycle, energy_pj=tuple(energy.items()),
-        pe_busy_cycles=BusyGrid(t, _cover(sr, rows), _cover(sc, cols)),
-        spm_reads_per_line=reads, spm_writes_per_line=writes,
-        spm_conflicts_per_line=Counts((0,) * lines),
+    counts = {"pe_busy_cycles": BusyGrid(t, _cover(sr, rows), _cover(sc, cols)),
+              "spm_reads_per_line": reads, "spm_writes_per_line": writes,
+              "spm_conflicts_per_line": Counts((0,) * lines)}
+    return assemble_result(
+        spec, workload=workload, engine=engine, counts=counts, energy_pj=energy,
         cycles=span - 1, compute_cycles=compute - 1, stall_cycles_spm_conflict=0,
         stall_cycles_dram=mem.stall_cycles, stall_cycles_reconfiguration=0,
         stall_cycles_dependency=0, macs=macs, dram_bytes_read=rd, dram_bytes_written=wr,
-        kernels=(kernel,), output=None, tile_spans=spans, roofline=floors(spec, macs, operands,
-                                                                         m * n),
-        notes=memory_notes((mem,)), values_computed=False, values_match_reference=None,
-        max_abs_error=None, mapping_summary=(f"gemm: systolic {df} on {rows}x{cols}, GEMM "
-                                             f"M={m} N={n} K={k}"),
+        kernels=(kernel,), output=None, tile_spans=spans,
+        roofline=floors(spec, macs, operands, m * n), notes=memory_notes((mem,)),
+        values_computed=False, values_match_reference=None, max_abs_error=None,
+        mapping_summary=f"gemm: systolic {df} on {rows}x{cols}, GEMM M={m} N={n} K={k}",
         wall_seconds=time.perf_counter() - t0)
