@@ -1,8 +1,9 @@
 """The numpy-free `--timing-only` path of a dense GEMM on a systolic array
 (`dataflow/pe_array/systolic_timing.py`, docs/conventions.md#timing-only): the same JSON as the
-full timing-only run wherever it answers, None (the full path runs) where SCALE-Sim's memory
-model refetches or drains mid-run, SCALE-Sim's cycles on the golden GEMMs, and a whole
-`dataflow simulate --timing-only` process that never imports numpy."""
+full timing-only run wherever it answers (stalls of an ofmap SRAM that drains mid-run
+included), None (the full path runs) where a read SRAM of SCALE-Sim's memory model refetches;
+SCALE-Sim's cycles on the golden GEMMs; a whole `dataflow simulate --timing-only` process that
+never imports numpy."""
 
 from __future__ import annotations
 
@@ -57,7 +58,7 @@ def test_fast_path_json_is_the_full_runs(edge, words, bpc, df):
     for m, n, k in SHAPES:
         fast = timing_only_result(arch, m, n, k, df)
         full = simulate("gemm", arch, m=m, n=n, k=k, dataflow=df, timing_only=True)
-        if fast is None:  # the memory model's service loop: it refetches or drains mid-run
+        if fast is None:  # a read SRAM refetches: the memory model's read buffers
             assert words is not None, "the presets' SRAMs are a closed form"
             continue
         taken += 1
@@ -67,9 +68,22 @@ def test_fast_path_json_is_the_full_runs(edge, words, bpc, df):
     assert taken == len(SHAPES) if words is None or words > 1 << 20 else taken >= 1
 
 
-def test_fast_path_refuses_every_stalling_golden_case():
-    """SCALE-Sim's small-SRAM runs all stall (tests/data/scalesim_memory_golden.json): the
-    fast path leaves every one to the memory model's service loop."""
+@pytest.mark.parametrize("df", ["ws", "is"])
+@pytest.mark.parametrize("shape", [(64, 64, 16), (100, 40, 9), (30, 200, 10)])
+def test_fast_path_stalls_as_the_full_run_does(df, shape):
+    """An ofmap SRAM that drains mid-run through a one-word DRAM link: writes wait for the
+    drains, and the fast path's service of the ofmap SRAM gives the same stalls."""
+    arch = _arch(8, 5000, 12.0)
+    m, n, k = shape
+    fast = timing_only_result(arch, m, n, k, df)
+    full = simulate("gemm", arch, m=m, n=n, k=k, dataflow=df, timing_only=True)
+    assert fast is not None and fast.stall_cycles_dram > 0
+    assert _json(fast) == _json(full)
+
+
+def test_fast_path_refuses_every_refetching_golden_case():
+    """SCALE-Sim's small-SRAM runs (tests/data/scalesim_memory_golden.json) all refetch: the
+    fast path leaves every one to the memory model's read buffers."""
     golden = json.loads((ROOT / "tests" / "data" / "scalesim_memory_golden.json").read_text())
     bw = golden["header"]["bandwidth_words_per_cycle"]
     for r in golden["records"]:
@@ -88,7 +102,7 @@ def test_fast_path_has_scalesims_cycles():
 
 
 @pytest.mark.parametrize("arch,why", [(ARCH_DIR / "default.yaml", "not systolic"),
-                                      (_arch(32, 2), "drains mid-run")])
+                                      (_arch(32, 2), "refetches")])
 def test_fast_path_declines_what_it_does_not_model(arch, why):
     spec = load_arch(arch) if not hasattr(arch, "pe_array") else arch
     assert timing_only_result(spec, 64, 64, 64, "ws") is None, why

@@ -61,6 +61,7 @@ from dataflow.pe_array.systolic_timing import (  # the light pieces, shared with
     READ_PORT_LATENCY,
     SETS_PER_BUFFER,
     SystolicMemoryTimeline,
+    WriteBuffer,
     link_words_per_cycle,
     sram_words,
 )
@@ -140,76 +141,6 @@ def _window_hits(addr: np.ndarray, set_id: np.ndarray, num_sets: int, n_act: int
     return hit
 
 
-class _WriteBuffer:
-    """memory/write_buffer.py's ofmap SRAM, word by word where its state changes."""
-
-    def __init__(self, words: int, bw: int):
-        self.total = words
-        self.drain_size = words - int(math.ceil(words * ACTIVE_BUF_FRAC))
-        self.bw = bw
-        self.free = words
-        self.drain_end = 0
-        self.line_fill = 0  # words in the open trace line
-        # the closed trace lines: how many, and the words of those closed before they were
-        # full (`_close_line`); every other line holds `bw` words
-        self.trace_count = 0
-        self.partial_lines: dict[int, int] = {}
-        self.drained_lines = 0
-        self.dram_stop = None
-
-    def _store(self, k: int) -> None:
-        self.free -= k
-        words = self.line_fill + k
-        self.trace_count += words // self.bw
-        self.line_fill = words % self.bw
-
-    def _close_line(self) -> None:  # append_to_trace_mat(force=True)
-        if self.line_fill:
-            self.partial_lines[self.trace_count] = self.line_fill
-            self.trace_count += 1
-            self.line_fill = 0
-
-    def _drain(self, start: int) -> int:  # empty_drain_buf
-        lines = min(math.ceil(self.drain_size / self.bw), self.trace_count - self.drained_lines)
-        if lines == 0:
-            return start
-        last = self.partial_lines.get(self.drained_lines + lines - 1, self.bw)
-        self.free += (lines - 1) * self.bw + last
-        self.drained_lines += lines
-        end = start + lines - 1
-        self.dram_stop = end if self.dram_stop is None else max(self.dram_stop, end)
-        return end
-
-    def write(self, n: int, cycle: int) -> int:
-        """Store `n` words demanded at `cycle` (service_writes); the cycle the line is done."""
-        current = cycle
-        threshold = self.total - self.drain_size
-        while n:
-            if current < self.drain_end:  # a drain runs: a write into a full SRAM waits
-                bulk = min(n, self.free - 1)
-            else:  # more than the drain half held: start a drain
-                bulk = min(n, self.free - threshold)
-            if bulk > 0:  # words that change nothing but the count
-                self._store(bulk)
-                n -= bulk
-                continue
-            self._store(1)
-            n -= 1
-            if current < self.drain_end:
-                if not self.free > 0:
-                    current = self.drain_end
-            elif self.free < threshold:
-                self._close_line()
-                self.drain_end = self._drain(current)
-        return current
-
-    def drain_all(self, cycle: int) -> None:  # empty_all_buffers
-        self._close_line()
-        while self.drained_lines < self.trace_count:
-            self.drain_end = self._drain(cycle)
-            cycle = self.drain_end + 1
-
-
 def _read_stall(buf: _ReadBuffer, n: int, cycle: int, issued: int) -> int:
     """The line's wait in `service_reads` for its `n` prefetches after `issued` earlier ones
     (prefetch j lands at -1 + j (lines + 1): each starts the cycle after the previous one)."""
@@ -248,10 +179,10 @@ class _Service:
 
 
 def _quiet_lines(busy: np.ndarray, written: np.ndarray, pos: int, stop: int, stall: int,
-                 ofmap: _WriteBuffer) -> int:
+                 ofmap: WriteBuffer) -> int:
     """How many of the busy lines from `pos` (before `stop`, the next one with a prefetch) store
     their words without changing anything but the count: each finds room in bulk
-    (`_WriteBuffer.write`: while a drain runs, all but one free word; else down to the drain
+    (`WriteBuffer.write`: while a drain runs, all but one free word; else down to the drain
     threshold). `written[j]` is the ofmap words of busy lines 0..j."""
     before = int(written[pos - 1]) if pos else 0
     running = pos + int(np.searchsorted(busy[pos:stop], ofmap.drain_end - stall))
@@ -263,7 +194,7 @@ def _quiet_lines(busy: np.ndarray, written: np.ndarray, pos: int, stop: int, sta
     return running + int(np.searchsorted(written[running:stop], lim, side="right")) - pos
 
 
-def _service(bufs, ofmap: _WriteBuffer, writes: np.ndarray) -> _Service:
+def _service(bufs, ofmap: WriteBuffer, writes: np.ndarray) -> _Service:
     """Every demand line with work in order: the waits of its prefetches and writes delay the
     lines after it. Runs of quiet lines (`_quiet_lines`) are stored at once."""
     lines = writes.size
@@ -311,7 +242,7 @@ def systolic_memory(sm: SystolicMapping, arch: ArchSpec,
     bw = link_words_per_cycle(arch)
     sizes = sram_words(arch)
     bufs = _read_buffers(sm, arch, ifmap_addresses, bw)
-    ofmap = _WriteBuffer(sizes[2], bw)
+    ofmap = WriteBuffer(sizes[2], bw)
     writes = write_counts(sm)
     lines = writes.size
     st = _service(bufs, ofmap, writes)

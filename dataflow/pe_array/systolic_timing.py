@@ -11,7 +11,7 @@ dataflow, the array and the SRAM sizes, in closed form per fold group:
   fold reads its operand tiles once and keeps its rr x cc PEs busy T cycles;
 * SCALE-Sim's memory model (`systolic_memory.systolic_memory`) when neither read SRAM refetches
   (every set of the operand is in its active half: `_read_buffer` then records no prefetch) and
-  the ofmap SRAM never drains mid-run (the words written fit its drain half: `_WriteBuffer`
+  the ofmap SRAM never drains mid-run (the words written fit its drain half: `WriteBuffer`
   starts a drain only past it): no stall, "Total Cycles" is the compute cycles, the first fill
   is each read SRAM's active half (or the whole operand), and the ofmap drains after the last
   demand line, one DRAM line of `bw` words a cycle.
@@ -87,6 +87,79 @@ def memory_notes(mems: tuple[SystolicMemoryTimeline, ...]) -> tuple[str, ...]:
         f"DRAM link" for i, m in enumerate(mems))
 
 
+# ---- the ofmap SRAM (memory/write_buffer.py) ----
+
+class WriteBuffer:
+    """memory/write_buffer.py's ofmap SRAM, word by word where its state changes (pure Python:
+    `systolic_memory` and the timing path share it)."""
+
+    def __init__(self, words: int, bw: int):
+        self.total = words
+        self.drain_size = words - int(math.ceil(words * ACTIVE_BUF_FRAC))
+        self.bw = bw
+        self.free = words
+        self.drain_end = 0
+        self.line_fill = 0  # words in the open trace line
+        # the closed trace lines: how many, and the words of those closed before they were
+        # full (`_close_line`); every other line holds `bw` words
+        self.trace_count = 0
+        self.partial_lines: dict[int, int] = {}
+        self.drained_lines = 0
+        self.dram_stop = None
+
+    def _store(self, k: int) -> None:
+        self.free -= k
+        words = self.line_fill + k
+        self.trace_count += words // self.bw
+        self.line_fill = words % self.bw
+
+    def _close_line(self) -> None:  # append_to_trace_mat(force=True)
+        if self.line_fill:
+            self.partial_lines[self.trace_count] = self.line_fill
+            self.trace_count += 1
+            self.line_fill = 0
+
+    def _drain(self, start: int) -> int:  # empty_drain_buf
+        lines = min(math.ceil(self.drain_size / self.bw), self.trace_count - self.drained_lines)
+        if lines == 0:
+            return start
+        last = self.partial_lines.get(self.drained_lines + lines - 1, self.bw)
+        self.free += (lines - 1) * self.bw + last
+        self.drained_lines += lines
+        end = start + lines - 1
+        self.dram_stop = end if self.dram_stop is None else max(self.dram_stop, end)
+        return end
+
+    def write(self, n: int, cycle: int) -> int:
+        """Store `n` words demanded at `cycle` (service_writes); the cycle the line is done."""
+        current = cycle
+        threshold = self.total - self.drain_size
+        while n:
+            if current < self.drain_end:  # a drain runs: a write into a full SRAM waits
+                bulk = min(n, self.free - 1)
+            else:  # more than the drain half held: start a drain
+                bulk = min(n, self.free - threshold)
+            if bulk > 0:  # words that change nothing but the count
+                self._store(bulk)
+                n -= bulk
+                continue
+            self._store(1)
+            n -= 1
+            if current < self.drain_end:
+                if not self.free > 0:
+                    current = self.drain_end
+            elif self.free < threshold:
+                self._close_line()
+                self.drain_end = self._drain(current)
+        return current
+
+    def drain_all(self, cycle: int) -> None:  # empty_all_buffers
+        self._close_line()
+        while self.drained_lines < self.trace_count:
+            self.drain_end = self._drain(cycle)
+            cycle = self.drain_end + 1
+
+
 # ---- the closed forms ----
 
 def _dims(df: str, m: int, n: int, k: int) -> tuple[int, int, int]:
@@ -113,31 +186,114 @@ def _never_refetches(stored: int, words: int) -> bool:
     return min(math.ceil(active / per_set), num_sets) >= num_sets
 
 
+def _diagonal_prefix(p: int, q: int, s: int) -> int:
+    """How many (i, j), 0 <= i < p, 0 <= j < q, have i + j <= s: the words of a p x q
+    wavefront written by its s-th line (`systolic_demand.diagonal_counts` summed)."""
+    if s < 0:
+        return 0
+    a = min(p - 1, s)  # rows i = 0 .. a reach line s; those with i <= s - q + 1 in full
+    full = min(a, s - q + 1) + 1 if s - q + 1 >= 0 else 0
+    lo = full  # rows lo .. a reach s - i + 1 words each
+    n = a - lo + 1
+    return q * full + (n * (s + 1) - (lo + a) * n // 2 if n > 0 else 0)
+
+
+class _Written:
+    """`systolic_demand.write_counts` summed: ofmap words written by demand lines 0 .. j, in
+    closed form per fold (folds column-folds outer, each writing its p x cc wavefront from line
+    `first` of its `per_fold`)."""
+
+    def __init__(self, df: str, m: int, n: int, k: int, rows: int, cols: int):
+        self.os = df == "os"
+        self.sr, self.sc, self.t = _dims(df, m, n, k)
+        self.rows, self.cols = rows, cols
+        self.per_fold = fold_cycles(df, rows, cols, self.t)
+        self.nfr = -(-self.sr // rows)
+        self.lines = self.nfr * -(-self.sc // cols) * self.per_fold
+        self.total = self.through(self.lines - 1)
+
+    def through(self, j: int) -> int:
+        if j < 0:
+            return 0
+        j = min(j, self.lines - 1)
+        f, o = divmod(j, self.per_fold)
+        fc, fr = divmod(f, self.nfr)
+        rr, cc = min(self.rows, self.sr - fr * self.rows), min(self.cols, self.sc - fc * self.cols)
+        rows_before = min(fr * self.rows, self.sr)
+        if self.os:  # p = rr, from line T + R - 1 - rr
+            before = min(fc * self.cols, self.sc) * self.sr + cc * rows_before
+            return before + _diagonal_prefix(rr, cc, o - (self.t + self.rows - 1 - rr))
+        before = (min(fc * self.cols, self.sc) * self.nfr + cc * fr) * self.t
+        return before + _diagonal_prefix(self.t, cc, o - (2 * self.rows - 1))
+
+    def last_at_most(self, lo: int, hi: int, limit: int) -> int:
+        """The first j in [lo, hi) with `through(j)` > limit (hi if none): numpy's
+        searchsorted(side="right") on the cumulative words."""
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.through(mid) <= limit:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+
+def _service_writes(written: _Written, ofmap: WriteBuffer) -> tuple[int, int, int | None]:
+    """`systolic_memory._service` when no read SRAM prefetches (every read wait is 0): every
+    demand line in order, the runs of quiet lines (`systolic_memory._quiet_lines`) stored at
+    once, the others through `WriteBuffer.write`, whose waits delay the lines after it. Lines
+    that write nothing count as quiet (they change nothing). (stall, total, last_out)."""
+    lines = written.lines
+    stall = total = 0
+    last_out = None
+    pos = 0
+    threshold = ofmap.total - ofmap.drain_size
+    while pos < lines:
+        before = written.through(pos - 1)
+        running = pos + min(max(ofmap.drain_end - stall - pos, 0), lines - pos)
+        quiet = written.last_at_most(pos, running, before + ofmap.free - 1)
+        if quiet == running:
+            quiet = written.last_at_most(running, lines, before + ofmap.free - threshold)
+        if quiet > pos:
+            last = quiet - 1
+            ofmap._store(written.through(last) - before)
+            cycle = last + stall
+            total = max(total, cycle)
+            last_out = cycle if last == lines - 1 else None
+            pos = quiet
+            continue
+        cycle = pos + stall
+        done = ofmap.write(written.through(pos) - before, cycle)
+        total = max(total, done)
+        last_out = done if pos == lines - 1 else None
+        stall += max(0, done - cycle)
+        pos += 1
+    return stall, total, last_out
+
+
 def quiet_memory(df: str, m: int, n: int, k: int, rows: int, cols: int, arch: ArchSpec
                  ) -> SystolicMemoryTimeline | None:
-    """`systolic_memory.systolic_memory` of a GEMM whose read SRAMs never refetch and whose
-    ofmap SRAM never drains mid-run (see the module docstring); None for any other."""
+    """`systolic_memory.systolic_memory` of a GEMM whose read SRAMs never refetch (see the
+    module docstring), None for any other: the ofmap SRAM's service in `_service_writes`."""
     bw = link_words_per_cycle(arch)
     sizes = sram_words(arch)
     if not (_never_refetches(m * k, sizes[0]) and _never_refetches(k * n, sizes[1])):
         return None
-    sr, sc, t = _dims(df, m, n, k)
-    written = (m * n if df == "os" else -(-sr // rows) * t * sc)  # `systolic_demand.write_counts`
-    drain_half = sizes[2] - int(math.ceil(sizes[2] * ACTIVE_BUF_FRAC))
-    if written > drain_half:  # it drains mid-run (and may stall): the model's service loop
-        return None
-    total = closed_form_cycles(df, m, n, k, rows, cols)  # no stall: the last demand line
-    first = max(min(math.ceil(int(math.ceil(w * ACTIVE_BUF_FRAC)) / bw), math.ceil(f / bw))
-                for w, f in zip(sizes[:2], fetch_sizes(df, m, n, k, rows, cols)))
-    # `_WriteBuffer.drain_all` after the last line: ⌈written / bw⌉ DRAM lines back to back
-    stop = total + math.ceil(written / bw) - 1
+    written = _Written(df, m, n, k, rows, cols)
+    ofmap = WriteBuffer(sizes[2], bw)
+    stall, total, last_out = _service_writes(written, ofmap)
+    lines = written.lines
+    last_out = lines - 1 + stall if last_out is None else last_out
+    total = max(total, last_out)
+    ofmap.drain_all(last_out)
+    fills = [min(math.ceil(int(math.ceil(w * ACTIVE_BUF_FRAC)) / bw), math.ceil(f / bw))
+             for w, f in zip(sizes[:2], fetch_sizes(df, m, n, k, rows, cols))]
+    first = max(fills)
+    stop = ofmap.dram_stop if ofmap.dram_stop is not None else total
     return SystolicMemoryTimeline(
-        total_cycles=total, total_cycles_incl_prefetch=stop + first, stall_cycles=0,
-        prefetch_cycles=first, link_words_per_cycle=bw,
-        dram_words_read=sum(min(math.ceil(int(math.ceil(w * ACTIVE_BUF_FRAC)) / bw),
-                                math.ceil(f / bw)) * bw
-                            for w, f in zip(sizes[:2], fetch_sizes(df, m, n, k, rows, cols))),
-        dram_words_written=written, sram_words=sizes)
+        total_cycles=total, total_cycles_incl_prefetch=stop + first, stall_cycles=stall,
+        prefetch_cycles=first, link_words_per_cycle=bw, dram_words_read=sum(fills) * bw,
+        dram_words_written=written.total, sram_words=sizes)
 
 
 def fold_cycles(df: str, rows: int, cols: int, t: int) -> int:
