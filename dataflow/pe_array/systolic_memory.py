@@ -36,7 +36,9 @@ which its sizes alone decide, so its fetch order and demand are built only for a
 refetches (`_read_buffer`); and the service loop steps only the lines where something happens
 -- a prefetch, a drain starting, a write waiting -- storing the words of the quiet lines
 between them at once (`_quiet_lines`). Each shortcut gives the figures the per-line loop gives
-(tests/test_scalesim_memory.py runs both).
+(tests/test_scalesim_memory.py runs both). The pure-Python pieces (the ofmap SRAM, the
+constants, the timeline record) live in `systolic_timing`, whose numpy-free path serves the
+ofmap SRAM the same way when no read SRAM refetches (docs/conventions.md#timing-only).
 """
 
 from __future__ import annotations

@@ -9,18 +9,22 @@ dataflow, the array and the SRAM sizes, in closed form per fold group:
 * compute cycles: ⌈Sr/R⌉·⌈Sc/C⌉ folds of `fold_cycles` each (`systolic.closed_form_cycles`);
 * SRAM word accesses (`systolic._sram_accesses`) and PE busy cycles (`systolic._busy`): every
   fold reads its operand tiles once and keeps its rr x cc PEs busy T cycles;
-* SCALE-Sim's memory model (`systolic_memory.systolic_memory`) when neither read SRAM refetches
-  (every set of the operand is in its active half: `_read_buffer` then records no prefetch) and
-  the ofmap SRAM never drains mid-run (the words written fit its drain half: `WriteBuffer`
-  starts a drain only past it): no stall, "Total Cycles" is the compute cycles, the first fill
-  is each read SRAM's active half (or the whole operand), and the ofmap drains after the last
-  demand line, one DRAM line of `bw` words a cycle.
+* SCALE-Sim's memory model (`systolic_memory.systolic_memory`) when neither read SRAM
+  refetches (every set of its operand is in its active half: `_read_buffer` then records no
+  prefetch, so no demand line waits for a read). What is left is the ofmap SRAM
+  (`WriteBuffer`, shared with `systolic_memory`), served line by line as `_service` serves it,
+  with the words each demand line writes summed in closed form per fold (`_Written`) instead of
+  an array of every line: runs of quiet lines are found by bisection and stored at once, the
+  lines where a drain starts or a write waits go through `WriteBuffer.write`. When the words
+  written fit its drain half (SCALE-Sim-sized SRAMs) nothing drains before the end: one quiet
+  run, no stall, "Total Cycles" are the compute cycles, and the ofmap drains after the last
+  demand line, ⌈words / bw⌉ DRAM lines back to back.
 
-Anything else -- an SRAM that refetches or drains mid-run (and may stall), an arch that is not
-a systolic preset of three SRAMs, a flag the fast path does not take -- returns None from
-`timing_only_result`, and the caller runs the full path (`matmul_workloads._timing_only`),
-which also raises its errors. `tests/test_systolic_timing.py` holds the two paths' JSON equal
-field by field.
+Anything else -- a read SRAM that refetches (its fetch order and demand are per-word arrays),
+an arch that is not a systolic preset of three SRAMs, a flag the fast path does not take --
+returns None from `timing_only_result`, and the caller runs the full path
+(`matmul_workloads._timing_only`), which also raises its errors. `tests/test_systolic_timing.py`
+holds the two paths' JSON equal field by field.
 
 The light pieces of the memory model (its constants, the timeline record, the DRAM-link and
 SRAM sizes, the notes) live here, imported by `systolic_memory`, so both paths share them.
@@ -271,8 +275,8 @@ def _service_writes(written: _Written, ofmap: WriteBuffer) -> tuple[int, int, in
     return stall, total, last_out
 
 
-def quiet_memory(df: str, m: int, n: int, k: int, rows: int, cols: int, arch: ArchSpec
-                 ) -> SystolicMemoryTimeline | None:
+def read_once_memory(df: str, m: int, n: int, k: int, rows: int, cols: int, arch: ArchSpec
+                     ) -> SystolicMemoryTimeline | None:
     """`systolic_memory.systolic_memory` of a GEMM whose read SRAMs never refetch (see the
     module docstring), None for any other: the ofmap SRAM's service in `_service_writes`."""
     bw = link_words_per_cycle(arch)
@@ -393,7 +397,7 @@ def timing_only_result(spec: ArchSpec, m: int, n: int, k: int, dataflow: str | N
             ("fast", "reference") or min(m, n, k) <= 0):
         return None
     try:
-        mem = quiet_memory(df, m, n, k, spec.pe_array.rows, spec.pe_array.cols, spec)
+        mem = read_once_memory(df, m, n, k, spec.pe_array.rows, spec.pe_array.cols, spec)
     except UserError:  # the full path raises it
         return None
     if mem is None:
