@@ -178,3 +178,35 @@ def test_a_timing_only_process_imports_no_numpy(tmp_path):
         full = simulate("gemm", load_arch(arch), m=m, n=n, k=k, dataflow="ws", timing_only=True)
         got["result"].pop("wall_seconds")
         assert json.dumps(got["result"]) == _json(full)
+
+
+def test_memory_model_on_random_small_srams():
+    """`read_once_memory` against `systolic_memory` itself on seeded random GEMMs, arrays,
+    SRAM sizes and DRAM links: every figure equal wherever the fast path answers (drains and
+    write stalls included)."""
+    import random
+
+    import numpy as np
+
+    from dataflow.dfg.lower import lower_gemm
+    from dataflow.mapper import map_program
+    from dataflow.pe_array.systolic_memory import systolic_memory
+    from dataflow.pe_array.systolic_timing import read_once_memory
+
+    rng = random.Random(7)
+    taken = stalled = 0
+    for _ in range(300):
+        edge = rng.choice([2, 4, 8, 16, 32])
+        arch = _arch(edge, rng.choice([64, 300, 1000, 5000, 20000]),
+                     12.0 * rng.choice([1, 1, 2, 3, 7, 21]))
+        m, n, k = (rng.randint(1, 200) for _ in range(3))
+        df = rng.choice(["os", "ws", "is"])
+        fast = read_once_memory(df, m, n, k, edge, edge, arch)
+        if fast is None:
+            continue
+        program = lower_gemm(np.zeros((m, k), np.float32), np.zeros((k, n), np.float32))
+        (sm,) = map_program(program, arch, dataflow=df).kernels
+        assert fast == systolic_memory(sm, arch), (edge, arch.spm, m, n, k, df)
+        taken += 1
+        stalled += fast.stall_cycles > 0
+    assert taken >= 40 and stalled >= 5
