@@ -210,3 +210,11 @@ def test_memory_model_on_random_small_srams():
         taken += 1
         stalled += fast.stall_cycles > 0
     assert taken >= 40 and stalled >= 5
+
+
+def test_fast_path_leaves_runs_of_too_many_folds_to_the_full_path():
+    from dataflow.pe_array.systolic_timing import MAX_FOLDS
+
+    side = 32 * (int(MAX_FOLDS ** 0.5) + 1)  # more folds than MAX_FOLDS on the 32 x 32 preset
+    assert timing_only_result(BASE, side, side, 8, "os") is None
+    assert timing_only_result(BASE, side, side // 4, 8, "os") is not None

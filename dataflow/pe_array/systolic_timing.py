@@ -47,6 +47,9 @@ SETS_PER_BUFFER = 100  # read_buffer.prepare_hashed_buffer: ceil(total / 100) wo
 READ_HIT_LATENCY = 1  # read_buffer.hit_latency
 READ_PORT_LATENCY = 1  # read_port.latency (no Ramulator trace)
 DATAFLOWS = ("os", "ws", "is")
+#: most folds the fast path times: each is a `TileResult`, as in the full path, which for more
+#: (a GEMM the full path refuses for its operands' memory, or times for minutes) runs instead
+MAX_FOLDS = 1 << 18
 
 
 @dataclass(frozen=True)
@@ -395,6 +398,9 @@ def timing_only_result(spec: ArchSpec, m: int, n: int, k: int, dataflow: str | N
     df = dataflow or "os"
     if (spec.pe_array.kind != PEKind.SYSTOLIC or df not in DATAFLOWS or engine not in
             ("fast", "reference") or min(m, n, k) <= 0):
+        return None
+    sr, sc, _ = _dims(df, m, n, k)
+    if -(-sr // spec.pe_array.rows) * -(-sc // spec.pe_array.cols) > MAX_FOLDS:
         return None
     try:
         mem = read_once_memory(df, m, n, k, spec.pe_array.rows, spec.pe_array.cols, spec)
