@@ -1,16 +1,48 @@
-"""`assemble_result`, the one place a `SimResult` is put together, and the area model
-(`area_breakdown`) it fills in. Their own module, importing no numpy, so the numpy-free timing
-path (dataflow/pe_array/systolic_timing.py, docs/conventions.md#timing-only) shares them with
-`pe_array.simulate`, which re-exports both."""
+"""`assemble_result`, the one place a `SimResult` is put together, the area model
+(`area_breakdown`) it fills in and the energy model (`energy_breakdown`) its callers give it.
+Their own module, importing no numpy, so the numpy-free timing path
+(dataflow/pe_array/systolic_timing.py, docs/conventions.md#timing-only) shares them with
+`pe_array.simulate`, which re-exports them."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dataflow.pe_array.result import SimResult
+from dataflow.arch.spec import PEKind
+from dataflow.dfg.ops import Op
+from dataflow.pe_array.result import ArrayResult, SimResult
 
 if TYPE_CHECKING:
     import numpy as np
+
+
+def energy_breakdown(arrays: list[ArrayResult], arch, dram_bytes: int,
+                     kernels: int) -> dict[str, float]:
+    """pJ by component from action counts and the arch's energy table (cited in its YAML)."""
+    e = arch.energy
+    compute = 0.0
+    for a in arrays:
+        for name, count in a.op_counts:
+            op = Op(name)
+            if op.multiplies:
+                compute += count * e.mac_pj
+            elif op in (Op.EXP, Op.DIV):
+                compute += count * e.sfu_pj
+            elif op is Op.VSUM:  # lanes - 1 adds of the reduction tree
+                compute += count * e.alu_pj * (arch.pe_array.simd_lanes - 1)
+            elif not op.is_memory:  # memory ops are charged as SPM accesses below
+                compute += count * e.alu_pj
+    row_bits = arch.spm.words_per_row * arch.word_bytes * 8
+    accesses = sum(int(a.spm_reads_per_line.sum() + a.spm_writes_per_line.sum()) for a in arrays)
+    if arch.pe_array.kind == PEKind.SYSTOLIC:  # counted in words, not rows
+        row_bits = arch.word_bytes * 8
+    return {
+        "compute": compute,
+        "spm": accesses * e.spm_access_pj * row_bits / 64.0,  # Horowitz figures are per 64 bits
+        "dram": dram_bytes * e.dram_byte_pj,
+        "interconnect": sum(a.link_word_hops for a in arrays) * e.link_hop_pj,
+        "reconfiguration": kernels * arch.pe_array.num_pes * e.reconfiguration_pj,
+    }
 
 
 def area_breakdown(arch) -> dict[str, float]:

@@ -7,12 +7,14 @@ from enum import Enum
 
 import numpy as np
 
-from dataflow.arch.spec import PEKind
 from dataflow.dfg.graph import BufferRole
-from dataflow.dfg.ops import Op
 from dataflow.errors import UserError
 from dataflow.mapper.mapping import Mapping, SystolicMapping
-from dataflow.pe_array.assemble import area_breakdown, assemble_result  # noqa: F401 (re-exported)
+from dataflow.pe_array.assemble import (  # noqa: F401 (area_breakdown, energy_breakdown: re-exported)
+    area_breakdown,
+    assemble_result,
+    energy_breakdown,
+)
 from dataflow.pe_array.fast import run_kernel_fast
 from dataflow.pe_array.result import ArrayResult, KernelResult, Roofline, SimResult, TileResult
 from dataflow.pe_array.roofline import kernel_roofline, program_roofline
@@ -70,35 +72,6 @@ def run_array(mapping: Mapping, engine: str = "fast", trace: bool = False,
         data.update(dict(res.outputs))
         results.append(res)
     return results
-
-
-def energy_breakdown(arrays: list[ArrayResult], arch, dram_bytes: int,
-                     kernels: int) -> dict[str, float]:
-    """pJ by component from action counts and the arch's energy table (cited in its YAML)."""
-    e = arch.energy
-    compute = 0.0
-    for a in arrays:
-        for name, count in a.op_counts:
-            op = Op(name)
-            if op.multiplies:
-                compute += count * e.mac_pj
-            elif op in (Op.EXP, Op.DIV):
-                compute += count * e.sfu_pj
-            elif op is Op.VSUM:  # lanes - 1 adds of the reduction tree
-                compute += count * e.alu_pj * (arch.pe_array.simd_lanes - 1)
-            elif not op.is_memory:  # memory ops are charged as SPM accesses below
-                compute += count * e.alu_pj
-    row_bits = arch.spm.words_per_row * arch.word_bytes * 8
-    accesses = sum(int(a.spm_reads_per_line.sum() + a.spm_writes_per_line.sum()) for a in arrays)
-    if arch.pe_array.kind == PEKind.SYSTOLIC:  # counted in words, not rows
-        row_bits = arch.word_bytes * 8
-    return {
-        "compute": compute,
-        "spm": accesses * e.spm_access_pj * row_bits / 64.0,  # Horowitz figures are per 64 bits
-        "dram": dram_bytes * e.dram_byte_pj,
-        "interconnect": sum(a.link_word_hops for a in arrays) * e.link_hop_pj,
-        "reconfiguration": kernels * arch.pe_array.num_pes * e.reconfiguration_pj,
-    }
 
 
 def _schedule_rows(mapping: Mapping) -> tuple[tuple, ...]:

@@ -1,6 +1,6 @@
 """`--timing-only` of a dense GEMM on a systolic array without numpy: the closed forms of
-`dataflow.pe_array.systolic` and of SCALE-Sim's memory model (`systolic_memory`) in integer
-arithmetic, for the cases where that model is a closed form (docs/conventions.md#timing-only).
+`dataflow.pe_array.systolic` and SCALE-Sim's memory model (`systolic_memory`) in integer
+arithmetic, wherever no read SRAM refetches (docs/conventions.md#timing-only).
 
 A whole `dataflow simulate --timing-only` process is mostly imports: numpy alone costs about as
 much as the rest of the run. Every figure of a timing-only GEMM follows from M, N, K, the
@@ -27,7 +27,8 @@ returns None from `timing_only_result`, and the caller runs the full path
 holds the two paths' JSON equal field by field.
 
 The light pieces of the memory model (its constants, the timeline record, the DRAM-link and
-SRAM sizes, the notes) live here, imported by `systolic_memory`, so both paths share them.
+SRAM sizes, the ofmap SRAM, the notes) live here, imported by `systolic_memory`, so both paths
+share them; the result is put together by the same `assemble_result` and `energy_breakdown`.
 """
 
 from __future__ import annotations
@@ -38,8 +39,8 @@ from dataclasses import dataclass
 
 from dataflow.arch.spec import ArchSpec, PEKind
 from dataflow.errors import UserError
-from dataflow.pe_array.assemble import assemble_result
-from dataflow.pe_array.result import KernelResult, TileResult
+from dataflow.pe_array.assemble import assemble_result, energy_breakdown
+from dataflow.pe_array.result import ArrayResult, KernelResult, TileResult
 from dataflow.pe_array.roofline import floors
 
 ACTIVE_BUF_FRAC = 0.5  # single_layer_sim.py: active_buf_frac for every SRAM
@@ -374,21 +375,6 @@ def _cover(extent: int, size: int) -> list[int]:
     return [full + (i < last) for i in range(size)]
 
 
-def energy_pj(arch: ArchSpec, macs: int, accesses: int, dram_bytes: int) -> dict[str, float]:
-    """`simulate.energy_breakdown` of one systolic kernel: its MACs (ops that multiply), its
-    SRAM words (counted in words, not rows), no link hops, one configuration."""
-    e = arch.energy
-    compute = 0.0
-    compute += macs * e.mac_pj
-    return {
-        "compute": compute,
-        "spm": accesses * e.spm_access_pj * (arch.word_bytes * 8) / 64.0,
-        "dram": dram_bytes * e.dram_byte_pj,
-        "interconnect": 0 * e.link_hop_pj,
-        "reconfiguration": 1 * arch.pe_array.num_pes * e.reconfiguration_pj,
-    }
-
-
 def timing_only_result(spec: ArchSpec, m: int, n: int, k: int, dataflow: str | None,
                        engine: str = "fast", workload: str = "gemm", t0: float | None = None):
     """The `SimResult` of `simulate("gemm", spec, m=, n=, k=, dataflow=, timing_only=True)`
@@ -409,7 +395,7 @@ def timing_only_result(spec: ArchSpec, m: int, n: int, k: int, dataflow: str | N
     if mem is None:
         return None
     rows, cols = spec.pe_array.rows, spec.pe_array.cols
-    sr, sc, t = _dims(df, m, n, k)
+    t = _dims(df, m, n, k)[2]
     per_fold = fold_cycles(df, rows, cols, t)
     wb = spec.word_bytes
     macs = m * n * k
@@ -427,14 +413,18 @@ def timing_only_result(spec: ArchSpec, m: int, n: int, k: int, dataflow: str | N
     spans = tuple(("gemm", i, i * per_fold, (i + 1) * per_fold) for i in range(len(tiles)))
     span = mem.total_cycles + 1  # `systolic_memory.run_systolic_system`
     rd, wr = mem.dram_words_read * wb, mem.dram_words_written * wb
-    energy = energy_pj(spec, macs, reads.sum() + writes.sum(), rd + wr)
-    operands = m * k + k * n  # read once (`roofline.program_roofline`; no DMA transfers kept)
-    kernel = KernelResult(kernel="gemm", start_cycle=0, end_cycle=span, compute_cycles=compute,
-                          ii=1, mii=1, copies=1, tiles=tuple(tiles),
-                          roofline=floors(spec, macs, operands, 0))
+    # the kernel's `ArrayResult` as `systolic.run_systolic_fast` gives it (no outputs), for
+    # the energy model; its per-PE and per-line counts are the light ones above
     counts = {"pe_busy_cycles": BusyGrid(t, _cover(sr, rows), _cover(sc, cols)),
               "spm_reads_per_line": reads, "spm_writes_per_line": writes,
               "spm_conflicts_per_line": Counts((0,) * lines)}
+    array = ArrayResult(kernel="gemm", tiles=tuple(tiles), op_counts=(("mac", macs),),
+                        link_word_hops=0, macs=macs, outputs=(), **counts)
+    energy = energy_breakdown([array], spec, rd + wr, 1)
+    operands = m * k + k * n  # read once (`roofline.program_roofline`; no DMA transfers kept)
+    kernel = KernelResult(kernel="gemm", start_cycle=0, end_cycle=span, compute_cycles=compute,
+                          ii=1, mii=1, copies=1, tiles=array.tiles,
+                          roofline=floors(spec, macs, operands, 0))
     return assemble_result(
         spec, workload=workload, engine=engine, counts=counts, energy_pj=energy,
         cycles=span - 1, compute_cycles=compute - 1, stall_cycles_spm_conflict=0,
