@@ -20,8 +20,9 @@ ROOT = HERE.parent
 # Issue 14 point 3. SCALE-Sim 3.0.0 runs in its own venv (benchmarks/scalesim/README.md), in CALC
 # bandwidth mode with 65536 kB SRAMs (benchmarks/scalesim/run_scalesim.py): no stalls, so its
 # "Total Cycles" are the compute cycles our systolic presets reproduce. Whole processes: the
-# `dataflow simulate --timing-only` command (lowering, mapping, timing, SCALE-Sim's memory
-# model: what SCALE-Sim computes, which computes no values) and, on a second line, the command
+# `dataflow simulate --timing-only` command (timing and SCALE-Sim's memory model in closed form,
+# numpy not imported: dataflow/pe_array/systolic_timing.py, docs/conventions.md#timing-only;
+# what SCALE-Sim computes, which computes no values) and, on a second line, the command
 # with values (operands drawn, the fp32 product, the check against numpy), against SCALE-Sim's
 # script, each a new process, warm (one untimed run first), with bytecode (ours in a temporary
 # PYTHONPYCACHEPREFIX, as an installed wheel has it). The target is judged on the timing-only

@@ -25,7 +25,6 @@ from typing import Any
 
 from dataflow.arch.limits import gib, memory_budget_bytes, shown
 from dataflow.errors import UserError
-from dataflow.testing import max_abs_error, values_match
 
 
 @dataclass(frozen=True)
@@ -274,6 +273,9 @@ def dense_bytes(*shapes: tuple[int, ...], itemsize: int = 4) -> int:
 
 def finish(res, reference, t0: float, mapping=None):
     """Fill a `SimResult`'s value check and wall time (the helper every workload's run uses)."""
+    # numpy's comparisons, imported here: listing the workloads (the CLI's flags) needs no numpy
+    from dataflow.testing import max_abs_error, values_match
+
     return dataclasses.replace(
         res, values_match_reference=values_match(res.output, reference),
         max_abs_error=max_abs_error(res.output, reference),

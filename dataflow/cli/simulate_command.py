@@ -4,13 +4,23 @@
 from __future__ import annotations
 
 import json
+import time
 
-from dataflow.api import simulate
-from dataflow.arch import preset_names
+from dataflow.arch import preset_names, resolve_arch
 from dataflow.cli import COMMANDS, deferred
-from dataflow.errors import UserError
-from dataflow.workloads import all_params, workload_help, workload_names, workload_params
+from dataflow.errors import USER_ERRORS, UserError
+from dataflow.pe_array.systolic_timing import timing_only_result
+from dataflow.workloads import (
+    Workload,
+    all_params,
+    workload_help,
+    workload_names,
+    workload_params,
+)
 
+# `dataflow.api` (numpy, the engine) is imported when a run needs it: a timing-only GEMM on a
+# systolic array is timed without it (`timing_only_fast`, docs/conventions.md#timing-only)
+simulate = deferred("dataflow.api", "simulate")
 # `--model` and `--topology` need the models package, `--save` and `--trace` the result files
 simulate_model_command = deferred("dataflow.cli.model_command", "simulate_model_command")
 save_result = deferred("dataflow.report", "save_result")
@@ -103,6 +113,22 @@ def summary(r) -> str:
     return "\n".join(lines)
 
 
+def timing_only_fast(args, params: dict):
+    """`--timing-only` of a dense GEMM on a systolic array in closed form, numpy not imported
+    (`dataflow.pe_array.systolic_timing`): the `SimResult` `simulate` would return, or None
+    where `simulate` must run -- another workload or array, `--save` or `--trace`, an SRAM that
+    refetches or drains mid-run, or any input `simulate` refuses (it raises the error)."""
+    if args.workload != "gemm" or args.save or args.trace or args.seed < 0:
+        return None
+    try:
+        given = Workload("gemm", None, workload_params("gemm")).resolve(params)
+        spec = resolve_arch(args.arch)
+    except USER_ERRORS:
+        return None
+    return timing_only_result(spec, given["m"], given["n"], given["k"], given["dataflow"],
+                              engine=args.engine, t0=time.perf_counter())
+
+
 def simulate_command(args) -> int:
     params = {name: getattr(args, name) for name in all_params()
               if getattr(args, name, None) is not None}
@@ -115,8 +141,10 @@ def simulate_command(args) -> int:
                         "per-cycle trace)")
     if args.trace and not args.trace.endswith((".csv", ".jsonl")):
         raise UserError(f"--trace {args.trace}: trace files end in .csv or .jsonl")
-    r = simulate(args.workload, arch=args.arch, seed=args.seed, engine=args.engine,
-                 trace=bool(args.trace), timing_only=args.timing_only, **params)
+    r = timing_only_fast(args, params) if args.timing_only else None
+    if r is None:
+        r = simulate(args.workload, arch=args.arch, seed=args.seed, engine=args.engine,
+                     trace=bool(args.trace), timing_only=args.timing_only, **params)
     if args.save:
         save_result(r, args.save)
     if args.trace:

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:  # numpy is imported where arrays are compared (`same_as`), so the
+    # numpy-free timing path (dataflow/pe_array/systolic_timing.py) can build a SimResult
+    import numpy as np
 
 
 class Bound(str, Enum):
@@ -81,6 +84,8 @@ class ArrayResult:
 
     def same_as(self, other: ArrayResult) -> list[str]:
         """Names of the fields that differ (empty when identical, values bit for bit)."""
+        import numpy as np
+
         diffs = []
         for name in ("kernel", "tiles", "op_counts", "link_word_hops", "macs"):
             if getattr(self, name) != getattr(other, name):

@@ -22,10 +22,16 @@ it, so the bound never claims bytes the lowering does not need.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from dataflow.arch.spec import ArchSpec, PEKind
-from dataflow.dfg.graph import BufferFetch, BufferRole, Program
 from dataflow.pe_array.result import ArrayResult, Roofline
+
+if TYPE_CHECKING:
+    from dataflow.dfg.graph import Program
+
+# dataflow.dfg.graph (numpy) is imported in the functions that read a program's buffers, so
+# `floors` is numpy-free for the timing path (dataflow/pe_array/systolic_timing.py)
 
 
 def floors(arch: ArchSpec, macs: int, words_read: int, words_written: int) -> Roofline:
@@ -65,6 +71,8 @@ def _compulsory(size: int, moved: list[int] | None, gathered: bool = False) -> i
 
 def _gathered(program: Program, name: str) -> bool:
     """Whether every kernel that reads buffer `name` fetches it by an indirect DMA."""
+    from dataflow.dfg.graph import BufferFetch, BufferRole
+
     reads = [b for k in program.kernels for b in k.buffers
              if b.name == name and b.role == BufferRole.INPUT]
     return bool(reads) and all(b.fetch == BufferFetch.GATHER for b in reads)
@@ -104,6 +112,8 @@ def kernel_roofline(program: Program, arch: ArchSpec, index: int, array: ArrayRe
     `own_dma=False` for kernels co-resident on the array (butterfly residencies): their loads
     are the residency's, issued before some of them start, so only the run's DRAM floor holds
     and the kernel keeps its compute and SPM floors."""
+    from dataflow.dfg.graph import BufferFetch, BufferRole
+
     kernel = program.kernels[index]
     moved = _moved_words([array], arch.word_bytes)
     # an input handed over in the SPM crosses no DRAM interface: not compulsory

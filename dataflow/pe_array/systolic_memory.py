@@ -36,7 +36,9 @@ which its sizes alone decide, so its fetch order and demand are built only for a
 refetches (`_read_buffer`); and the service loop steps only the lines where something happens
 -- a prefetch, a drain starting, a write waiting -- storing the words of the quiet lines
 between them at once (`_quiet_lines`). Each shortcut gives the figures the per-line loop gives
-(tests/test_scalesim_memory.py runs both).
+(tests/test_scalesim_memory.py runs both). The pure-Python pieces (the ofmap SRAM, the
+constants, the timeline record) live in `systolic_timing`, whose numpy-free path serves the
+ofmap SRAM the same way when no read SRAM refetches (docs/conventions.md#timing-only).
 """
 
 from __future__ import annotations
@@ -47,7 +49,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from dataflow.arch.spec import ArchSpec
-from dataflow.errors import UserError
 from dataflow.mapper.mapping import SystolicMapping
 from dataflow.pe_array.result import ArrayResult, SystemTimeline
 from dataflow.pe_array.systolic_demand import (
@@ -56,44 +57,16 @@ from dataflow.pe_array.systolic_demand import (
     read_demand,
     write_counts,
 )
-
-ACTIVE_BUF_FRAC = 0.5  # single_layer_sim.py: active_buf_frac for every SRAM
-SETS_PER_BUFFER = 100  # read_buffer.prepare_hashed_buffer: ceil(total / 100) words a set
-READ_HIT_LATENCY = 1  # read_buffer.hit_latency
-READ_PORT_LATENCY = 1  # read_port.latency (no Ramulator trace)
-
-
-@dataclass(frozen=True)
-class SystolicMemoryTimeline:
-    """One kernel's SCALE-Sim USER-bandwidth figures, in cycles (SCALE-Sim's 0-based count)."""
-
-    total_cycles: int  # "Total Cycles": the last ofmap write's cycle, stalls included
-    total_cycles_incl_prefetch: int  # "Total Cycles (incl. prefetch)"
-    stall_cycles: int  # "Stall Cycles"
-    prefetch_cycles: int  # DRAM lines of the first fill, before cycle 0
-    link_words_per_cycle: int  # each of the three DRAM links
-    dram_words_read: int  # ifmap and filter prefetches, as SCALE-Sim counts them (whole lines)
-    dram_words_written: int  # ofmap words drained
-    sram_words: tuple[int, int, int]  # ifmap, filter, ofmap SRAM sizes
-
-
-def link_words_per_cycle(arch: ArchSpec) -> int:
-    """Words a cycle on each operand's DRAM link: the arch's DRAM bandwidth shared by the
-    SRAMs (`spm.lines`, one per operand), whole words (SCALE-Sim's lines are whole words)."""
-    words = int(arch.dram.bytes_per_cycle // (arch.word_bytes * arch.spm.lines))
-    if words < 1:
-        raise UserError(f"{arch.name}: dram.bytes_per_cycle {arch.dram.bytes_per_cycle} gives "
-                        f"less than one word a cycle to each of the {arch.spm.lines} SRAMs")
-    return words
-
-
-def sram_words(arch: ArchSpec) -> tuple[int, int, int]:
-    """(ifmap, filter, ofmap) SRAM sizes in words: the systolic preset's SPM lines 0, 1, 2
-    (`spm.capacity_words_per_line` each)."""
-    if arch.spm.lines != 3:
-        raise UserError(f"{arch.name}: a systolic array needs spm.lines = 3 (ifmap, filter, "
-                        f"ofmap SRAMs), got {arch.spm.lines}")
-    return (arch.spm.capacity_words_per_line,) * 3
+from dataflow.pe_array.systolic_timing import (  # the light pieces, shared with the fast path
+    ACTIVE_BUF_FRAC,
+    READ_HIT_LATENCY,
+    READ_PORT_LATENCY,
+    SETS_PER_BUFFER,
+    SystolicMemoryTimeline,
+    WriteBuffer,
+    link_words_per_cycle,
+    sram_words,
+)
 
 
 def scalesim_im2col_addresses(h: int, w: int, r: int, s: int, c: int, stride: int
@@ -170,76 +143,6 @@ def _window_hits(addr: np.ndarray, set_id: np.ndarray, num_sets: int, n_act: int
     return hit
 
 
-class _WriteBuffer:
-    """memory/write_buffer.py's ofmap SRAM, word by word where its state changes."""
-
-    def __init__(self, words: int, bw: int):
-        self.total = words
-        self.drain_size = words - int(math.ceil(words * ACTIVE_BUF_FRAC))
-        self.bw = bw
-        self.free = words
-        self.drain_end = 0
-        self.line_fill = 0  # words in the open trace line
-        # the closed trace lines: how many, and the words of those closed before they were
-        # full (`_close_line`); every other line holds `bw` words
-        self.trace_count = 0
-        self.partial_lines: dict[int, int] = {}
-        self.drained_lines = 0
-        self.dram_stop = None
-
-    def _store(self, k: int) -> None:
-        self.free -= k
-        words = self.line_fill + k
-        self.trace_count += words // self.bw
-        self.line_fill = words % self.bw
-
-    def _close_line(self) -> None:  # append_to_trace_mat(force=True)
-        if self.line_fill:
-            self.partial_lines[self.trace_count] = self.line_fill
-            self.trace_count += 1
-            self.line_fill = 0
-
-    def _drain(self, start: int) -> int:  # empty_drain_buf
-        lines = min(math.ceil(self.drain_size / self.bw), self.trace_count - self.drained_lines)
-        if lines == 0:
-            return start
-        last = self.partial_lines.get(self.drained_lines + lines - 1, self.bw)
-        self.free += (lines - 1) * self.bw + last
-        self.drained_lines += lines
-        end = start + lines - 1
-        self.dram_stop = end if self.dram_stop is None else max(self.dram_stop, end)
-        return end
-
-    def write(self, n: int, cycle: int) -> int:
-        """Store `n` words demanded at `cycle` (service_writes); the cycle the line is done."""
-        current = cycle
-        threshold = self.total - self.drain_size
-        while n:
-            if current < self.drain_end:  # a drain runs: a write into a full SRAM waits
-                bulk = min(n, self.free - 1)
-            else:  # more than the drain half held: start a drain
-                bulk = min(n, self.free - threshold)
-            if bulk > 0:  # words that change nothing but the count
-                self._store(bulk)
-                n -= bulk
-                continue
-            self._store(1)
-            n -= 1
-            if current < self.drain_end:
-                if not self.free > 0:
-                    current = self.drain_end
-            elif self.free < threshold:
-                self._close_line()
-                self.drain_end = self._drain(current)
-        return current
-
-    def drain_all(self, cycle: int) -> None:  # empty_all_buffers
-        self._close_line()
-        while self.drained_lines < self.trace_count:
-            self.drain_end = self._drain(cycle)
-            cycle = self.drain_end + 1
-
-
 def _read_stall(buf: _ReadBuffer, n: int, cycle: int, issued: int) -> int:
     """The line's wait in `service_reads` for its `n` prefetches after `issued` earlier ones
     (prefetch j lands at -1 + j (lines + 1): each starts the cycle after the previous one)."""
@@ -278,10 +181,10 @@ class _Service:
 
 
 def _quiet_lines(busy: np.ndarray, written: np.ndarray, pos: int, stop: int, stall: int,
-                 ofmap: _WriteBuffer) -> int:
+                 ofmap: WriteBuffer) -> int:
     """How many of the busy lines from `pos` (before `stop`, the next one with a prefetch) store
     their words without changing anything but the count: each finds room in bulk
-    (`_WriteBuffer.write`: while a drain runs, all but one free word; else down to the drain
+    (`WriteBuffer.write`: while a drain runs, all but one free word; else down to the drain
     threshold). `written[j]` is the ofmap words of busy lines 0..j."""
     before = int(written[pos - 1]) if pos else 0
     running = pos + int(np.searchsorted(busy[pos:stop], ofmap.drain_end - stall))
@@ -293,7 +196,7 @@ def _quiet_lines(busy: np.ndarray, written: np.ndarray, pos: int, stop: int, sta
     return running + int(np.searchsorted(written[running:stop], lim, side="right")) - pos
 
 
-def _service(bufs, ofmap: _WriteBuffer, writes: np.ndarray) -> _Service:
+def _service(bufs, ofmap: WriteBuffer, writes: np.ndarray) -> _Service:
     """Every demand line with work in order: the waits of its prefetches and writes delay the
     lines after it. Runs of quiet lines (`_quiet_lines`) are stored at once."""
     lines = writes.size
@@ -341,7 +244,7 @@ def systolic_memory(sm: SystolicMapping, arch: ArchSpec,
     bw = link_words_per_cycle(arch)
     sizes = sram_words(arch)
     bufs = _read_buffers(sm, arch, ifmap_addresses, bw)
-    ofmap = _WriteBuffer(sizes[2], bw)
+    ofmap = WriteBuffer(sizes[2], bw)
     writes = write_counts(sm)
     lines = writes.size
     st = _service(bufs, ofmap, writes)
@@ -380,12 +283,3 @@ def run_systolic_system(kernels: list[SystolicMapping], arrays: list[ArrayResult
     return SystemTimeline(cycles=now, stall_cycles_dram=sum(m.stall_cycles for m in mems),
                           stall_cycles_reconfiguration=0, kernel_spans=tuple(spans),
                           tile_spans=tuple(tile_spans)), mems
-
-
-def memory_notes(mems: tuple[SystolicMemoryTimeline, ...]) -> tuple[str, ...]:
-    """One line per kernel with SCALE-Sim's figures that `SimResult` has no field for."""
-    return tuple(
-        f"SCALE-Sim memory (kernel {i}): Total Cycles {m.total_cycles}, Total Cycles (incl. "
-        f"prefetch) {m.total_cycles_incl_prefetch}, Stall Cycles {m.stall_cycles}; SRAMs "
-        f"{'/'.join(map(str, m.sram_words))} words, {m.link_words_per_cycle} words/cycle a "
-        f"DRAM link" for i, m in enumerate(mems))
