@@ -6,7 +6,8 @@ Scheduling", 1994): ResMII from PE issue slots, functional-unit occupancy (issue
 SPM ports; RecMII from loop-carried cycles.
 
 Resources reserved modulo II, per attempt:
-- a PE issues one op per cycle (slot `t mod II`);
+- a PE issues up to `pe_array.issue_width` ops per cycle (slot `t mod II`), each on a different
+  functional unit (docs/architecture.md#issue-width);
 - a functional unit of issue interval k is busy k consecutive slots from the op's issue;
 - a PE holds at most `instruction_entries` ops;
 - a link carries `links_per_direction` flits per cycle; a value of w words crosses a link of
@@ -98,7 +99,8 @@ def op_latency(arch: ArchSpec, op: Op) -> int:
 def res_mii(kernel: Kernel, arch: ArchSpec, copies: int) -> int:
     """Resource-constrained MII: PE issue slots, FU occupancy, SPM row ports."""
     pes = arch.pe_array.num_pes
-    bound = math.ceil(copies * len(kernel.nodes) / pes)  # one issue per PE per cycle
+    # issue_width issues per PE per cycle (docs/architecture.md#issue-width)
+    bound = math.ceil(copies * len(kernel.nodes) / (pes * arch.pe_array.issue_width))
     busy = Counter()
     for n in kernel.nodes:
         fu = arch.fu_for(n.op.value)

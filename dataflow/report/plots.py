@@ -77,13 +77,14 @@ def pe_heatmap(data: dict, path) -> Path:
     busy = np.asarray(data["arrays"].get("pe_busy_cycles", []), dtype=float)
     if busy.size == 0:
         raise UserError("the result holds no per-PE busy cycles (save it with --save)")
-    cycles = max(1, data["result"]["cycles"])
+    # ops over PE issue capacity (docs/architecture.md#issue-width): in [0, 1] at any width
+    cycles = max(1, data["result"]["cycles"]) * data["result"].get("issue_width", 1)
     fig, ax = plt.subplots(figsize=(4.5, 4), layout="constrained")
     im = ax.imshow(busy / cycles, cmap="viridis", vmin=0, vmax=1)
     for (r, c), v in np.ndenumerate(busy / cycles):  # dark digits on viridis' light end
         ax.text(c, r, f"{100 * v:.0f}", ha="center", va="center", fontsize=6,
                 color="black" if v > 0.6 else "white")
-    fig.colorbar(im, ax=ax, label="fraction of cycles issuing an op")
+    fig.colorbar(im, ax=ax, label="ops issued over issue capacity (cycles x issue width)")
     ax.set_title(f"PE utilisation ({100 * data['result'].get('pe_utilization', 0):.1f}% overall)")
     ax.set_xlabel("column")
     ax.set_ylabel("row")
@@ -266,8 +267,11 @@ def _summed(data: dict) -> dict:
     model's cycles."""
     m = data["model"]
     busy = np.asarray(data["arrays"].get("pe_busy_cycles", []), dtype=float)
-    util = float(busy.sum()) / (busy.size * m["cycles"]) if busy.size and m["cycles"] else 0.0
-    return {"result": {"cycles": m["cycles"], "pe_utilization": util}, "arrays": data["arrays"]}
+    width = data.get("roofline", {}).get("issue_width", 1)
+    util = (float(busy.sum()) / (busy.size * width * m["cycles"]) if busy.size and m["cycles"]
+            else 0.0)
+    return {"result": {"cycles": m["cycles"], "pe_utilization": util, "issue_width": width},
+            "arrays": data["arrays"]}
 
 
 PICTURES = (("gantt.png", gantt), ("pe_utilisation.png", pe_heatmap),
