@@ -58,8 +58,9 @@ from dataflow.mapper.routing import (
 
 # Deferred imports: networkx is imported in `rec_mii`, its one user (start-up).
 
-__all__ = ["Link", "anneal", "delay_sources", "hop", "hop_distance", "is_immediate", "op_latency",
-           "rec_mii", "res_mii", "schedule_kernel", "shortest_path", "value_flits"]
+__all__ = ["Link", "anneal", "delay_sources", "hop", "hop_distance", "is_immediate",
+           "issue_copies", "op_latency", "rec_mii", "res_mii", "schedule_kernel",
+           "shortest_path", "unit_busy", "value_flits"]
 
 NEGOTIATION_ITERATIONS = 24
 # PathFinder gives up after this many iterations without a lower total overuse: by then the
@@ -116,6 +117,29 @@ def res_mii(kernel: Kernel, arch: ArchSpec, copies: int) -> int:
     bound = max(bound, math.ceil(copies * reads / (spm.lines * spm.read_ports_per_line)))
     bound = max(bound, math.ceil(copies * writes / (spm.lines * spm.write_ports_per_line)))
     return max(1, bound)
+
+
+def unit_busy(kernel: Kernel, arch: ArchSpec) -> Counter:
+    """Slots each functional unit of a PE is busy per copy of `kernel` (its ops' issue
+    intervals summed), by unit name."""
+    busy = Counter()
+    for n in kernel.nodes:
+        fu = arch.fu_for(n.op.value)
+        busy[fu.name] += fu.issue_interval_cycles
+    return busy
+
+
+def issue_copies(kernel: Kernel, arch: ArchSpec) -> int:
+    """The most copies of `kernel` the PEs can issue at II = 1 (0: not one): PEs // nodes on a
+    single-issue PE; with `issue_width` > 1 PEs x width // nodes, and no more than each unit
+    admits (docs/architecture.md#issue-width)."""
+    pes, width = arch.pe_array.num_pes, arch.pe_array.issue_width
+    if width == 1:
+        return pes // len(kernel.nodes)
+    most = pes * width // len(kernel.nodes)
+    for cycles in unit_busy(kernel, arch).values():
+        most = min(most, pes // cycles)
+    return most
 
 
 def _flushes_per_run(kernel: Kernel, node) -> bool:

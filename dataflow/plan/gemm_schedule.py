@@ -137,19 +137,25 @@ def body_nodes(rows: int, cols: int, fuse: bool) -> int:
     return 1 + cols + rows * cols * (1 if fuse else 2)
 
 
-def best_copies(nodes: int, maccs: int, loads: int, arch: ArchSpec) -> tuple[int, int]:
+def best_copies(nodes: int, maccs: int, loads: int, arch: ArchSpec,
+                units: tuple[int, ...] | None = None) -> tuple[int, int]:
     """(copies, II) that issue the most products per cycle for a body of `nodes` nodes with
     `maccs` products and `loads` row reads: copies x nodes issue slots fit in II x PEs and the
     reads in II x the lines' read ports. A body that does not divide the PEs evenly leaves
     PEs idle at II = 1 (an 8 x 1 block of 10 nodes: 6 copies on 64 PEs, 4 idle; one copy on
     16 PEs, 6 idle); at a longer II the copies share PEs and fill them (19 copies at II 3 on
     64 PEs, 8 at II 5 on 16). Of equal rates the shorter II
-    (docs/conventions.md#register-blocking)."""
+    (docs/conventions.md#register-blocking). `units`: the slots each functional unit is busy
+    per copy (`schedule.unit_busy`); given, a PE issues `issue_width` ops a cycle, each unit
+    at most one (docs/architecture.md#issue-width); absent, one op a PE a cycle."""
     pes = arch.pe_array.num_pes
+    width = arch.pe_array.issue_width if units else 1
     ports = arch.spm.lines * arch.spm.read_ports_per_line
     best = (0.0, 0, 1)
     for ii in range(1, MAX_SHARED_II + 1):
-        copies = min(ii * pes // nodes, ii * ports // max(1, loads))
+        copies = min(ii * pes * width // nodes, ii * ports // max(1, loads))
+        if width > 1:
+            copies = min([copies] + [ii * pes // u for u in units])
         if copies and copies * maccs / ii > best[0] + 1e-9:
             best = (copies * maccs / ii, copies, ii)
     return best[1], best[2]
