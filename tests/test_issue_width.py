@@ -239,3 +239,18 @@ def test_spmm_issue_gains_from_the_width_and_is_unchanged_at_one():
         assert spmm_issue(four, m, k, n, density)(nb) < spmm_issue(one, m, k, n, density)(nb)
     # width 4: the lsu (2 loads + v gathers a nonzero) and the read ports bind, not the slots
     assert spmm_issue(four, m, k, n, density)(64) == nnz / (16 / 10)
+
+
+def test_report_draws_a_multi_issue_result(tmp_path):
+    """The result file keeps the width; the Gantt chart stacks the ops of one (PE, slot) and
+    the utilisation heatmap divides by the width (a result file refuses a fraction above 1)."""
+    from dataflow.pe_array.simulate import simulate_mapping
+    from dataflow.report import load_result, save_result, write_report
+
+    prog, _ = _spmm(8, 8, 8, 0.5)
+    res = simulate_mapping(map_program(prog, variant(**SMALL, **{"pe_array.issue_width": 4})))
+    assert res.pe_busy_cycles.sum() > 0 and res.to_dict()["issue_width"] == 4
+    data = load_result(save_result(res, tmp_path / "r.json"))
+    assert data["result"]["issue_width"] == 4 and data["result"]["pe_utilization"] <= 1
+    written, skipped = write_report(data, tmp_path / "out")
+    assert skipped == [] and any(p.name == "gantt.png" for p in written)

@@ -51,16 +51,24 @@ def gantt(data: dict, path, kernel: str | None = None, iterations: int = 3) -> P
     ii = rows[0]["ii"]
     pes = sorted({(r["pe_row"], r["pe_col"]) for r in rows})
     y = {pe: i for i, pe in enumerate(pes)}
+    # a multi-issue PE (docs/architecture.md#issue-width) issues several ops in one slot: they
+    # share the PE's row, one thin bar each, in (copy, node) order
+    slot_ops: dict = {}
+    for r in sorted(rows, key=lambda r: (r["copy"], r["node"])):
+        slot_ops.setdefault((r["pe_row"], r["pe_col"], r["time"] % ii), []).append(id(r))
     fig, ax = plt.subplots(figsize=(10, max(2.5, 0.28 * len(pes) + 1)), layout="constrained")
     for w in range(iterations):
         for r in rows:
             start = r["time"] + w * ii
-            ax.barh(y[(r["pe_row"], r["pe_col"])], r["latency"], left=start, height=0.8,
+            mates = slot_ops[(r["pe_row"], r["pe_col"], r["time"] % ii)]
+            h = 0.8 / len(mates)
+            at = y[(r["pe_row"], r["pe_col"])] - 0.4 + h * (mates.index(id(r)) + 0.5)
+            ax.barh(at, r["latency"], left=start, height=h,
                     color=OP_COLOURS.get(r["op"], "#999999"), alpha=1.0 if w == 0 else 0.45,
                     edgecolor="black", linewidth=0.3)
             if w == 0:
-                ax.text(start + 0.05, y[(r["pe_row"], r["pe_col"])], f"{r['copy']}.{r['node']}",
-                        va="center", fontsize=6)
+                ax.text(start + 0.05, at, f"{r['copy']}.{r['node']}", va="center",
+                        fontsize=6 if len(mates) == 1 else 4)
     ax.set_yticks(range(len(pes)), [f"PE{pe}" for pe in pes], fontsize=6)
     ax.set_xlabel("cycle (iteration 0 opaque, later waves every II cycles faded)")
     ax.set_title(f"{kernel}: modulo schedule, II = {ii}")
