@@ -317,6 +317,13 @@ class _Attempt:
         PLACEMENT_OPTIONS."""
         st = self.st
         options = []
+        if st.width > 1:
+            # PEs whose slot is empty first, then those issuing one op in it, ...: a PE takes
+            # a second op in a slot only when no candidate has it empty, since ops piled on
+            # one PE hold their operands in its registers (docs/architecture.md#issue-width);
+            # stable, so nearest first among equals
+            slot = t % self.ii
+            order = sorted(order, key=lambda pe: st.slots.get((pe, slot), 0))
         for pe in order:
             if st.entries[pe] >= self.limit or not st.slot_free(pe, t, node.op):
                 continue
