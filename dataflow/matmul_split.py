@@ -122,18 +122,31 @@ SCALAR_LOADS_PER_NONZERO = 2
 def spmm_issue(arch: ArchSpec, m: int, k: int, n: int, density: float) -> Callable[[int], float]:
     """Cycles a CSR SpMM's nonzeros take to issue in N blocks of `nb` columns
     (docs/conventions.md#spmm-n-blocks-by-issue-slots): each nonzero of a block of v vectors
-    loads its value and column and issues v gathers and v MACs, one op a PE a cycle, and reads
-    v + 2 SPM rows on the lines' read ports; whichever admits fewer nonzeros a cycle binds. A
-    wider block loads each value and column once for more MACs."""
+    loads its value and column and issues v gathers and v MACs, `issue_width` ops a PE a cycle
+    (one on a single-issue PE), each unit at most one (docs/architecture.md#issue-width), and
+    reads v + 2 SPM rows on the lines' read ports; whichever admits fewer nonzeros a cycle
+    binds. A wider block loads each value and column once for more MACs."""
     nnz = density * m * k
-    pes = arch.pe_array.num_pes
+    pes, width = arch.pe_array.num_pes, arch.pe_array.issue_width
     ports = arch.spm.lines * arch.spm.read_ports_per_line
     lanes = arch.pe_array.simd_lanes
+
+    def unit_rates(v: int) -> list[float]:
+        """Nonzeros a cycle each unit admits (a multi-issue PE only: on a single-issue one
+        the slot bound is the tighter)."""
+        if width == 1:
+            return []
+        mac = "macc" if any("macc" in fu.ops for fu in arch.pe_array.functional_units) else "mac"
+        busy: dict[str, int] = {}
+        for op, count in (("load", SCALAR_LOADS_PER_NONZERO), ("gather", v), (mac, v)):
+            fu = arch.fu_for(op)
+            busy[fu.name] = busy.get(fu.name, 0) + count * fu.issue_interval_cycles
+        return [pes / b for b in busy.values()]
 
     def block(cols: int) -> float:
         v = -(-cols // lanes)
         loads = SCALAR_LOADS_PER_NONZERO
-        return nnz / min(pes / (loads + 2 * v), ports / (loads + v))
+        return nnz / min(pes * width / (loads + 2 * v), ports / (loads + v), *unit_rates(v))
 
     def cycles(nb: int) -> float:
         return (n // nb) * block(nb) + (block(n % nb) if n % nb else 0.0)

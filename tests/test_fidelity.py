@@ -4,7 +4,8 @@
   tile, output values bit for bit, and the whole SimResult — on 60 random programs (random
   DFG bodies, dense or CSR-sparse loops, gathers, one- and two-kernel programs) spread over
   seven architecture presets, plus matmuls whose sparse operand arrives in five UST formats,
-  plus PIT's 1x64 program (SCATTER_ACC) on every preset.
+  plus PIT's 1x64 program (SCATTER_ACC) on every preset, plus random programs on multi-issue
+  PEs (`pe_array.issue_width` > 1: the mlx_4x4 preset and a 2 x 2 array at width 3).
 - Cycles are never below the roofline bound max(MACs / peak, DRAM bytes / bandwidth).
 - With ports to spare (no SPM conflict possible) every tile takes exactly the closed form
   (W - 1) * II + L, W = ceil(iterations / copies).
@@ -63,6 +64,31 @@ def test_engines_identical_on_random_programs(seed):
     mapping = map_program(prog, arch(name))
     res = assert_engines_identical(mapping)
     _roofline(res, arch(name))
+
+
+#: multi-issue PEs (docs/architecture.md#issue-width): the mlx_4x4 preset (issue_width 4) and
+#: a 2 x 2 array at width 3, where several ops share a (PE, slot)
+MULTI_ISSUE = ("mlx_4x4", "2x2-w3")
+
+
+def _multi_issue_arch(name):
+    if name == "mlx_4x4":
+        from dataflow.arch import load_arch
+        from tests.conftest import ARCH_DIR
+
+        return load_arch(ARCH_DIR / "mlx_4x4.yaml")
+    return variant(**{"pe_array.rows": 2, "pe_array.cols": 2, "pe_array.issue_width": 3})
+
+
+@pytest.mark.parametrize("seed", range(1, 60, 5))
+def test_engines_identical_on_random_programs_multi_issue(seed):
+    """The random programs on multi-issue PEs: identical counters, values and SimResult."""
+    name = MULTI_ISSUE[seed % len(MULTI_ISSUE)]
+    a = _multi_issue_arch(name)
+    assert a.pe_array.issue_width > 1
+    res = assert_engines_identical(map_program(random_program(seed), a))
+    _roofline(res, a)
+    assert res.pe_utilization <= 1.0
 
 
 @pytest.mark.parametrize("seed", range(0, 60, 4))

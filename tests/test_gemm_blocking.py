@@ -133,15 +133,33 @@ def test_staggered_reads_spread_a_slot_over_the_lines_and_keep_values():
     _check(res, a, b)
 
 
+#: mlx_4x4 with single-issue PEs (pe_array.issue_width 1), where one copy per II-1 slot caps a
+#: block at half the peak
+MLX_SINGLE = dataclasses.replace(MLX, pe_array=dataclasses.replace(MLX.pe_array, issue_width=1))
+
+
 def test_shared_pes_beat_the_one_copy_ceiling_on_mlx():
-    # any block that fits 16 PEs at II 1 issues at most 8 products a cycle here (half the
-    # peak: 8 x 1, 4 x 2 and 2 x 4 are 10-13 nodes, one copy); sharing PEs goes past it
+    # on single-issue PEs any block that fits 16 PEs at II 1 issues at most 8 products a cycle
+    # (half the peak: 8 x 1, 4 x 2 and 2 x 4 are 10-13 nodes, one copy); sharing PEs goes past it
     a, b, prog = _gemm(64, 64, 64)
-    mapping, sched = compile_gemm(prog, MLX)
+    mapping, sched = compile_gemm(prog, MLX_SINGLE)
     assert sched.copies > 1
     res = simulate_mapping(mapping)
     _check(res, a, b)
     assert res.fraction_of_roofline > 0.55
+
+
+def test_multi_issue_mlx_beats_single_issue_on_gemm():
+    """mlx_4x4's issue_width 4 (docs/architecture.md#issue-width): several copies of a block
+    issue at II 1 (the loads and the maccs on their own units), past the shared-PE schedule of
+    the single-issue array."""
+    a, b, prog = _gemm(64, 64, 64)
+    single = simulate_mapping(compile_gemm(prog, MLX_SINGLE)[0])
+    mapping, _ = compile_gemm(prog, MLX)
+    res = simulate_mapping(mapping)
+    _check(res, a, b)
+    assert res.cycles < single.cycles
+    assert res.fraction_of_roofline > 0.65
 
 
 def test_engines_agree_on_a_shared_pe_block():

@@ -219,6 +219,26 @@ def test_more_pes_more_copies_fewer_cycles():
     assert big.compute_cycles < small.compute_cycles
 
 
+def test_wider_issue_lower_ii_fewer_cycles():
+    """pe_array.issue_width 2 (docs/architecture.md#issue-width): a CSR SpMM body with loads, a
+    gather and a macc (4 ops, 3 on the lsu) at 4 copies on 4 PEs: the issue slots bind at width
+    1 (II 4), the lsu at width 2 (II 3); same copies, same values, fewer cycles."""
+    from dataflow.dfg.transform import fuse_multiply_accumulate
+
+    prog = _spmm()
+    fused = dataclasses.replace(prog, kernels=tuple(fuse_multiply_accumulate(k)
+                                                    for k in prog.kernels))
+    ops = {n.op for n in fused.kernels[0].nodes}
+    assert Op.MACC in ops and Op.LOAD in ops
+    small = {"pe_array.rows": 2, "pe_array.cols": 2}
+    one = run(variant(**small), fused, copies=4)
+    two = run(variant(**small, **{"pe_array.issue_width": 2}), fused, copies=4)
+    assert two[0].kernels[0].ii <= one[0].kernels[0].ii
+    assert two[0].kernels[0].ii < one[0].kernels[0].ii  # strictly, on this case
+    assert two[1].compute_cycles < one[1].compute_cycles
+    assert np.array_equal(np.asarray(one[1].output), np.asarray(two[1].output))
+
+
 def test_more_simd_lanes_fewer_cycles():
     a = run(variant(**{"pe_array.simd_lanes": 2}), _gemm(), copies=4)[1]
     b = run(variant(**{"pe_array.simd_lanes": 8}), _gemm(), copies=4)[1]

@@ -42,7 +42,8 @@ def test_model_result_file_round_trips(bert, tmp_path):
     assert np.array_equal(data["arrays"]["pe_busy_cycles"], busy)
     first = bert.layers[0].result
     assert data["roofline"] == {"peak_macs_per_cycle": first.peak_macs_per_cycle,
-                                "dram_bytes_per_cycle": first.dram_bytes_per_cycle}
+                                "dram_bytes_per_cycle": first.dram_bytes_per_cycle,
+                                "issue_width": first.issue_width}
 
 
 def test_every_model_picture_fits_its_figure(bert, tmp_path, monkeypatch):

@@ -1,7 +1,11 @@
 """SpMM N blocks by issue slots (docs/conventions.md#spmm-n-blocks-by-issue-slots): where a CSR
 SpMM is split, its N blocks are chosen by the cycles the array's issue slots need as well as by
 the bytes the DRAM moves. Values equal numpy, cycles never below the roofline, and on mlx_4x4
-the wider blocks run faster than the split that moves the fewest bytes."""
+the wider blocks run faster than the split that moves the fewest bytes. The mechanism is
+tested on mlx_4x4 with single-issue PEs (`pe_array.issue_width` 1, where the issue slots bind);
+the preset's own issue width 4 (docs/architecture.md#issue-width) has its closed form here too."""
+
+import dataclasses
 
 import pytest
 
@@ -9,7 +13,8 @@ from dataflow import api, matmul_split
 from dataflow.arch import resolve_arch
 from dataflow.matmul_split import plan_split, spmm_issue
 
-MLX = resolve_arch("mlx_4x4")
+MLX4 = resolve_arch("mlx_4x4")
+MLX = dataclasses.replace(MLX4, pe_array=dataclasses.replace(MLX4.pe_array, issue_width=1))
 DEFAULT = resolve_arch("default")
 SIZE = {"m": 2048, "k": 2048, "n": 64, "density": 0.02}
 
@@ -29,6 +34,17 @@ def test_issue_cycles_fall_with_wider_blocks_until_the_ports_bind():
     assert mlx(24) == pytest.approx(2 * nnz / (16 / 8) + nnz / (16 / 6))  # 24 + 24 + 16
     # default: 64 PEs, 32 read ports: 10 reads a nonzero bind at 3.2 nonzeros a cycle
     assert spmm_issue(DEFAULT, m, k, n, d)(64) == pytest.approx(nnz / 3.2)
+
+
+def test_issue_cycles_at_issue_width_four():
+    """4 ops a PE a cycle, one per unit: the lsu (2 loads + v gathers a nonzero) and the read
+    ports (v + 2 rows) bind, not the 2 + 2v slots."""
+    m, k, n, d = 4096, 4096, 64, 0.01
+    nnz = d * m * k
+    mlx4 = spmm_issue(MLX4, m, k, n, d)
+    assert mlx4(64) == pytest.approx(nnz / (16 / 10))
+    assert mlx4(32) == pytest.approx(2 * nnz / (16 / 6))
+    assert mlx4(64) < mlx4(32) < spmm_issue(MLX, m, k, n, d)(32)
 
 
 def test_issue_slots_choose_wider_n_blocks_on_mlx(monkeypatch):

@@ -63,7 +63,12 @@ class FunctionalUnit:
 @dataclass(frozen=True)
 class PEArraySpec:
     """The PE grid. `kind` is `reconfigurable` (modulo-scheduled CGRA) or `systolic`
-    (`PEKind`)."""
+    (`PEKind`).
+
+    `issue_width`: ops a PE may issue in one cycle, each on a different functional unit (a
+    unit still issues once per its `issue_interval_cycles`); 1 is a single-issue PE, more
+    models decoupled per-unit pipelines such as MLX's load / store / compute / transfer
+    pipelines (docs/references.md#mlx, docs/architecture.md#issue-width)."""
 
     rows: int
     cols: int
@@ -72,6 +77,7 @@ class PEArraySpec:
     register_file_entries: int = 16
     instruction_entries: int = 32
     functional_units: tuple[FunctionalUnit, ...] = ()
+    issue_width: int = 1
 
     @property
     def num_pes(self) -> int:

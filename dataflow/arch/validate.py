@@ -106,6 +106,12 @@ def _check_pe_array(c: _Checks, spec: ArchSpec) -> None:
             if op in seen:
                 c.fail(f"{key}.ops", f"op {op!r} is already executed by unit {seen[op]!r}")
             seen[op] = fu.name
+    c.positive("pe_array.issue_width", pe.issue_width)
+    if pe.kind == PEKind.RECONFIGURABLE and pe.issue_width > len(pe.functional_units):
+        c.fail("pe_array.issue_width",
+               f"a PE issues each op of a cycle on a different functional unit: at most "
+               f"{len(pe.functional_units)} (the units of pe_array.functional_units), "
+               f"got {pe.issue_width}")
     if pe.kind == PEKind.RECONFIGURABLE:
         for op in ("load", "store", "mul", "add", "mac"):
             if op not in seen:

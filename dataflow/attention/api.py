@@ -118,9 +118,10 @@ def kernel_iterations(nnz: int, dim: int, dim_v: int, lanes: int) -> dict[str, i
 
 def issue_bound_cycles(nnz: int, dim: int, dim_v: int, arch) -> dict[str, int]:
     """Per-kernel floor on the CSR lowering's compute cycles: every body node issues once per
-    iteration and a PE issues at most one op per cycle, so a kernel needs
-    >= iterations * nodes / PEs cycles."""
-    pes = arch.pe_array.num_pes
+    iteration and a PE issues at most `issue_width` ops per cycle
+    (docs/architecture.md#issue-width), so a kernel needs >= iterations * nodes / (PEs x
+    issue_width) cycles."""
+    pes = arch.pe_array.num_pes * arch.pe_array.issue_width
     its = kernel_iterations(nnz, dim, dim_v, arch.pe_array.simd_lanes)
     return {k: -(-its[k] * KERNEL_NODES[k] // pes) for k in its}
 

@@ -23,21 +23,26 @@ def check_kernel_mapping(km: KernelMapping, arch) -> None:
 
 
 def _check_issue_slots(km: KernelMapping, arch, where: str) -> None:
-    """Every placement on the array, one op per (PE, slot), functional units free for their
-    issue interval, every node of every copy placed, instruction entries within the PE's."""
+    """Every placement on the array, at most `pe_array.issue_width` ops per (PE, slot), each on
+    a functional unit free for its issue interval (so never two ops of one slot on one unit;
+    docs/architecture.md#issue-width), every node of every copy placed, instruction entries
+    within the PE's."""
     k, ii = km.kernel, km.ii
     rows, cols = arch.pe_array.rows, arch.pe_array.cols
+    width = arch.pe_array.issue_width
     slots: dict = {}
     fu_busy: dict = {}
     entries = Counter()
     for p in km.placements:
         if not (len(p.pe) == 2 and 0 <= p.pe[0] < rows and 0 <= p.pe[1] < cols):
             raise MappingError(f"{where}: node %{p.node} placed on PE {p.pe} outside the array")
-        key = (p.pe, p.time % ii)
-        if key in slots:
-            raise MappingError(f"{where}: PE {p.pe} slot {p.time % ii} holds two ops: "
-                               f"{slots[key]} and {(p.copy, p.node)}")
-        slots[key] = (p.copy, p.node)
+        held = slots.setdefault((p.pe, p.time % ii), [])
+        if len(held) >= width:
+            ops = "two ops" if width == 1 else f"{width + 1} ops"
+            raise MappingError(f"{where}: PE {p.pe} slot {p.time % ii} holds {ops}: "
+                               f"{', '.join(map(str, held))} and {(p.copy, p.node)} "
+                               f"(pe_array.issue_width = {width})")
+        held.append((p.copy, p.node))
         entries[p.pe] += 1
         _occupy_unit(p, arch.fu_for(k.nodes[p.node].op.value), ii, fu_busy, where)
     expected = {(c, n.id) for c in range(km.copies) for n in k.nodes}

@@ -9,7 +9,14 @@ from dataflow.cachefiles import BoundedCache
 from dataflow.dfg.graph import Kernel, Program, vector_nodes
 from dataflow.mapper.legality import check_kernel_mapping, check_mapping
 from dataflow.mapper.mapping import KernelMapping, Mapping, MappingError, SystolicMapping
-from dataflow.mapper.schedule import anneal, delay_sources, rec_mii, res_mii, schedule_kernel
+from dataflow.mapper.schedule import (
+    anneal,
+    delay_sources,
+    issue_copies,
+    rec_mii,
+    res_mii,
+    schedule_kernel,
+)
 from dataflow.mapper.tiling import tile_and_allocate
 
 DATAFLOWS = ("os", "ws", "is")
@@ -85,7 +92,8 @@ def map_kernel(kernel: Kernel, arch: ArchSpec, copies: int | None = None,
                                "(pe_array.functional_units)") from None
     tiles, allocs = tile_and_allocate(kernel, arch, max_tile_rows)
     rec = rec_mii(kernel, arch)
-    candidates = [copies] if copies else list(range(max(1, pes // n_nodes), 0, -1))
+    # as many copies as issue at II 1 (docs/architecture.md#issue-width), down to one
+    candidates = [copies] if copies else list(range(max(1, issue_copies(kernel, arch)), 0, -1))
     best, why = _best_schedule(kernel, arch, candidates, rec, max_ii_slack, allocs, tiles,
                                late_sources)
     if best is None:

@@ -251,7 +251,10 @@ class RouteState:
         self.cap = arch.interconnect.links_per_direction
         self.flits = value_flits(kernel, arch)
         self.rows_from, self.cols_from = _line_tables(arch)
-        self.slots: dict[tuple[tuple[int, int], int], tuple[int, int]] = {}
+        # (PE, slot) -> ops issued there: at most `issue_width`, each on its own unit (`fu`)
+        # (docs/architecture.md#issue-width)
+        self.width = arch.pe_array.issue_width
+        self.slots: dict[tuple[tuple[int, int], int], int] = {}
         self.fu: dict[tuple[tuple[int, int], str, int], tuple[int, int]] = {}
         # (link, slot) -> {value: routes using it}; a link carries each value once per cycle
         # however many consumers downstream share it (multicast), so occupancy = distinct values
@@ -284,18 +287,25 @@ class RouteState:
         return [(pe, fu.name, (t + j) % self.ii) for j in range(fu.issue_interval_cycles)]
 
     def slot_free(self, pe, t, op: Op) -> bool:
-        if (pe, t % self.ii) in self.slots:
+        """Whether `op` may issue on `pe` at t: the PE issues fewer than `issue_width` ops in
+        slot t mod II, and op's unit is free for its issue interval."""
+        if self.slots.get((pe, t % self.ii), 0) >= self.width:
             return False
         return not any(k in self.fu for k in self.fu_keys(pe, t, op))
 
     def occupy(self, pe, t, op: Op, who) -> None:
-        self.slots[(pe, t % self.ii)] = who
+        key = (pe, t % self.ii)
+        self.slots[key] = self.slots.get(key, 0) + 1
         for k in self.fu_keys(pe, t, op):
             self.fu[k] = who
         self.entries[pe] += 1
 
     def release(self, pe, t, op: Op) -> None:
-        del self.slots[(pe, t % self.ii)]
+        key = (pe, t % self.ii)
+        if self.slots[key] == 1:
+            del self.slots[key]
+        else:
+            self.slots[key] -= 1
         for k in self.fu_keys(pe, t, op):
             del self.fu[k]
         self.entries[pe] -= 1

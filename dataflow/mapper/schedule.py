@@ -6,7 +6,8 @@ Scheduling", 1994): ResMII from PE issue slots, functional-unit occupancy (issue
 SPM ports; RecMII from loop-carried cycles.
 
 Resources reserved modulo II, per attempt:
-- a PE issues one op per cycle (slot `t mod II`);
+- a PE issues up to `pe_array.issue_width` ops per cycle (slot `t mod II`), each on a different
+  functional unit (docs/architecture.md#issue-width);
 - a functional unit of issue interval k is busy k consecutive slots from the op's issue;
 - a PE holds at most `instruction_entries` ops;
 - a link carries `links_per_direction` flits per cycle; a value of w words crosses a link of
@@ -57,8 +58,9 @@ from dataflow.mapper.routing import (
 
 # Deferred imports: networkx is imported in `rec_mii`, its one user (start-up).
 
-__all__ = ["Link", "anneal", "delay_sources", "hop", "hop_distance", "is_immediate", "op_latency",
-           "rec_mii", "res_mii", "schedule_kernel", "shortest_path", "value_flits"]
+__all__ = ["Link", "anneal", "delay_sources", "hop", "hop_distance", "is_immediate",
+           "issue_copies", "op_latency", "rec_mii", "res_mii", "schedule_kernel",
+           "shortest_path", "unit_busy", "value_flits"]
 
 NEGOTIATION_ITERATIONS = 24
 # PathFinder gives up after this many iterations without a lower total overuse: by then the
@@ -98,7 +100,8 @@ def op_latency(arch: ArchSpec, op: Op) -> int:
 def res_mii(kernel: Kernel, arch: ArchSpec, copies: int) -> int:
     """Resource-constrained MII: PE issue slots, FU occupancy, SPM row ports."""
     pes = arch.pe_array.num_pes
-    bound = math.ceil(copies * len(kernel.nodes) / pes)  # one issue per PE per cycle
+    # issue_width issues per PE per cycle (docs/architecture.md#issue-width)
+    bound = math.ceil(copies * len(kernel.nodes) / (pes * arch.pe_array.issue_width))
     busy = Counter()
     for n in kernel.nodes:
         fu = arch.fu_for(n.op.value)
@@ -114,6 +117,29 @@ def res_mii(kernel: Kernel, arch: ArchSpec, copies: int) -> int:
     bound = max(bound, math.ceil(copies * reads / (spm.lines * spm.read_ports_per_line)))
     bound = max(bound, math.ceil(copies * writes / (spm.lines * spm.write_ports_per_line)))
     return max(1, bound)
+
+
+def unit_busy(kernel: Kernel, arch: ArchSpec) -> Counter:
+    """Slots each functional unit of a PE is busy per copy of `kernel` (its ops' issue
+    intervals summed), by unit name."""
+    busy = Counter()
+    for n in kernel.nodes:
+        fu = arch.fu_for(n.op.value)
+        busy[fu.name] += fu.issue_interval_cycles
+    return busy
+
+
+def issue_copies(kernel: Kernel, arch: ArchSpec) -> int:
+    """The most copies of `kernel` the PEs can issue at II = 1 (0: not one): PEs // nodes on a
+    single-issue PE; with `issue_width` > 1 PEs x width // nodes, and no more than each unit
+    admits (docs/architecture.md#issue-width)."""
+    pes, width = arch.pe_array.num_pes, arch.pe_array.issue_width
+    if width == 1:
+        return pes // len(kernel.nodes)
+    most = pes * width // len(kernel.nodes)
+    for cycles in unit_busy(kernel, arch).values():
+        most = min(most, pes // cycles)
+    return most
 
 
 def _flushes_per_run(kernel: Kernel, node) -> bool:
@@ -291,6 +317,13 @@ class _Attempt:
         PLACEMENT_OPTIONS."""
         st = self.st
         options = []
+        if st.width > 1:
+            # PEs whose slot is empty first, then those issuing one op in it, ...: a PE takes
+            # a second op in a slot only when no candidate has it empty, since ops piled on
+            # one PE hold their operands in its registers (docs/architecture.md#issue-width);
+            # stable, so nearest first among equals
+            slot = t % self.ii
+            order = sorted(order, key=lambda pe: st.slots.get((pe, slot), 0))
         for pe in order:
             if st.entries[pe] >= self.limit or not st.slot_free(pe, t, node.op):
                 continue

@@ -72,4 +72,5 @@ def assemble_result(arch, *, workload: str, engine: str, counts: dict[str, np.nd
         peak_macs_per_cycle=arch.pe_array.num_pes * arch.pe_array.simd_lanes,
         area_mm2=tuple(area_breakdown(arch).items()),
         dram_bytes_per_cycle=arch.dram.bytes_per_cycle,
+        issue_width=arch.pe_array.issue_width,
         energy_pj=tuple(energy_pj.items()), **counts, **fields)

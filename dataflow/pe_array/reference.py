@@ -3,9 +3,10 @@
 Semantics (the same as `fast.py`'s, which must give identical `ArrayResult`s; neither engine
 imports the other, and the value and write-back rules both follow live in `semantics.py`):
 - A tile's n iterations are cut into U contiguous chunks of W = ceil(n / U): iteration k runs
-  on body copy k div W in wave k mod W. A PE holds one op per slot
-  (time mod II); in cycle c it executes the op in slot c mod II for the wave whose start
-  `wave * II + time` equals c.
+  on body copy k div W in wave k mod W. A PE holds up to `pe_array.issue_width` ops per slot
+  (time mod II), each on its own functional unit; in cycle c it executes the ops in slot
+  c mod II, in placement order, each for the wave whose start `wave * II + time` equals c
+  (docs/architecture.md#issue-width: the order within a PE changes nothing observable).
 - All PEs of the array move in lock step: when the SPM line accesses issued in one cycle need
   more port-cycles than a line has ports, the whole array waits for the busiest line.
 - SPM updates (acc, accmax, store, scatter) commit in (cycle, iteration, node) order, at the
@@ -52,15 +53,15 @@ from dataflow.spm.lines import StoreQueues, line_of_row, port_cycles
 @dataclass(frozen=True, eq=False)
 class _Kernel:
     """What every cycle of one mapped kernel reads: the mapping, the arch, lanes per access,
-    the vector nodes, each PE's op per slot (`slot_of[pe][time mod II]`, PEs in row-major
-    order) and the routes into each (copy, node)."""
+    the vector nodes, each PE's ops per slot (`slot_of[pe][time mod II]`, PEs in row-major
+    order, a slot's ops in placement order) and the routes into each (copy, node)."""
 
     km: KernelMapping
     arch: ArchSpec
     dtype: object
     lanes: int
     vec: frozenset
-    slot_of: dict[tuple[int, int], dict[int, Placement]]
+    slot_of: dict[tuple[int, int], dict[int, list[Placement]]]
     routes_into: dict[tuple[int, int], list]
     bufs: dict[str, np.ndarray]
     fetched: dict[str, int]
@@ -126,12 +127,13 @@ def run_kernel_reference(km: KernelMapping, arch: ArchSpec, inputs: dict[str, np
     return ct.result(kernel, bufs, tuple(events) if trace else None)
 
 
-def _slots(km: KernelMapping) -> dict[tuple[int, int], dict[int, Placement]]:
-    """slot_of[pe][time mod II]: the placement a PE issues in that slot, PEs in row-major
-    order (the order the array is scanned each cycle)."""
-    slot_of: dict[tuple[int, int], dict[int, Placement]] = {}
+def _slots(km: KernelMapping) -> dict[tuple[int, int], dict[int, list[Placement]]]:
+    """slot_of[pe][time mod II]: the placements a PE issues in that slot (up to
+    `pe_array.issue_width`, in placement order), PEs in row-major order (the order the array
+    is scanned each cycle)."""
+    slot_of: dict[tuple[int, int], dict[int, list[Placement]]] = {}
     for p in km.placements:
-        slot_of.setdefault(p.pe, {})[p.time % km.ii] = p
+        slot_of.setdefault(p.pe, {}).setdefault(p.time % km.ii, []).append(p)
     return dict(sorted(slot_of.items()))
 
 
@@ -166,21 +168,22 @@ def _run_tile(ctx: _Kernel, ct: Counters, events: list, elapsed: int, ti: int,
 
 def _step_cycle(ctx: _Kernel, ct: Counters, st: _Tile, events: list, elapsed: int,
                 cyc: int) -> None:
-    """One array cycle: every PE issues its slot's op, the SPM ports serve the cycle's row
+    """One array cycle: every PE issues its slot's ops, the SPM ports serve the cycle's row
     accesses (stalling the whole array), then the cycle's updates commit."""
     now = _Cycle(cycle=cyc, read_rows=set(),
                  writes_line=np.zeros(ctx.arch.spm.lines, dtype=np.int64))
     for pe, slots in ctx.slot_of.items():
-        p = slots.get(cyc % ctx.km.ii)
-        if p is None or cyc < p.time:
-            continue
-        wave = (cyc - p.time) // ctx.km.ii
-        k = p.copy * st.waves + wave
-        if wave >= st.waves or k >= len(st.iters):
-            continue
-        if ctx.trace:
-            events.append((elapsed + cyc + st.stall, pe, ctx.km.kernel.nodes[p.node].op.value))
-        _issue(ctx, ct, st, now, p, wave, k)
+        for p in slots.get(cyc % ctx.km.ii, ()):
+            if cyc < p.time:
+                continue
+            wave = (cyc - p.time) // ctx.km.ii
+            k = p.copy * st.waves + wave
+            if wave >= st.waves or k >= len(st.iters):
+                continue
+            if ctx.trace:
+                events.append((elapsed + cyc + st.stall, pe,
+                               ctx.km.kernel.nodes[p.node].op.value))
+            _issue(ctx, ct, st, now, p, wave, k)
     st.stall += _serve_ports(ctx, ct, st, now)
     _commit_cycle(ctx, now)
 

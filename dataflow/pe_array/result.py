@@ -173,6 +173,9 @@ class SimResult:
     values_computed: bool = True
     area_mm2: tuple[tuple[str, float], ...] = ()  # by component (pe_array, spm, interconnect)
     dram_bytes_per_cycle: float = 0.0  # the arch's peak, for rooflines
+    # ops a PE may issue a cycle (`pe_array.issue_width`): `pe_busy_cycles` counts ops, so
+    # utilisation divides by it (docs/architecture.md#issue-width)
+    issue_width: int = 1
     # (kernel, copy, node, op, pe_row, pe_col, time, latency, ii) per placed op, for Gantt charts
     schedule: tuple[tuple, ...] = ()
     tile_spans: tuple[tuple[str, int, int, int], ...] = ()  # (kernel, tile, start, end) cycles
@@ -206,9 +209,10 @@ class SimResult:
 
     @property
     def pe_utilization(self) -> float:
-        """Fraction of PE-cycles that issued an op."""
-        pes = self.pe_busy_cycles.size
-        return float(self.pe_busy_cycles.sum()) / (pes * self.cycles) if self.cycles else 0.0
+        """Share of the PEs' issue capacity used: ops issued over PE-cycles x issue width
+        (docs/architecture.md#issue-width; with width 1, the PE-cycles that issued an op)."""
+        slots = self.pe_busy_cycles.size * self.issue_width * self.cycles
+        return float(self.pe_busy_cycles.sum()) / slots if self.cycles else 0.0
 
     @property
     def mac_utilization(self) -> float:
@@ -252,6 +256,7 @@ class SimResult:
             "clock_ghz": self.clock_ghz,
             "macs": self.macs,
             "pe_utilization": self.pe_utilization,
+            "issue_width": self.issue_width,
             "mac_utilization": self.mac_utilization,
             "spm_reads": self.spm_reads,
             "spm_writes": self.spm_writes,

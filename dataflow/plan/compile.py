@@ -38,6 +38,7 @@ from dataflow.mapper import map_program
 from dataflow.mapper.legality import check_mapping
 from dataflow.mapper.map import map_kernel
 from dataflow.mapper.mapping import KernelMapping, Mapping, MappingError
+from dataflow.mapper.schedule import issue_copies, unit_busy
 from dataflow.plan import gather_lines, tile_ramp
 from dataflow.plan.gemm_schedule import (
     GemmSchedule,
@@ -295,13 +296,16 @@ def _unheld_candidates(kernel: Kernel, arch: ArchSpec) -> list[KernelSchedule]:
         body = transform.unroll_and_jam(fused, vv, s, inner=False) if s > 1 else fused
         # blocks more than a row apart land on lines that repeat: neighbouring blocks
         inner = lanes if s > 1 and vectors != s else 0
-        if s > 1 and len(body.nodes) <= pes:
+        # the PEs issue pes x issue_width ops a cycle (docs/architecture.md#issue-width)
+        slots = pes * arch.pe_array.issue_width
+        if s > 1 and len(body.nodes) <= slots:
             out.append(KernelSchedule(fuse=True, vector_blocks=s, vector_inner=inner))
         # more copies than the PEs hold at II 1, sharing them at a longer II (as a GEMM block)
         maccs = sum(1 for n in body.nodes if n.op is Op.MACC)
         reads = sum(1 for n in body.nodes if n.op.reads_spm and not n.op.accumulates)
-        copies, ii = best_copies(len(body.nodes), maccs, reads, arch)
-        if ii > 1 and copies > pes // len(body.nodes) and copies * len(body.nodes) > pes:
+        copies, ii = best_copies(len(body.nodes), maccs, reads, arch,
+                                 tuple(unit_busy(body, arch).values()))
+        if ii > 1 and copies > issue_copies(body, arch) and copies * len(body.nodes) > slots:
             out.append(KernelSchedule(fuse=True, vector_blocks=s, copies=copies,
                                       vector_inner=inner))
     return out

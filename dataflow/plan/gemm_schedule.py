@@ -137,19 +137,51 @@ def body_nodes(rows: int, cols: int, fuse: bool) -> int:
     return 1 + cols + rows * cols * (1 if fuse else 2)
 
 
-def best_copies(nodes: int, maccs: int, loads: int, arch: ArchSpec) -> tuple[int, int]:
+def body_units(rows: int, cols: int, fuse: bool, arch: ArchSpec) -> tuple[int, ...]:
+    """Slots each functional unit is busy per copy of an r x s body (`body_nodes`'s ops: the
+    loads, the products and, unfused, their accumulations), as `schedule.unit_busy`."""
+    ops = [("load", 1 + cols), ("macc" if fuse else "mul", rows * cols)]
+    if not fuse:
+        ops.append(("acc", rows * cols))
+    busy: dict[str, int] = {}
+    for op, count in ops:
+        try:
+            fu = arch.fu_for(op)
+        except KeyError:  # a unit the body cannot use: it is not a candidate there anyway
+            continue
+        busy[fu.name] = busy.get(fu.name, 0) + count * fu.issue_interval_cycles
+    return tuple(busy.values()) or (0,)
+
+
+def ii1_copies(nodes: int, units: tuple[int, ...], arch: ArchSpec) -> int:
+    """Copies of a body the PEs issue at II 1 (0: not one), as `schedule.issue_copies`: PEs //
+    nodes on a single-issue PE, PEs x issue_width // nodes and no more than each unit admits
+    on a multi-issue one (docs/architecture.md#issue-width)."""
+    pes, width = arch.pe_array.num_pes, arch.pe_array.issue_width
+    if width == 1:
+        return pes // nodes
+    return min([pes * width // nodes] + [pes // u for u in units if u])
+
+
+def best_copies(nodes: int, maccs: int, loads: int, arch: ArchSpec,
+                units: tuple[int, ...] | None = None) -> tuple[int, int]:
     """(copies, II) that issue the most products per cycle for a body of `nodes` nodes with
     `maccs` products and `loads` row reads: copies x nodes issue slots fit in II x PEs and the
     reads in II x the lines' read ports. A body that does not divide the PEs evenly leaves
     PEs idle at II = 1 (an 8 x 1 block of 10 nodes: 6 copies on 64 PEs, 4 idle; one copy on
     16 PEs, 6 idle); at a longer II the copies share PEs and fill them (19 copies at II 3 on
     64 PEs, 8 at II 5 on 16). Of equal rates the shorter II
-    (docs/conventions.md#register-blocking)."""
+    (docs/conventions.md#register-blocking). `units`: the slots each functional unit is busy
+    per copy (`schedule.unit_busy`); given, a PE issues `issue_width` ops a cycle, each unit
+    at most one (docs/architecture.md#issue-width); absent, one op a PE a cycle."""
     pes = arch.pe_array.num_pes
+    width = arch.pe_array.issue_width if units else 1
     ports = arch.spm.lines * arch.spm.read_ports_per_line
     best = (0.0, 0, 1)
     for ii in range(1, MAX_SHARED_II + 1):
-        copies = min(ii * pes // nodes, ii * ports // max(1, loads))
+        copies = min(ii * pes * width // nodes, ii * ports // max(1, loads))
+        if width > 1:
+            copies = min([copies] + [ii * pes // u for u in units if u])
         if copies and copies * maccs / ii > best[0] + 1e-9:
             best = (copies * maccs / ii, copies, ii)
     return best[1], best[2]
@@ -161,7 +193,7 @@ def gemm_candidates(program: Program, arch: ArchSpec) -> list[GemmSchedule]:
     array; the plain kernel first."""
     g = program.gemm
     lanes = arch.pe_array.simd_lanes
-    pes = arch.pe_array.num_pes
+    pes, width = arch.pe_array.num_pes, arch.pe_array.issue_width
     fuse = supports(arch, "macc")
     out = [GemmSchedule()]
     vectors = g.n // lanes if g.n % lanes == 0 else 0
@@ -172,13 +204,15 @@ def gemm_candidates(program: Program, arch: ArchSpec) -> list[GemmSchedule]:
             if s > 1 and (not vectors or vectors % s):
                 continue
             nodes = body_nodes(r, s, fuse)
-            if nodes > pes:
+            units = body_units(r, s, fuse, arch)
+            # one copy issues at II 1 (docs/architecture.md#issue-width)
+            if nodes > pes * width or (width > 1 and max(units) > pes):
                 continue
             sched = GemmSchedule(r, s, pack_b=vectors > 0, fuse=fuse)
             if not sched.plain:
                 out.append(sched)
-            copies, ii = best_copies(nodes, r * s, 1 + s, arch) if fuse else (0, 1)
-            if ii > 1 and copies > pes // nodes:  # PEs shared by more copies: fuller
+            copies, ii = best_copies(nodes, r * s, 1 + s, arch, units) if fuse else (0, 1)
+            if ii > 1 and copies > ii1_copies(nodes, units, arch):  # PEs shared: fuller
                 out.append(dataclasses.replace(sched, copies=copies,
                                                pad_c=c_pad(r, s, g.n, arch)))
     return out
@@ -212,10 +246,13 @@ def _estimate(sched: GemmSchedule, arch: ArchSpec) -> tuple[float, int, int]:
     smaller body (the mapper reaches its copies more often), then fewer reads (which leave
     the lines room)."""
     nodes = body_nodes(sched.rows, sched.cols, sched.fuse)
-    copies = sched.copies or max(1, arch.pe_array.num_pes // nodes)
+    units = body_units(sched.rows, sched.cols, sched.fuse, arch)
+    pes, width = arch.pe_array.num_pes, arch.pe_array.issue_width
+    copies = sched.copies or max(1, ii1_copies(nodes, units, arch))
     reads = copies * (1 + sched.cols)
     ports = arch.spm.lines * arch.spm.read_ports_per_line
-    ii = max(1, math.ceil(reads / ports), math.ceil(copies * nodes / arch.pe_array.num_pes))
+    ii = max(1, math.ceil(reads / ports), math.ceil(copies * nodes / (pes * width)),
+             *(math.ceil(copies * u / pes) for u in units if width > 1 and u))
     return (-copies * sched.rows * sched.cols / ii, nodes, reads)
 
 

@@ -413,12 +413,13 @@ def issue_slots(spec: ButterflySpec, groups: tuple[StageGroup, ...], nodes: list
 
 
 def roofline(om: OrchestratedMapping, dram_bytes: int) -> dict[str, float]:
-    """Lower bounds in cycles: issue (ops / PEs, one op per PE per cycle) and DRAM
-    (bytes / dram.bytes_per_cycle); `bound` is the larger (the roofline of this program)."""
+    """Lower bounds in cycles: issue (ops / (PEs x issue_width), `issue_width` ops per PE per
+    cycle, docs/architecture.md#issue-width) and DRAM (bytes / dram.bytes_per_cycle); `bound`
+    is the larger (the roofline of this program)."""
     arch = om.arch
     slots = issue_slots(om.spec, om.mapping.program.stage_groups,
                         [len(k.kernel.nodes) for k in om.mapping.kernels])
-    issue = slots / arch.pe_array.num_pes
+    issue = slots / (arch.pe_array.num_pes * arch.pe_array.issue_width)
     dram = dram_bytes / arch.dram.bytes_per_cycle
     return {"issue_slots": slots, "issue_bound": issue, "dram_bound": dram,
             "bound": max(issue, dram)}

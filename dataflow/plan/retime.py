@@ -30,7 +30,7 @@ from dataflow.dfg.graph import Kernel, Program
 from dataflow.dfg.ops import Op
 from dataflow.mapper.legality import check_kernel_mapping
 from dataflow.mapper.mapping import KernelMapping, MappingError
-from dataflow.mapper.schedule import rec_mii, res_mii
+from dataflow.mapper.schedule import issue_copies, rec_mii, res_mii
 from dataflow.pe_array.common import spm_base
 from dataflow.pe_array.fast import run_kernel_fast
 from dataflow.plan.gather_lines import ordered_inputs
@@ -310,7 +310,7 @@ def cycles_bound(kernel: Kernel, arch: ArchSpec, copies: int | None = None) -> f
     that many), copies / max(ResMII, RecMII)."""
     lanes = arch.pe_array.simd_lanes if kernel.vector_var else 1
     rec = rec_mii(kernel, arch)
-    most = max(1, arch.pe_array.num_pes // len(kernel.nodes))
+    most = max(1, issue_copies(kernel, arch))  # as `map_kernel` tries them
     counts = [copies] if copies else range(1, most + 1)
     best = min(max(res_mii(kernel, arch, u), rec) / u for u in counts)
     return kernel_iterations(kernel, lanes) * best

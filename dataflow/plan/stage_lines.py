@@ -164,7 +164,7 @@ def stagger_stores(km: KernelMapping, arch: ArchSpec, max_delay: int | None = No
     writes = np.zeros((horizon, lines), dtype=np.int64)
     cur = np.maximum(need.max(axis=1), 1)  # port-cycles each cycle needs so far
     wp = spm.write_ports_per_line
-    slots = Counter((p.pe, p.time % ii) for p in km.placements)
+    room = _IssueRoom(km, arch)
     place = {(p.copy, p.node): p for p in km.placements}
     length = max(p.time + p.latency for p in km.placements if
                  km.kernel.nodes[p.node].op is not Op.STORE)
@@ -180,8 +180,7 @@ def stagger_stores(km: KernelMapping, arch: ArchSpec, max_delay: int | None = No
     def put(c, nid, w, t, line, d, sign):
         cyc = w * ii + t + d
         np.add.at(writes, (cyc, line), sign)
-        pe = place[(c, nid)].pe
-        slots[(pe, (t + d) % ii)] += sign
+        room.add(place[(c, nid)].pe, t + d, sign)
         if sign < 0:  # recount the cycles this store leaves
             cur[cyc] = np.maximum(need[cyc].max(axis=1),
                                   -(-writes[cyc].max(axis=1) // wp)).clip(min=1)
@@ -190,15 +189,14 @@ def stagger_stores(km: KernelMapping, arch: ArchSpec, max_delay: int | None = No
 
     order = sorted(stores, key=lambda s: (s[3], s[0], s[1]))
     for c, nid, _w, t, _line in order:  # free the stores' slots: placed one by one below
-        slots[(place[(c, nid)].pe, t % ii)] -= 1
+        room.add(place[(c, nid)].pe, t, -1)
     for sweep in range(STAGGER_SWEEPS):
         for s in order:
             c, nid, w, t, line = s
             if sweep:
                 put(*s, delay[(c, nid)], -1)
             pe = place[(c, nid)].pe
-            d = min((d for d in range(max_delay + 1)
-                     if not slots[(pe, (t + d) % ii)]),
+            d = min((d for d in range(max_delay + 1) if room.free(pe, t + d)),
                     key=lambda d: (cost(*s, d), d))
             put(*s, d, 1)
             length = max(length, t + d + place[(c, nid)].latency)
@@ -206,6 +204,33 @@ def stagger_stores(km: KernelMapping, arch: ArchSpec, max_delay: int | None = No
     if not any(delay.values()):
         return km
     return _delay_stores(km, arch, delay, STAGE_LINES_NOTE + str(StoreTiming.STAGGER_STORES))
+
+
+class _IssueRoom:
+    """Ops per (PE, slot), at most `pe_array.issue_width`, and the store unit's busy slots: a
+    store moves only onto a slot of its PE with issue room and its unit free
+    (docs/architecture.md#issue-width)."""
+
+    def __init__(self, km: KernelMapping, arch: ArchSpec):
+        self.ii, self.width = km.ii, arch.pe_array.issue_width
+        self.slots = Counter((p.pe, p.time % km.ii) for p in km.placements)
+        self.fu = arch.fu_for(Op.STORE.value)
+        self.units = Counter()
+        for p in km.placements:
+            fu = arch.fu_for(km.kernel.nodes[p.node].op.value)
+            if fu.name == self.fu.name:
+                self.units.update((p.pe, (p.time + j) % km.ii)
+                                  for j in range(fu.issue_interval_cycles))
+
+    def add(self, pe, t: int, sign: int) -> None:
+        """A store issued on `pe` at t (sign 1) or taken away (-1)."""
+        self.slots[(pe, t % self.ii)] += sign
+        for j in range(self.fu.issue_interval_cycles):
+            self.units[(pe, (t + j) % self.ii)] += sign
+
+    def free(self, pe, t: int) -> bool:
+        return self.slots[(pe, t % self.ii)] < self.width and not any(
+            self.units[(pe, (t + j) % self.ii)] for j in range(self.fu.issue_interval_cycles))
 
 
 def _delay_stores(km: KernelMapping, arch: ArchSpec, delay: dict, note: str) -> KernelMapping:

@@ -51,16 +51,24 @@ def gantt(data: dict, path, kernel: str | None = None, iterations: int = 3) -> P
     ii = rows[0]["ii"]
     pes = sorted({(r["pe_row"], r["pe_col"]) for r in rows})
     y = {pe: i for i, pe in enumerate(pes)}
+    # a multi-issue PE (docs/architecture.md#issue-width) issues several ops in one slot: they
+    # share the PE's row, one thin bar each, in (copy, node) order
+    slot_ops: dict = {}
+    for r in sorted(rows, key=lambda r: (r["copy"], r["node"])):
+        slot_ops.setdefault((r["pe_row"], r["pe_col"], r["time"] % ii), []).append(id(r))
     fig, ax = plt.subplots(figsize=(10, max(2.5, 0.28 * len(pes) + 1)), layout="constrained")
     for w in range(iterations):
         for r in rows:
             start = r["time"] + w * ii
-            ax.barh(y[(r["pe_row"], r["pe_col"])], r["latency"], left=start, height=0.8,
+            mates = slot_ops[(r["pe_row"], r["pe_col"], r["time"] % ii)]
+            h = 0.8 / len(mates)
+            at = y[(r["pe_row"], r["pe_col"])] - 0.4 + h * (mates.index(id(r)) + 0.5)
+            ax.barh(at, r["latency"], left=start, height=h,
                     color=OP_COLOURS.get(r["op"], "#999999"), alpha=1.0 if w == 0 else 0.45,
                     edgecolor="black", linewidth=0.3)
             if w == 0:
-                ax.text(start + 0.05, y[(r["pe_row"], r["pe_col"])], f"{r['copy']}.{r['node']}",
-                        va="center", fontsize=6)
+                ax.text(start + 0.05, at, f"{r['copy']}.{r['node']}", va="center",
+                        fontsize=6 if len(mates) == 1 else 4)
     ax.set_yticks(range(len(pes)), [f"PE{pe}" for pe in pes], fontsize=6)
     ax.set_xlabel("cycle (iteration 0 opaque, later waves every II cycles faded)")
     ax.set_title(f"{kernel}: modulo schedule, II = {ii}")
@@ -77,13 +85,14 @@ def pe_heatmap(data: dict, path) -> Path:
     busy = np.asarray(data["arrays"].get("pe_busy_cycles", []), dtype=float)
     if busy.size == 0:
         raise UserError("the result holds no per-PE busy cycles (save it with --save)")
-    cycles = max(1, data["result"]["cycles"])
+    # ops over PE issue capacity (docs/architecture.md#issue-width): in [0, 1] at any width
+    cycles = max(1, data["result"]["cycles"]) * data["result"].get("issue_width", 1)
     fig, ax = plt.subplots(figsize=(4.5, 4), layout="constrained")
     im = ax.imshow(busy / cycles, cmap="viridis", vmin=0, vmax=1)
     for (r, c), v in np.ndenumerate(busy / cycles):  # dark digits on viridis' light end
         ax.text(c, r, f"{100 * v:.0f}", ha="center", va="center", fontsize=6,
                 color="black" if v > 0.6 else "white")
-    fig.colorbar(im, ax=ax, label="fraction of cycles issuing an op")
+    fig.colorbar(im, ax=ax, label="ops issued over issue capacity (cycles x issue width)")
     ax.set_title(f"PE utilisation ({100 * data['result'].get('pe_utilization', 0):.1f}% overall)")
     ax.set_xlabel("column")
     ax.set_ylabel("row")
@@ -266,8 +275,11 @@ def _summed(data: dict) -> dict:
     model's cycles."""
     m = data["model"]
     busy = np.asarray(data["arrays"].get("pe_busy_cycles", []), dtype=float)
-    util = float(busy.sum()) / (busy.size * m["cycles"]) if busy.size and m["cycles"] else 0.0
-    return {"result": {"cycles": m["cycles"], "pe_utilization": util}, "arrays": data["arrays"]}
+    width = data.get("roofline", {}).get("issue_width", 1)
+    util = (float(busy.sum()) / (busy.size * width * m["cycles"]) if busy.size and m["cycles"]
+            else 0.0)
+    return {"result": {"cycles": m["cycles"], "pe_utilization": util, "issue_width": width},
+            "arrays": data["arrays"]}
 
 
 PICTURES = (("gantt.png", gantt), ("pe_utilisation.png", pe_heatmap),

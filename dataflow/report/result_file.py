@@ -77,7 +77,8 @@ def model_result_data(r: ModelResult) -> dict:
                     "spm_conflicts_per_line")},
         # every layer ran on the one architecture: its peaks are the first layer's
         "roofline": {"peak_macs_per_cycle": first.peak_macs_per_cycle,
-                     "dram_bytes_per_cycle": first.dram_bytes_per_cycle},
+                     "dram_bytes_per_cycle": first.dram_bytes_per_cycle,
+                     "issue_width": first.issue_width},
     }
 
 
