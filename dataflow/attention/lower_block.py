@@ -1,0 +1,225 @@
+"""Attention over a block-sparse mask as gathered GEMMs (docs/conventions.md#block-attention).
+
+A BigBird mask is a set of whole b x b blocks (b a multiple of the 8 lanes): query panel tr
+(rows b tr .. b tr + b - 1) attends the keys of its kept key blocks, whose block columns `bcrd`
+(`bpos` per panel) the host knows (the pattern is static). The CSR lowering (`lower.py`) walks
+the entries one gathered SPM row at a time; here every loaded row feeds eight maccs, as the
+dense GEMM's 8 x 1 outer-product body (`plan.gemm_schedule`) and the gathered-panel GEMM of
+`dataflow/dynamic/panel_gemm.py` (docs/conventions.md#dynamic-panel-gemm) do. Scores are kept
+in *strip layout*: kept key kappa (the g-th kept key over all panels) owns the b words
+St[b g .. b g + b - 1], its scores against the panel's b query rows, so the query rows are the
+lanes. K, Q are stored transposed (K^T: d x n, Q^T: d x m; a host layout, as `pack_strips`).
+
+1. `key_compact` (SRead): K_c[(p d + c) b + e] = K^T[c, b bcrd[p] + e] for every kept block p,
+   so that a block's K^T slice is affine in p (a span load needs an affine address).
+2. `sddmm`: for panel tr, kept block p, 8-key half h, query vector r and c < d:
+
+       a = K_c[(p d + c) b + 8 h : +8]          one SPM row: 8 keys at dimension c
+       b = Q^T[c, b tr + r]                      the panel's query rows (vector)
+       St[(b p + 8 h + u) b + r] += a.lane(u) * b       u = 0 .. 7, accumulated over c
+
+3. `softmax_max`: rowmax[b tr + r] = max over the panel's kept strips (elementwise over the
+   query-row lanes: no lane reduction).
+4. `softmax_exp`: E = exp(scale (St - rowmax)), rowsum[b tr + r] += E (elementwise).
+5. `spmm`: `panel_gemm_kernel` with A_c = E (strip height b), B = V gathered by kept key
+   (`kcrd`), the softmax's normalisation folded as in docs/conventions.md#attention-fold: each
+   E row is divided by its 8 query rows' sums as loaded (the division a kernel writing P would
+   make, so the same values), then O[b tr + 8 ib + u, j] += P.lane(u) * V[kcrd[p], j].
+
+The compiler's generic search (`plan.compile.kernel_candidates`) fuses the products into
+maccs with accumulators in registers over the reduction and blocks the vector loop.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from dataflow.attention.lower import rename_buffers
+from dataflow.dfg.graph import Addr, Buffer, DFGError, Kernel, Loop, Node, Program
+from dataflow.dfg.lower import run_passes
+from dataflow.dfg.ops import Op
+from dataflow.dynamic.panel_gemm import BODY_ROWS, SPARE_SLOTS, panel_gemm_kernel
+
+#: the kernels of the block lowering, in program order (tests check these)
+BLOCK_KERNELS = ("key_compact", "sddmm", "softmax_max", "softmax_exp", "spmm")
+#: block edges tried, largest first (a larger block: fewer kept blocks, longer strips)
+BLOCK_EDGES = (64, 32, 16, 8)
+
+
+def block_structure(pos: np.ndarray, crd: np.ndarray, m: int, n: int, edge: int,
+                    lanes: int = BODY_ROWS) -> tuple[np.ndarray, np.ndarray] | None:
+    """(bpos, bcrd): the kept edge x edge blocks of the CSR mask (m x n) per query panel, when
+    the mask is exactly whole aligned blocks and edge is a multiple of `lanes` dividing m and
+    n; else None."""
+    if edge % lanes or m % edge or n % edge or len(crd) == 0:
+        return None
+    rows = np.repeat(np.arange(m, dtype=np.int64), np.diff(pos))
+    nbj = n // edge
+    blocks, counts = np.unique((rows // edge) * nbj + np.asarray(crd) // edge,
+                               return_counts=True)
+    if (counts != edge * edge).any():  # csr has no repeats, so a full block has edge^2 entries
+        return None
+    bi, bj = blocks // nbj, blocks % nbj
+    bpos = np.concatenate(([0], np.cumsum(np.bincount(bi, minlength=m // edge))))
+    return bpos.astype(np.int64), bj.astype(np.int64)
+
+
+def find_blocks(pos: np.ndarray, crd: np.ndarray, m: int, n: int, lanes: int = BODY_ROWS):
+    """(edge, bpos, bcrd) for the largest block edge (`BLOCK_EDGES`) the mask is whole blocks
+    of, or None."""
+    for edge in BLOCK_EDGES:
+        got = block_structure(pos, crd, m, n, edge, lanes)
+        if got is not None:
+            return (edge, *got)
+    return None
+
+
+def key_compact_kernel(n: int, d: int, bh: int, blocks: int) -> Kernel:
+    """K_c[(p d + c) bh + e] = K^T[c n + bh bcrd[p] + e]: each kept block's K^T slice gathered
+    in block order (vector over e, the block's keys)."""
+    nodes = (
+        Node(0, Op.LOAD, buffer="bcrd", addr=Addr((("p", 1),)), name="bcrd"),
+        Node(1, Op.GATHER, (0,), buffer="KT", addr=Addr((("c", n), ("e", 1)), index_stride=bh),
+             name="SRead K^T"),
+        Node(2, Op.STORE, (1,), buffer="K_c", addr=Addr((("p", d * bh), ("c", bh), ("e", 1))),
+             name="K_c="),
+    )
+    return Kernel(name="key_compact", loops=(Loop("p", blocks), Loop("c", d), Loop("e", bh)),
+                  nodes=nodes,
+                  buffers=(Buffer("bcrd", blocks), Buffer("KT", d * n),
+                           Buffer("K_c", blocks * d * bh, "output")),
+                  vector_var="e")
+
+
+def block_sddmm_kernel(m: int, d: int, bh: int, bpos: np.ndarray) -> Kernel:
+    """St[(bh p + 8 h + u) bh + r] = sum_c K_c[(p d + c) bh + 8 h + u] * Q^T[c m + bh tr + r]:
+    the 8 x 1 outer product of one K_c row (8 keys, span) and a vector of the panel's query
+    rows, accumulated over c (module docstring, step 2)."""
+    blocks = int(bpos[-1])
+    nodes = [
+        Node(0, Op.LOAD, buffer="K_c", addr=Addr((("p", d * bh), ("c", bh), ("h", BODY_ROWS)),
+                                                 span=BODY_ROWS), name="K_c[row]"),
+        Node(1, Op.LOAD, buffer="QT", addr=Addr((("c", m), ("tr", bh), ("r", 1))), name="Q^T"),
+    ]
+    carried = []
+    for u in range(BODY_ROWS):
+        mul, acc = len(nodes), len(nodes) + 1
+        nodes += [Node(mul, Op.MUL, (0, 1), lane=u, name=f"k{u}*q"),
+                  Node(acc, Op.ACC, (mul,), buffer="St",
+                       addr=Addr((("p", bh * bh), ("h", BODY_ROWS * bh), ("r", 1)),
+                                 const=u * bh), name=f"St{u}+=")]
+        carried.append((acc, acc, 1))
+    return Kernel(name="sddmm",
+                  loops=(Loop("tr", m // bh), Loop("p", pos="tile_pos", parent="tr"),
+                         Loop("h", bh // BODY_ROWS), Loop("r", bh), Loop("c", d)),
+                  nodes=tuple(nodes),
+                  buffers=(Buffer("K_c", blocks * d * bh), Buffer("QT", d * m),
+                           Buffer("St", blocks * bh * bh, "output")),
+                  vector_var="r", carried=tuple(carried),
+                  domain_arrays=(("tile_pos", np.asarray(bpos, dtype=np.int64)),))
+
+
+def _strip_kernel(name: str, m: int, bh: int, bpos: np.ndarray, nodes, buffers,
+                  carried) -> Kernel:
+    """A kernel over (panel tr, query vector r, kept block p, key k of the block): one
+    iteration per strip row, the query rows in lanes; the row statistics (rowmax, rowsum at
+    bh tr + r) do not move with p and k, so they accumulate in registers."""
+    return Kernel(name=name,
+                  loops=(Loop("tr", m // bh), Loop("r", bh),
+                         Loop("p", pos="tile_pos", parent="tr"), Loop("k", bh)),
+                  nodes=tuple(nodes), buffers=tuple(buffers), vector_var="r",
+                  carried=carried,
+                  domain_arrays=(("tile_pos", np.asarray(bpos, dtype=np.int64)),))
+
+
+def strip_softmax_kernels(m: int, bh: int, bpos: np.ndarray, scale: float):
+    """`softmax_max` and `softmax_exp` over the strips (module docstring, steps 3-4)."""
+    size = int(bpos[-1]) * bh * bh
+    st = Addr((("p", bh * bh), ("k", bh), ("r", 1)))
+    row = Addr((("tr", bh), ("r", 1)))
+    smax = _strip_kernel(
+        "softmax_max", m, bh, bpos,
+        [Node(0, Op.LOAD, buffer="St", addr=st, name="s"),
+         Node(1, Op.ACC_MAX, (0,), buffer="rowmax", addr=row, name="max=")],
+        [Buffer("St", size), Buffer("rowmax", m, "output", init=-math.inf)], ((1, 1, 1),))
+    sexp = _strip_kernel(
+        "softmax_exp", m, bh, bpos,
+        [Node(0, Op.LOAD, buffer="St", addr=st, name="s"),
+         Node(1, Op.LOAD, buffer="rowmax", addr=row, name="max"),
+         Node(2, Op.SUB, (0, 1), name="s-max"),
+         Node(3, Op.CONST, value=scale, name="1/sqrt(d)"),
+         Node(4, Op.MUL, (2, 3), name="*scale"),
+         Node(5, Op.EXP, (4,), name="exp"),
+         Node(6, Op.STORE, (5,), buffer="E", addr=st, name="E="),
+         Node(7, Op.ACC, (5,), buffer="rowsum", addr=row, name="sum+=")],
+        [Buffer("St", size), Buffer("rowmax", m), Buffer("E", size, "output"),
+         Buffer("rowsum", m, "output")], ((7, 7, 1),))
+    return smax, sexp
+
+
+def normalised_pv_kernel(m: int, n: int, dv: int, bh: int, kpos: np.ndarray) -> Kernel:
+    """`panel_gemm_kernel` over the probabilities' strips and V gathered by kept key, each E
+    row divided by its query rows' sums as loaded (module docstring, step 5)."""
+    keys = int(kpos[-1])
+    pg = rename_buffers(panel_gemm_kernel(m, n, dv, bh, kpos, keys, "V", "spmm"),
+                        {"crd": "kcrd", "A_c": "E", "C": "O"}, "spmm")
+    crd, gather, e_row, *body = pg.nodes
+    if (crd.op, gather.op, e_row.op, e_row.addr.span) != (Op.LOAD, Op.GATHER, Op.LOAD,
+                                                          BODY_ROWS):
+        raise DFGError(f"normalised_pv_kernel: unexpected panel GEMM body {pg}")
+    sums = Node(3, Op.LOAD, buffer="rowsum",
+                addr=Addr((("tr", bh), ("ib", BODY_ROWS)), span=BODY_ROWS), name="sum[row]")
+    div = Node(4, Op.DIV, (2, 3), name="e/sum")
+    shift = {n.id: n.id + 2 for n in body}
+    nodes = [crd, gather, e_row, sums, div]
+    for nd in body:
+        ins = tuple(4 if i == 2 else shift.get(i, i) for i in nd.inputs)
+        nodes.append(dataclasses.replace(nd, id=shift[nd.id], inputs=ins))
+    carried = tuple((shift[a], shift[b], dist) for a, b, dist in pg.carried)
+    out = dataclasses.replace(pg, nodes=tuple(nodes), carried=carried,
+                              buffers=(*pg.buffers, Buffer("rowsum", m)))
+    out.verify()
+    return out
+
+
+def lower_attention_block(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos: np.ndarray,
+                          crd: np.ndarray, lanes: int = BODY_ROWS, dtype=np.float32,
+                          edge: int | None = None) -> Program:
+    """The attention `Program` of a block-sparse mask (module docstring); `edge` the block
+    edge (None: the largest the mask is whole blocks of). Raises DFGError when the mask is not
+    whole aligned blocks of a multiple of 8 (the lanes of a body row). Output `O` (m x dv)."""
+    (m, d), (n, _), (_, dv) = q.shape, k.shape, v.shape
+    pos, crd = np.asarray(pos, dtype=np.int64), np.asarray(crd, dtype=np.int64)
+    if lanes != BODY_ROWS:
+        raise DFGError(f"block lowering needs {BODY_ROWS} SIMD lanes, got {lanes}")
+    got = (find_blocks(pos, crd, m, n) if edge is None
+           else block_structure(pos, crd, m, n, edge))
+    if got is None:
+        raise DFGError("block lowering needs a mask of whole aligned blocks whose edge is a "
+                       f"multiple of {BODY_ROWS} (bigbird); use lowering='csr'")
+    if edge is None:
+        edge, bpos, bcrd = got
+    else:
+        bpos, bcrd = got
+    bh, blocks = edge, len(bcrd)
+    kpos = bpos * bh
+    kcrd = (bcrd[:, None] * bh + np.arange(bh)[None, :]).ravel()
+    scale = 1.0 / math.sqrt(d)
+    smax, sexp = strip_softmax_kernels(m, bh, bpos, scale)
+    kernels = (key_compact_kernel(n, d, bh, blocks), block_sddmm_kernel(m, d, bh, bpos),
+               smax, sexp, normalised_pv_kernel(m, n, dv, bh, kpos))
+    prog = Program(
+        name=f"attention_block{bh}_{m}x{n}x{d}_blocks{blocks}", kernels=kernels,
+        inputs=(("bcrd", bcrd), ("KT", np.ascontiguousarray(k.T, dtype=dtype).ravel()),
+                ("QT", np.ascontiguousarray(q.T, dtype=dtype).ravel()),
+                ("kcrd", np.concatenate((kcrd, np.zeros(SPARE_SLOTS, dtype=np.int64)))),
+                ("V", np.ascontiguousarray(v, dtype=dtype).ravel())),
+        outputs=(("O", (m, dv)),), dtype=np.dtype(dtype).name, macs=len(crd) * (d + dv),
+    )
+    return run_passes(prog)
+
+
+__all__ = ["BLOCK_KERNELS", "block_structure", "find_blocks", "lower_attention_block"]
