@@ -185,9 +185,44 @@ def normalised_pv_kernel(m: int, n: int, dv: int, bh: int, kpos: np.ndarray) -> 
     return out
 
 
+#: SPM word alignment of the buffers handed over on chip (a whole row of every line)
+HELD_ALIGN = 128
+
+
+def _align(words: int) -> int:
+    return -(-words // HELD_ALIGN) * HELD_ALIGN
+
+
+def held_layout(m: int, d: int, bh: int, blocks: int) -> dict[str, tuple[int, int]]:
+    """(size, spm_base) of each buffer handed from kernel to kernel in the SPM
+    (docs/conventions.md#moe-buffers-handed-over-in-the-spm): K_c (key_compact -> sddmm) from
+    word 0, then the scores St (sddmm -> both softmax kernels) and the row statistics; the
+    probabilities E (softmax_exp -> spmm) reuse K_c's words, dead after the sddmm."""
+    kc, st = blocks * d * bh, blocks * bh * bh
+    at = _align(kc)
+    out = {"K_c": (kc, 0), "St": (st, at), "E": (st, 0)}
+    at = _align(at + st)
+    out["rowmax"] = (m, at)
+    out["rowsum"] = (m, _align(at + m))
+    return out
+
+
+def held_words(m: int, d: int, bh: int, blocks: int) -> int:
+    """The most SPM words the held buffers take in any one kernel (the sddmm's K_c and St)."""
+    lay = held_layout(m, d, bh, blocks)
+    return max(base + size for size, base in lay.values())
+
+
+def _hand_over(kernel: Kernel, layout: dict[str, tuple[int, int]]) -> Kernel:
+    """The kernel with its buffers of `layout` held on chip at their words."""
+    bufs = tuple(dataclasses.replace(b, fetch="on_chip", spm_base=layout[b.name][1])
+                 if b.name in layout else b for b in kernel.buffers)
+    return dataclasses.replace(kernel, buffers=bufs)
+
+
 def lower_attention_block(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos: np.ndarray,
                           crd: np.ndarray, lanes: int = BODY_ROWS, dtype=np.float32,
-                          edge: int | None = None) -> Program:
+                          edge: int | None = None, on_chip: bool = True) -> Program:
     """The attention `Program` of a block-sparse mask (module docstring); `edge` the block
     edge (None: the largest the mask is whole blocks of). Raises DFGError when the mask is not
     whole aligned blocks of a multiple of 8 (the lanes of a body row). Output `O` (m x dv)."""
@@ -211,6 +246,9 @@ def lower_attention_block(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos: np.n
     smax, sexp = strip_softmax_kernels(m, bh, bpos, scale)
     kernels = (key_compact_kernel(n, d, bh, blocks), block_sddmm_kernel(m, d, bh, bpos),
                smax, sexp, normalised_pv_kernel(m, n, dv, bh, kpos))
+    if on_chip:  # the intermediates never cross the DRAM interface
+        layout = held_layout(m, d, bh, blocks)
+        kernels = tuple(_hand_over(kr, layout) for kr in kernels)
     prog = Program(
         name=f"attention_block{bh}_{m}x{n}x{d}_blocks{blocks}", kernels=kernels,
         inputs=(("bcrd", bcrd), ("KT", np.ascontiguousarray(k.T, dtype=dtype).ravel()),
