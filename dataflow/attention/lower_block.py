@@ -8,14 +8,16 @@ dense GEMM's 8 x 1 outer-product body (`plan.gemm_schedule`) and the gathered-pa
 `dataflow/dynamic/panel_gemm.py` (docs/conventions.md#dynamic-panel-gemm) do. Scores are kept
 in *strip layout*: kept key kappa (the g-th kept key over all panels) owns the b words
 St[b g .. b g + b - 1], its scores against the panel's b query rows, so the query rows are the
-lanes. K, Q are stored transposed (K^T: d x n, Q^T: d x m; a host layout, as `pack_strips`).
+lanes. K is stored transposed (K^T: d x n) and Q as panels of Q^T (`pack_panels`): host layouts,
+as `pack_strips`.
 
 1. `key_compact` (SRead): K_c[(p d + c) b + e] = K^T[c, b bcrd[p] + e] for every kept block p,
    so that a block's K^T slice is affine in p (a span load needs an affine address).
 2. `sddmm`: for panel tr, kept block p, 8-key half h, query vector r and c < d:
 
        a = K_c[(p d + c) b + 8 h : +8]          one SPM row: 8 keys at dimension c
-       b = Q^T[c, b tr + r]                      the panel's query rows (vector)
+       b = Q_p[(tr d + c) b + r] = Q^T[c, b tr + r]   the panel's query rows (vector; Q packed
+                                                      in panels, `pack_panels`)
        St[(b p + 8 h + u) b + r] += a.lane(u) * b       u = 0 .. 7, accumulated over c
 
 3. `softmax_max`: rowmax[b tr + r] = max over the panel's kept strips (elementwise over the
@@ -77,6 +79,14 @@ def find_blocks(pos: np.ndarray, crd: np.ndarray, m: int, n: int, lanes: int = B
     return None
 
 
+def pack_panels(q: np.ndarray, bh: int, dtype=np.float32) -> np.ndarray:
+    """Q (m x d) panel-packed: panel tr's Q^T (d x bh) at words tr d bh .. (tr + 1) d bh, so a
+    tile of panels is one contiguous window (Q^T whole would be strided by m)."""
+    m, d = q.shape
+    return np.ascontiguousarray(q.reshape(m // bh, bh, d).transpose(0, 2, 1),
+                                dtype=dtype).ravel()
+
+
 def key_compact_kernel(n: int, d: int, bh: int, blocks: int) -> Kernel:
     """K_c[(p d + c) bh + e] = K^T[c n + bh bcrd[p] + e]: each kept block's K^T slice gathered
     in block order (vector over e, the block's keys)."""
@@ -95,14 +105,15 @@ def key_compact_kernel(n: int, d: int, bh: int, blocks: int) -> Kernel:
 
 
 def block_sddmm_kernel(m: int, d: int, bh: int, bpos: np.ndarray) -> Kernel:
-    """St[(bh p + 8 h + u) bh + r] = sum_c K_c[(p d + c) bh + 8 h + u] * Q^T[c m + bh tr + r]:
+    """St[(bh p + 8 h + u) bh + r] = sum_c K_c[(p d + c) bh + 8 h + u] * Q_p[(tr d + c) bh + r]:
     the 8 x 1 outer product of one K_c row (8 keys, span) and a vector of the panel's query
     rows, accumulated over c (module docstring, step 2)."""
     blocks = int(bpos[-1])
     nodes = [
         Node(0, Op.LOAD, buffer="K_c", addr=Addr((("p", d * bh), ("c", bh), ("h", BODY_ROWS)),
                                                  span=BODY_ROWS), name="K_c[row]"),
-        Node(1, Op.LOAD, buffer="QT", addr=Addr((("c", m), ("tr", bh), ("r", 1))), name="Q^T"),
+        Node(1, Op.LOAD, buffer="Q_p", addr=Addr((("tr", d * bh), ("c", bh), ("r", 1))),
+             name="Q^T"),
     ]
     carried = []
     for u in range(BODY_ROWS):
@@ -116,7 +127,7 @@ def block_sddmm_kernel(m: int, d: int, bh: int, bpos: np.ndarray) -> Kernel:
                   loops=(Loop("tr", m // bh), Loop("p", pos="tile_pos", parent="tr"),
                          Loop("h", bh // BODY_ROWS), Loop("r", bh), Loop("c", d)),
                   nodes=tuple(nodes),
-                  buffers=(Buffer("K_c", blocks * d * bh), Buffer("QT", d * m),
+                  buffers=(Buffer("K_c", blocks * d * bh), Buffer("Q_p", d * m),
                            Buffer("St", blocks * bh * bh, "output")),
                   vector_var="r", carried=tuple(carried),
                   domain_arrays=(("tile_pos", np.asarray(bpos, dtype=np.int64)),))
@@ -252,7 +263,7 @@ def lower_attention_block(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos: np.n
     prog = Program(
         name=f"attention_block{bh}_{m}x{n}x{d}_blocks{blocks}", kernels=kernels,
         inputs=(("bcrd", bcrd), ("KT", np.ascontiguousarray(k.T, dtype=dtype).ravel()),
-                ("QT", np.ascontiguousarray(q.T, dtype=dtype).ravel()),
+                ("Q_p", pack_panels(q, bh, dtype)),
                 ("kcrd", np.concatenate((kcrd, np.zeros(SPARE_SLOTS, dtype=np.int64)))),
                 ("V", np.ascontiguousarray(v, dtype=dtype).ravel())),
         outputs=(("O", (m, dv)),), dtype=np.dtype(dtype).name, macs=len(crd) * (d + dv),
