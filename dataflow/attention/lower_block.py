@@ -39,11 +39,10 @@ import math
 
 import numpy as np
 
-from dataflow.attention.lower import rename_buffers
 from dataflow.dfg.graph import Addr, Buffer, DFGError, Kernel, Loop, Node, Program
 from dataflow.dfg.lower import run_passes
 from dataflow.dfg.ops import Op
-from dataflow.dynamic.panel_gemm import BODY_ROWS, SPARE_SLOTS, panel_gemm_kernel
+from dataflow.dynamic.panel_gemm import BODY_ROWS, SPARE_SLOTS
 
 #: the kernels of the block lowering, in program order (tests check these)
 BLOCK_KERNELS = ("key_compact", "sddmm", "softmax_max", "softmax_exp", "spmm")
@@ -172,28 +171,43 @@ def strip_softmax_kernels(m: int, bh: int, bpos: np.ndarray, scale: float):
 
 
 def normalised_pv_kernel(m: int, n: int, dv: int, bh: int, kpos: np.ndarray) -> Kernel:
-    """`panel_gemm_kernel` over the probabilities' strips and V gathered by kept key, each E
-    row divided by its query rows' sums as loaded (module docstring, step 5)."""
+    """O[bh tr + 8 g + u, j] += (E[bh p + 8 g + u] / rowsum[bh tr + 8 g + u]) * V[kcrd[p], j]
+    over the kept keys p of panel tr: `panel_gemm_kernel`'s body with every 8-row group g of
+    the panel in one body, so each gathered row of V feeds bh maccs (module docstring, step
+    5); each E row is divided by its query rows' sums as loaded (the sums are held: they do
+    not move with p)."""
     keys = int(kpos[-1])
-    pg = rename_buffers(panel_gemm_kernel(m, n, dv, bh, kpos, keys, "V", "spmm"),
-                        {"crd": "kcrd", "A_c": "E", "C": "O"}, "spmm")
-    crd, gather, e_row, *body = pg.nodes
-    if (crd.op, gather.op, e_row.op, e_row.addr.span) != (Op.LOAD, Op.GATHER, Op.LOAD,
-                                                          BODY_ROWS):
-        raise DFGError(f"normalised_pv_kernel: unexpected panel GEMM body {pg}")
-    sums = Node(3, Op.LOAD, buffer="rowsum",
-                addr=Addr((("tr", bh), ("ib", BODY_ROWS)), span=BODY_ROWS), name="sum[row]")
-    div = Node(4, Op.DIV, (2, 3), name="e/sum")
-    shift = {n.id: n.id + 2 for n in body}
-    nodes = [crd, gather, e_row, sums, div]
-    for nd in body:
-        ins = tuple(4 if i == 2 else shift.get(i, i) for i in nd.inputs)
-        nodes.append(dataclasses.replace(nd, id=shift[nd.id], inputs=ins))
-    carried = tuple((shift[a], shift[b], dist) for a, b, dist in pg.carried)
-    out = dataclasses.replace(pg, nodes=tuple(nodes), carried=carried,
-                              buffers=(*pg.buffers, Buffer("rowsum", m)))
-    out.verify()
-    return out
+    nodes = [
+        Node(0, Op.LOAD, buffer="kcrd", addr=Addr((("p", 1),)), name="kcrd"),
+        Node(1, Op.GATHER, (0,), buffer="V", addr=Addr((("j", 1),), index_stride=dv),
+             name="SRead V"),
+    ]
+    carried = []
+    for g in range(bh // BODY_ROWS):
+        e, s, div = len(nodes), len(nodes) + 1, len(nodes) + 2
+        nodes += [Node(e, Op.LOAD, buffer="E", addr=Addr((("p", bh),), const=BODY_ROWS * g,
+                                                         span=BODY_ROWS), name=f"E[{g}]"),
+                  Node(s, Op.LOAD, buffer="rowsum", addr=Addr((("tr", bh),),
+                                                              const=BODY_ROWS * g,
+                                                              span=BODY_ROWS), name=f"sum[{g}]"),
+                  Node(div, Op.DIV, (e, s), name=f"P[{g}]")]
+        for u in range(BODY_ROWS):
+            mul, acc = len(nodes), len(nodes) + 1
+            row = BODY_ROWS * g + u
+            nodes += [Node(mul, Op.MUL, (div, 1), lane=u, name=f"p{row}*v"),
+                      Node(acc, Op.ACC, (mul,), buffer="O",
+                           addr=Addr((("tr", bh * dv), ("j", 1)), const=row * dv),
+                           name=f"O{row}+=")]
+            carried.append((acc, acc, 1))
+    return Kernel(name="spmm",
+                  loops=(Loop("tr", m // bh), Loop("j", dv),
+                         Loop("p", pos="tile_pos", parent="tr")),
+                  nodes=tuple(nodes),
+                  buffers=(Buffer("kcrd", keys + SPARE_SLOTS), Buffer("V", n * dv, fetch="gather"),
+                           Buffer("E", keys * bh), Buffer("rowsum", m),
+                           Buffer("O", m * dv, "output")),
+                  vector_var="j", carried=tuple(carried),
+                  domain_arrays=(("tile_pos", np.asarray(kpos, dtype=np.int64)),))
 
 
 #: SPM word alignment of the buffers handed over on chip (a whole row of every line)
