@@ -157,7 +157,9 @@ def sparse_attention(q, k, v, pattern="dense", backend: str = "numpy", arch=None
     when `return_result` (sim only; the result's `kernels` give per-kernel cycles). Plans
     (lower + map) are cached like the other frontend ops' (`cache`: a PlanCache, None for the
     default memory + disk cache, False to always plan afresh). `lowering` (sim): "csr" for
-    any mask, "dia" for banded masks (window, dilated: affine, no gathers), "auto" to pick.
+    any mask, "dia" for banded masks (window, dilated: affine, no gathers), "block" for masks of
+    whole aligned blocks (bigbird: gathered GEMMs, docs/conventions.md#block-attention), "auto"
+    to pick among them, "default" for block where it applies, else csr.
     `reference` (sim): `attention_reference(q, k, v, pos, crd)` when the caller has computed it
     already (a model layer keeps it), so the check does not compute it again.
     """
@@ -240,7 +242,9 @@ _PATTERN_PARAMS = (
           f"random blocks per block row (bigbird; default {DEFAULTS['random_blocks']})"),
     Param("nm", str, None, f"N:M kept keys (nm; default {DEFAULTS['nm']})"),
     Param("lowering", str, "csr", "attention lowering: csr (any pattern), dia (window, dilated: "
-          "affine, no gathers), auto", choices=("csr", "dia", "auto")),
+          "affine, no gathers), block (bigbird: gathered GEMMs over the kept blocks), auto, "
+          "default (block where the mask is whole blocks, else csr)",
+          choices=("csr", "dia", "block", "auto", "default")),
 )
 register(Workload("attention", _run, _PATTERN_PARAMS,
                   "masked attention, pattern as a UST mask: SDDMM -> softmax -> SpMM"))

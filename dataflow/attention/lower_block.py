@@ -170,6 +170,84 @@ def strip_softmax_kernels(m: int, bh: int, bpos: np.ndarray, scale: float):
     return smax, sexp
 
 
+#: items one level of the accmax-free strip maximum reduces to one (`strip_max_levels`)
+LEVEL_WIDTH = 8
+
+
+def strip_max_levels(m: int, bh: int, bpos: np.ndarray):
+    """(kernels, inputs): the strips' row maximum without an accmax unit (the MLX preset;
+    docs/conventions.md#block-attention), from loads, gathers, `max` and stores. Level 0
+    (`softmax_max`) takes each kept block's maximum over its bh key strips (affine: a block's
+    strips are consecutive); each next level (`softmax_max_<l>`) gathers `LEVEL_WIDTH` items
+    of a panel (the last chunk padded by repeating the panel's last item: max is idempotent)
+    into one, until every panel has one item, which the last level writes to rowmax[bh tr + r].
+    The maximum is exact, so the values equal the accmax's."""
+    row = Addr((("o", bh), ("r", 1)))
+    nodes = [Node(k, Op.LOAD, buffer="St", addr=Addr((("o", bh * bh), ("r", 1)), const=k * bh),
+                  name=f"s{k}") for k in range(bh)]
+    nodes += _max_tree(nodes)
+    counts = np.diff(bpos)
+    items = int(bpos[-1])
+    final = bool((counts == 1).all())  # one block per panel: its maximum is the row's
+    out_buf = "rowmax" if final else "BM0"
+    out_size = m if final else items * bh
+    nodes.append(Node(len(nodes), Op.STORE, (nodes[-1].id,), buffer=out_buf, addr=row,
+                      name=f"{out_buf}="))
+    kernels = [Kernel(name="softmax_max", loops=(Loop("o", items), Loop("r", bh)),
+                      nodes=tuple(nodes),
+                      buffers=(Buffer("St", items * bh * bh),
+                               Buffer(out_buf, out_size, "output", init=-math.inf)),
+                      vector_var="r")]
+    inputs = []
+    level, src = 0, "BM0"
+    while not final:
+        level += 1
+        chunks = -(-counts // LEVEL_WIDTH)
+        starts = np.concatenate(([0], np.cumsum(counts)))
+        idx = np.concatenate([
+            np.minimum(np.arange(c * LEVEL_WIDTH), n - 1) + s0
+            for c, n, s0 in zip(chunks, counts, starts[:-1])]).astype(np.int64)
+        final = bool((chunks == 1).all())
+        dst = "rowmax" if final else f"BM{level}"
+        total = int(chunks.sum())
+        nodes = []
+        for w in range(LEVEL_WIDTH):
+            nodes += [Node(2 * w, Op.LOAD, buffer=f"max_idx{level}",
+                           addr=Addr((("o", LEVEL_WIDTH),), const=w), name=f"i{w}"),
+                      Node(2 * w + 1, Op.GATHER, (2 * w,), buffer=src,
+                           addr=Addr((("r", 1),), index_stride=bh), name=f"g{w}")]
+        nodes += _max_tree([nodes[2 * w + 1] for w in range(LEVEL_WIDTH)], start=len(nodes))
+        nodes.append(Node(len(nodes), Op.STORE, (nodes[-1].id,), buffer=dst, addr=row,
+                          name=f"{dst}="))
+        kernels.append(Kernel(
+            name=f"softmax_max_{level}", loops=(Loop("o", total), Loop("r", bh)),
+            nodes=tuple(nodes),
+            buffers=(Buffer(f"max_idx{level}", len(idx)), Buffer(src, int(counts.sum()) * bh),
+                     Buffer(dst, m if final else total * bh, "output", init=-math.inf)),
+            vector_var="r"))
+        inputs.append((f"max_idx{level}", idx))
+        counts, src = chunks, dst
+    return kernels, inputs
+
+
+def _max_tree(leaves, start: int | None = None):
+    """`max` nodes reducing `leaves` pairwise, ids from `start` (after the leaves); the last
+    node is the maximum."""
+    nid = (max(n.id for n in leaves) + 1) if start is None else start
+    level, out = list(leaves), []
+    while len(level) > 1:
+        nxt = []
+        for a, b in zip(level[::2], level[1::2]):
+            nd = Node(nid, Op.MAX, (a.id, b.id), name="max")
+            out.append(nd)
+            nxt.append(nd)
+            nid += 1
+        if len(level) % 2:
+            nxt.append(level[-1])
+        level = nxt
+    return out
+
+
 def normalised_pv_kernel(m: int, n: int, dv: int, bh: int, kpos: np.ndarray) -> Kernel:
     """O[bh tr + 8 g + u, j] += (E[bh p + 8 g + u] / rowsum[bh tr + 8 g + u]) * V[kcrd[p], j]
     over the kept keys p of panel tr: `panel_gemm_kernel`'s body with every 8-row group g of
@@ -247,7 +325,8 @@ def _hand_over(kernel: Kernel, layout: dict[str, tuple[int, int]]) -> Kernel:
 
 def lower_attention_block(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos: np.ndarray,
                           crd: np.ndarray, lanes: int = BODY_ROWS, dtype=np.float32,
-                          edge: int | None = None, on_chip: bool = True) -> Program:
+                          edge: int | None = None, on_chip: bool = True,
+                          accmax: bool = True) -> Program:
     """The attention `Program` of a block-sparse mask (module docstring); `edge` the block
     edge (None: the largest the mask is whole blocks of). Raises DFGError when the mask is not
     whole aligned blocks of a multiple of 8 (the lanes of a body row). Output `O` (m x dv)."""
@@ -269,8 +348,9 @@ def lower_attention_block(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos: np.n
     kcrd = (bcrd[:, None] * bh + np.arange(bh)[None, :]).ravel()
     scale = 1.0 / math.sqrt(d)
     smax, sexp = strip_softmax_kernels(m, bh, bpos, scale)
+    smax, extra = ((smax,), ()) if accmax else strip_max_levels(m, bh, bpos)
     kernels = (key_compact_kernel(n, d, bh, blocks), block_sddmm_kernel(m, d, bh, bpos),
-               smax, sexp, normalised_pv_kernel(m, n, dv, bh, kpos))
+               *smax, sexp, normalised_pv_kernel(m, n, dv, bh, kpos))
     if on_chip:  # the intermediates never cross the DRAM interface
         layout = held_layout(m, d, bh, blocks)
         kernels = tuple(_hand_over(kr, layout) for kr in kernels)
@@ -279,7 +359,7 @@ def lower_attention_block(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos: np.n
         inputs=(("bcrd", bcrd), ("KT", np.ascontiguousarray(k.T, dtype=dtype).ravel()),
                 ("Q_p", pack_panels(q, bh, dtype)),
                 ("kcrd", np.concatenate((kcrd, np.zeros(SPARE_SLOTS, dtype=np.int64)))),
-                ("V", np.ascontiguousarray(v, dtype=dtype).ravel())),
+                ("V", np.ascontiguousarray(v, dtype=dtype).ravel()), *extra),
         outputs=(("O", (m, dv)),), dtype=np.dtype(dtype).name, macs=len(crd) * (d + dv),
     )
     return run_passes(prog)
