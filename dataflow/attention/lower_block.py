@@ -103,33 +103,55 @@ def key_compact_kernel(n: int, d: int, bh: int, blocks: int) -> Kernel:
                   vector_var="e")
 
 
-def block_sddmm_kernel(m: int, d: int, bh: int, bpos: np.ndarray) -> Kernel:
-    """St[(bh p + 8 h + u) bh + r] = sum_c K_c[(p d + c) bh + 8 h + u] * Q_p[(tr d + c) bh + r]:
-    the 8 x 1 outer product of one K_c row (8 keys, span) and a vector of the panel's query
-    rows, accumulated over c (module docstring, step 2)."""
+def block_sddmm_kernel(m: int, d: int, bh: int, bpos: np.ndarray,
+                       by_block: bool = False) -> Kernel:
+    """St[(bh p + 8 h + u) bh + r] = sum_c K_c[(p d + c) bh + 8 h + u] * Q_p[(tr d + c) bh + r]
+    over the kept blocks p of each panel tr: the 8 x 1 outer product of one K_c row (8 keys,
+    span) and a vector of the panel's query rows, accumulated over c (module docstring, step
+    2). `by_block`: the outer loop runs over the kept blocks instead of the panels, each
+    block's panel rows of Q gathered through `bpanel` (the same rows for all the blocks of a
+    panel), so the kernel tiles by blocks: a global panel keeps every block, and its K_c alone
+    may not fit a small SPM double-buffered (`panel_fits`)."""
     blocks = int(bpos[-1])
     nodes = [
         Node(0, Op.LOAD, buffer="K_c", addr=Addr((("p", d * bh), ("c", bh), ("h", BODY_ROWS)),
                                                  span=BODY_ROWS), name="K_c[row]"),
-        Node(1, Op.LOAD, buffer="Q_p", addr=Addr((("tr", d * bh), ("c", bh), ("r", 1))),
-             name="Q^T"),
     ]
+    if by_block:
+        nodes += [Node(1, Op.LOAD, buffer="bpanel", addr=Addr((("p", 1),)), name="panel"),
+                  Node(2, Op.GATHER, (1,), buffer="Q_p",
+                       addr=Addr((("c", bh), ("r", 1)), index_stride=d * bh), name="Q^T")]
+        loops = (Loop("p", blocks),)
+        extra, domain = (Buffer("bpanel", blocks),), ()
+    else:
+        nodes += [Node(1, Op.LOAD, buffer="Q_p",
+                       addr=Addr((("tr", d * bh), ("c", bh), ("r", 1))), name="Q^T")]
+        loops = (Loop("tr", m // bh), Loop("p", pos="tile_pos", parent="tr"))
+        extra, domain = (), (("tile_pos", np.asarray(bpos, dtype=np.int64)),)
+    q = nodes[-1].id
     carried = []
     for u in range(BODY_ROWS):
         mul, acc = len(nodes), len(nodes) + 1
-        nodes += [Node(mul, Op.MUL, (0, 1), lane=u, name=f"k{u}*q"),
+        nodes += [Node(mul, Op.MUL, (0, q), lane=u, name=f"k{u}*q"),
                   Node(acc, Op.ACC, (mul,), buffer="St",
                        addr=Addr((("p", bh * bh), ("h", BODY_ROWS * bh), ("r", 1)),
                                  const=u * bh), name=f"St{u}+=")]
         carried.append((acc, acc, 1))
     return Kernel(name="sddmm",
-                  loops=(Loop("tr", m // bh), Loop("p", pos="tile_pos", parent="tr"),
-                         Loop("h", bh // BODY_ROWS), Loop("r", bh), Loop("c", d)),
+                  loops=(*loops, Loop("h", bh // BODY_ROWS), Loop("r", bh), Loop("c", d)),
                   nodes=tuple(nodes),
-                  buffers=(Buffer("K_c", blocks * d * bh), Buffer("Q_p", d * m),
+                  buffers=(Buffer("K_c", blocks * d * bh), *extra, Buffer("Q_p", d * m),
                            Buffer("St", blocks * bh * bh, "output")),
-                  vector_var="r", carried=tuple(carried),
-                  domain_arrays=(("tile_pos", np.asarray(bpos, dtype=np.int64)),))
+                  vector_var="r", carried=tuple(carried), domain_arrays=domain)
+
+
+def panel_fits(d: int, bh: int, bpos: np.ndarray, capacity_words: int | None) -> bool:
+    """Whether the panel with the most kept blocks has its K_c and scores double-buffered in
+    a quarter of the SPM (else the sddmm loops over blocks, `block_sddmm_kernel`)."""
+    if capacity_words is None:
+        return True
+    most = int(np.diff(bpos).max(initial=0))
+    return 2 * most * bh * (d + bh) <= capacity_words // 4
 
 
 def _strip_kernel(name: str, m: int, bh: int, bpos: np.ndarray, nodes, buffers,
@@ -326,7 +348,7 @@ def _hand_over(kernel: Kernel, layout: dict[str, tuple[int, int]]) -> Kernel:
 def lower_attention_block(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos: np.ndarray,
                           crd: np.ndarray, lanes: int = BODY_ROWS, dtype=np.float32,
                           edge: int | None = None, on_chip: bool = True,
-                          accmax: bool = True) -> Program:
+                          accmax: bool = True, capacity_words: int | None = None) -> Program:
     """The attention `Program` of a block-sparse mask (module docstring); `edge` the block
     edge (None: the largest the mask is whole blocks of). Raises DFGError when the mask is not
     whole aligned blocks of a multiple of 8 (the lanes of a body row). Output `O` (m x dv)."""
@@ -348,15 +370,19 @@ def lower_attention_block(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos: np.n
     kcrd = (bcrd[:, None] * bh + np.arange(bh)[None, :]).ravel()
     scale = 1.0 / math.sqrt(d)
     smax, sexp = strip_softmax_kernels(m, bh, bpos, scale)
+    by_block = not panel_fits(d, bh, bpos, capacity_words)
     smax, extra = ((smax,), ()) if accmax else strip_max_levels(m, bh, bpos)
-    kernels = (key_compact_kernel(n, d, bh, blocks), block_sddmm_kernel(m, d, bh, bpos),
+    kernels = (key_compact_kernel(n, d, bh, blocks), block_sddmm_kernel(m, d, bh, bpos, by_block),
                *smax, sexp, normalised_pv_kernel(m, n, dv, bh, kpos))
     if on_chip:  # the intermediates never cross the DRAM interface
         layout = held_layout(m, d, bh, blocks)
         kernels = tuple(_hand_over(kr, layout) for kr in kernels)
     prog = Program(
         name=f"attention_block{bh}_{m}x{n}x{d}_blocks{blocks}", kernels=kernels,
-        inputs=(("bcrd", bcrd), ("KT", np.ascontiguousarray(k.T, dtype=dtype).ravel()),
+        inputs=(("bcrd", bcrd),
+                *((("bpanel", np.repeat(np.arange(m // bh), np.diff(bpos))),) if by_block
+                  else ()),
+                ("KT", np.ascontiguousarray(k.T, dtype=dtype).ravel()),
                 ("Q_p", pack_panels(q, bh, dtype)),
                 ("kcrd", np.concatenate((kcrd, np.zeros(SPARE_SLOTS, dtype=np.int64)))),
                 ("V", np.ascontiguousarray(v, dtype=dtype).ravel()), *extra),

@@ -130,7 +130,7 @@ class SparseAttention(_StatefulOp):
         if self.lowering == "block":
             return lower_attention_block(self.q, self.k, self.v, self.pos, self.crd,
                                          edge=self._blocks[0], on_chip=self._on_chip(),
-                                         accmax=self._accmax)
+                                         accmax=self._accmax, capacity_words=self._capacity)
         low = lower_attention_dia if self.lowering == "dia" else lower_attention
         return low(self.q, self.k, self.v, self.pos, self.crd, lanes=self._lanes or 1)
 
