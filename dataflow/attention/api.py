@@ -212,7 +212,7 @@ def _simulate(q, k, v, pos, crd, arch, engine, workload, trace=False, t0=None, c
 # --- the `attention` workload -----------------------------------------------------------------
 
 def _run(spec, *, engine: str = "fast", seed: int = 0, trace: bool = False, pattern: str = "window",
-         seq: int = 128, dim: int = 32, lowering: str = "csr", **pattern_params):
+         seq: int = 128, dim: int = 32, lowering: str = "default", **pattern_params):
     t0 = time.perf_counter()
     x = make_inputs(pattern, seq, dim, seed, **pattern_params)
     workload = f"attention/{x['pattern']}"
@@ -241,9 +241,9 @@ _PATTERN_PARAMS = (
     Param("random_blocks", int, None,
           f"random blocks per block row (bigbird; default {DEFAULTS['random_blocks']})"),
     Param("nm", str, None, f"N:M kept keys (nm; default {DEFAULTS['nm']})"),
-    Param("lowering", str, "csr", "attention lowering: csr (any pattern), dia (window, dilated: "
-          "affine, no gathers), block (bigbird: gathered GEMMs over the kept blocks), auto, "
-          "default (block where the mask is whole blocks, else csr)",
+    Param("lowering", str, "default", "attention lowering: csr (any pattern), dia (window, "
+          "dilated: affine, no gathers), block (bigbird: gathered GEMMs over the kept blocks), "
+          "auto, default (block where the mask is whole blocks, not all of them, else csr)",
           choices=("csr", "dia", "block", "auto", "default")),
 )
 register(Workload("attention", _run, _PATTERN_PARAMS,

@@ -26,7 +26,8 @@ from dataflow.ust_frontend.tensor import Tensor
 # The cache's code fingerprint covers dfg/, mapper/ and arch/; this lowering lives elsewhere,
 # so its source hash goes into the op name (and thus the plan key): editing it retires old plans.
 _LOWERING_SHA = hashlib.sha256(b"".join(
-    (Path(__file__).resolve().parent / f).read_bytes() for f in ("lower.py", "lower_dia.py", "lower_block.py")
+    (Path(__file__).resolve().parent / f).read_bytes()
+    for f in ("lower.py", "lower_dia.py", "lower_block.py")
 )).hexdigest()[:12]
 LOWERINGS = ("csr", "dia", "block", "auto", "default")
 #: SIMD lanes the block lowering's bodies take (one SPM row of a strip: `lower_block.BODY_ROWS`)
@@ -43,7 +44,8 @@ class SparseAttention(_StatefulOp):
     "dia" (a mask of whole, equally spaced diagonals: affine, gather-free, `lower_dia.py`),
     "block" (a mask of whole aligned blocks of a multiple of 8, bigbird: gathered GEMMs over
     the kept blocks, `lower_block.py`), "auto" (dia where the mask allows it, else block, else
-    csr) or "default" (block where the mask allows it and the arch has 8 lanes, else csr). `execute(backend="numpy")` is the dense
+    csr) or "default" (block where the mask is whole blocks, not all of them, and the arch has
+    8 lanes, else csr; what the `attention` workload runs). `execute(backend="numpy")` is the dense
     masked reference; `"sim"` runs the planned mapping on the fast engine (`last_result` holds
     the SimResult)."""
 
@@ -83,12 +85,16 @@ class SparseAttention(_StatefulOp):
         if self.lowering in ("block", "auto", "default") and self._blocks is None:
             self._blocks = find_blocks(self.pos, self.crd, *shape) or ()
         lanes_ok = self._lanes in (None, BLOCK_LANES)
+        # picked (auto, default) only where some block is left out: a mask of every block
+        # (dense) would copy all of K once per panel into K_c
+        sparse = bool(self._blocks) and len(self._blocks[2]) < (shape[0] * shape[1]
+                                                                  // self._blocks[0] ** 2)
         if self.lowering == "block" and not (self._blocks and lanes_ok):
             raise UserError("lowering='block' needs a mask of whole aligned blocks whose edge "
                              f"is a multiple of {BLOCK_LANES} (bigbird) on an array of "
                              f"{BLOCK_LANES} SIMD lanes; use lowering='csr' or 'auto'")
         if self.lowering == "default":
-            self.lowering = "block" if self._blocks and lanes_ok else "csr"
+            self.lowering = "block" if sparse and lanes_ok else "csr"
         if self.lowering in ("dia", "auto"):
             band = band_offsets(self.pos, self.crd, shape[1]) if shape[0] == shape[1] else None
             if self.lowering == "dia" and band is None:
@@ -98,8 +104,7 @@ class SparseAttention(_StatefulOp):
             # (a narrow band), not for e.g. the dense mask (2 seq - 1 diagonals, half fillers)
             if self.lowering == "auto":
                 few = band is not None and band[2] * shape[0] <= 1.5 * len(self.crd)
-                self.lowering = ("dia" if few else "block" if self._blocks and lanes_ok
-                                 else "csr")
+                self.lowering = "dia" if few else "block" if sparse and lanes_ok else "csr"
         # the block lowering hands its intermediates over in the SPM when they fit
         # (`lower_block.held_words`), else through DRAM: part of the plan's name
         where = ""
@@ -120,11 +125,15 @@ class SparseAttention(_StatefulOp):
     def plan(self, arch=None, backend: str = "sim", *, dataflow=None, cache=None):
         if backend == "sim":
             arch = resolve_arch(arch)
-            self._lanes = arch.pe_array.simd_lanes  # the SDDMM's reduction width
-            self._capacity = arch.spm.capacity_words
-            self._accmax = supports(arch, "accmax")
-            self._resolve()
+            self.set_arch(arch)
         return super().plan(arch, backend, dataflow=dataflow, cache=cache)
+
+    def set_arch(self, arch) -> None:
+        """Resolve the lowering for `arch` (its lanes, SPM capacity and accmax unit)."""
+        self._lanes = arch.pe_array.simd_lanes  # the SDDMM's reduction width
+        self._capacity = arch.spm.capacity_words
+        self._accmax = supports(arch, "accmax")
+        self._resolve()
 
     def _lower(self):
         if self.lowering == "block":
