@@ -154,9 +154,8 @@ def _lower_block(q, k, v, pos, crd, arch: ArchSpec, lowering: str):
     """(program, lowering name) of one row block: the block lowering where `lowering` picks it
     for the block's mask on `arch` (`SparseAttention`'s rules), else the CSR lowering (dia
     needs a square mask, which a row block is not)."""
-    if lowering in ("block", "auto", "default"):
-        op = SparseAttention(q, k, v, pos, crd, lowering="auto" if lowering == "block"
-                             else lowering)
+    if lowering in ("block", "auto"):
+        op = SparseAttention(q, k, v, pos, crd, lowering="auto")
         op.set_arch(arch)
         if op.lowering == "block":
             return op._lower(), "block"
@@ -179,10 +178,14 @@ def split_attention(q, k, v, pos, crd, arch: ArchSpec, *, engine: str, workload:
     split = plan_split(arch, pos, crd, n, d, dv)
     if split is None:
         return None
-    blocks = find_blocks(pos, crd, m, n) if lowering in ("block", "auto", "default") else None
-    if blocks is not None and split.rows >= blocks[0]:
+    # the block lowering where asked (not by "default": split, its row blocks measured slower
+    # than the CSR lowering's, docs/conventions.md#block-attention)
+    blocks = find_blocks(pos, crd, m, n) if lowering in ("block", "auto") else None
+    if blocks is not None and split.rows >= 2 * blocks[0]:
         # whole panels per row block: each block's mask (packed keys) is whole blocks too
         split = AttentionSplit(m, split.rows // blocks[0] * blocks[0])
+    else:
+        lowering = "csr" if lowering in ("block", "auto", "default") else lowering
     if trace:
         raise UserError(f"--trace: attention --seq {m} runs split into query-row blocks; trace "
                         "a size that fits whole")
