@@ -113,32 +113,34 @@ def block_sddmm_kernel(m: int, d: int, bh: int, bpos: np.ndarray,
     panel), so the kernel tiles by blocks: a global panel keeps every block, and its K_c alone
     may not fit a small SPM double-buffered (`panel_fits`)."""
     blocks = int(bpos[-1])
-    nodes = [
-        Node(0, Op.LOAD, buffer="K_c", addr=Addr((("p", d * bh), ("c", bh), ("h", BODY_ROWS)),
-                                                 span=BODY_ROWS), name="K_c[row]"),
-    ]
     if by_block:
-        nodes += [Node(1, Op.LOAD, buffer="bpanel", addr=Addr((("p", 1),)), name="panel"),
-                  Node(2, Op.GATHER, (1,), buffer="Q_p",
-                       addr=Addr((("c", bh), ("r", 1)), index_stride=d * bh), name="Q^T")]
+        nodes = [Node(0, Op.LOAD, buffer="bpanel", addr=Addr((("p", 1),)), name="panel"),
+                 Node(1, Op.GATHER, (0,), buffer="Q_p",
+                      addr=Addr((("c", bh), ("r", 1)), index_stride=d * bh), name="Q^T")]
         loops = (Loop("p", blocks),)
         extra, domain = (Buffer("bpanel", blocks),), ()
     else:
-        nodes += [Node(1, Op.LOAD, buffer="Q_p",
-                       addr=Addr((("tr", d * bh), ("c", bh), ("r", 1))), name="Q^T")]
+        nodes = [Node(0, Op.LOAD, buffer="Q_p",
+                      addr=Addr((("tr", d * bh), ("c", bh), ("r", 1))), name="Q^T")]
         loops = (Loop("tr", m // bh), Loop("p", pos="tile_pos", parent="tr"))
         extra, domain = (), (("tile_pos", np.asarray(bpos, dtype=np.int64)),)
     q = nodes[-1].id
     carried = []
-    for u in range(BODY_ROWS):
-        mul, acc = len(nodes), len(nodes) + 1
-        nodes += [Node(mul, Op.MUL, (0, q), lane=u, name=f"k{u}*q"),
-                  Node(acc, Op.ACC, (mul,), buffer="St",
-                       addr=Addr((("p", bh * bh), ("h", BODY_ROWS * bh), ("r", 1)),
-                                 const=u * bh), name=f"St{u}+=")]
-        carried.append((acc, acc, 1))
+    for h in range(bh // BODY_ROWS):  # every 8-key row of the block in one body
+        k_row = len(nodes)
+        nodes.append(Node(k_row, Op.LOAD, buffer="K_c",
+                          addr=Addr((("p", d * bh), ("c", bh)), const=BODY_ROWS * h,
+                                    span=BODY_ROWS), name=f"K_c[{h}]"))
+        for u in range(BODY_ROWS):
+            mul, acc = len(nodes), len(nodes) + 1
+            key = BODY_ROWS * h + u
+            nodes += [Node(mul, Op.MUL, (k_row, q), lane=u, name=f"k{key}*q"),
+                      Node(acc, Op.ACC, (mul,), buffer="St",
+                           addr=Addr((("p", bh * bh), ("r", 1)), const=key * bh),
+                           name=f"St{key}+=")]
+            carried.append((acc, acc, 1))
     return Kernel(name="sddmm",
-                  loops=(*loops, Loop("h", bh // BODY_ROWS), Loop("r", bh), Loop("c", d)),
+                  loops=(*loops, Loop("r", bh), Loop("c", d)),
                   nodes=tuple(nodes),
                   buffers=(Buffer("K_c", blocks * d * bh), *extra, Buffer("Q_p", d * m),
                            Buffer("St", blocks * bh * bh, "output")),
