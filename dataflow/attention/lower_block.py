@@ -45,7 +45,7 @@ from dataflow.dfg.ops import Op
 from dataflow.dynamic.panel_gemm import BODY_ROWS, SPARE_SLOTS
 
 #: the kernels of the block lowering, in program order (tests check these)
-BLOCK_KERNELS = ("key_compact", "sddmm", "softmax_max", "softmax_exp", "spmm")
+BLOCK_KERNELS = ("sddmm", "softmax_max", "softmax_exp", "spmm")
 #: block edges tried, largest first (a larger block: fewer kept blocks, longer strips)
 BLOCK_EDGES = (64, 32, 16, 8)
 
@@ -86,74 +86,39 @@ def pack_panels(q: np.ndarray, bh: int, dtype=np.float32) -> np.ndarray:
                                 dtype=dtype).ravel()
 
 
-def key_compact_kernel(n: int, d: int, bh: int, blocks: int) -> Kernel:
-    """K_c[(p d + c) bh + e] = K^T[c n + bh bcrd[p] + e]: each kept block's K^T slice gathered
-    in block order (vector over e, the block's keys)."""
-    nodes = (
-        Node(0, Op.LOAD, buffer="bcrd", addr=Addr((("p", 1),)), name="bcrd"),
-        Node(1, Op.GATHER, (0,), buffer="KT", addr=Addr((("c", n), ("e", 1)), index_stride=bh),
-             name="SRead K^T"),
-        Node(2, Op.STORE, (1,), buffer="K_c", addr=Addr((("p", d * bh), ("c", bh), ("e", 1))),
-             name="K_c="),
-    )
-    return Kernel(name="key_compact", loops=(Loop("p", blocks), Loop("c", d), Loop("e", bh)),
-                  nodes=nodes,
-                  buffers=(Buffer("bcrd", blocks), Buffer("KT", d * n),
-                           Buffer("K_c", blocks * d * bh, "output")),
-                  vector_var="e")
-
-
-def block_sddmm_kernel(m: int, d: int, bh: int, bpos: np.ndarray,
-                       by_block: bool = False) -> Kernel:
-    """St[(bh p + 8 h + u) bh + r] = sum_c K_c[(p d + c) bh + 8 h + u] * Q_p[(tr d + c) bh + r]
-    over the kept blocks p of each panel tr: the 8 x 1 outer product of one K_c row (8 keys,
-    span) and a vector of the panel's query rows, accumulated over c (module docstring, step
-    2). `by_block`: the outer loop runs over the kept blocks instead of the panels, each
-    block's panel rows of Q gathered through `bpanel` (the same rows for all the blocks of a
-    panel), so the kernel tiles by blocks: a global panel keeps every block, and its K_c alone
-    may not fit a small SPM double-buffered (`panel_fits`)."""
-    blocks = int(bpos[-1])
-    if by_block:
-        nodes = [Node(0, Op.LOAD, buffer="bpanel", addr=Addr((("p", 1),)), name="panel"),
-                 Node(1, Op.GATHER, (0,), buffer="Q_p",
-                      addr=Addr((("c", bh), ("r", 1)), index_stride=d * bh), name="Q^T")]
-        loops = (Loop("p", blocks),)
-        extra, domain = (Buffer("bpanel", blocks),), ()
-    else:
-        nodes = [Node(0, Op.LOAD, buffer="Q_p",
-                      addr=Addr((("tr", d * bh), ("c", bh), ("r", 1))), name="Q^T")]
-        loops = (Loop("tr", m // bh), Loop("p", pos="tile_pos", parent="tr"))
-        extra, domain = (), (("tile_pos", np.asarray(bpos, dtype=np.int64)),)
-    q = nodes[-1].id
+def block_sddmm_kernel(m: int, n: int, d: int, bh: int, cpos: np.ndarray) -> Kernel:
+    """St[(bh q + 8 h + u) bh + r] = sum_c K_b[(bj d + c) bh + 8 h + u] * Q_p[(tr d + c) bh + r]
+    for every key block bj and the kept blocks q of its column (CSC order, `cpos`), tr =
+    brow[q] the block's panel: the 8 x 1 outer product of one K_b row (8 keys, span) and a
+    vector of the panel's query rows (gathered through brow), accumulated over c, both 8-key
+    rows of the block in one body (module docstring, step 1). K streams by key blocks (affine);
+    Q is gathered, resident whole."""
+    blocks = int(cpos[-1])
+    nodes = [Node(0, Op.LOAD, buffer="brow", addr=Addr((("q", 1),)), name="panel"),
+             Node(1, Op.GATHER, (0,), buffer="Q_p",
+                  addr=Addr((("c", bh), ("r", 1)), index_stride=d * bh), name="Q^T")]
     carried = []
-    for h in range(bh // BODY_ROWS):  # every 8-key row of the block in one body
+    for h in range(bh // BODY_ROWS):
         k_row = len(nodes)
-        nodes.append(Node(k_row, Op.LOAD, buffer="K_c",
-                          addr=Addr((("p", d * bh), ("c", bh)), const=BODY_ROWS * h,
-                                    span=BODY_ROWS), name=f"K_c[{h}]"))
+        nodes.append(Node(k_row, Op.LOAD, buffer="K_b",
+                          addr=Addr((("bj", d * bh), ("c", bh)), const=BODY_ROWS * h,
+                                    span=BODY_ROWS), name=f"K^T[{h}]"))
         for u in range(BODY_ROWS):
             mul, acc = len(nodes), len(nodes) + 1
             key = BODY_ROWS * h + u
-            nodes += [Node(mul, Op.MUL, (k_row, q), lane=u, name=f"k{key}*q"),
+            nodes += [Node(mul, Op.MUL, (k_row, 1), lane=u, name=f"k{key}*q"),
                       Node(acc, Op.ACC, (mul,), buffer="St",
-                           addr=Addr((("p", bh * bh), ("r", 1)), const=key * bh),
+                           addr=Addr((("q", bh * bh), ("r", 1)), const=key * bh),
                            name=f"St{key}+=")]
             carried.append((acc, acc, 1))
     return Kernel(name="sddmm",
-                  loops=(*loops, Loop("r", bh), Loop("c", d)),
+                  loops=(Loop("bj", n // bh), Loop("q", pos="col_pos", parent="bj"),
+                         Loop("r", bh), Loop("c", d)),
                   nodes=tuple(nodes),
-                  buffers=(Buffer("K_c", blocks * d * bh), *extra, Buffer("Q_p", d * m),
+                  buffers=(Buffer("brow", blocks), Buffer("Q_p", d * m), Buffer("K_b", n * d),
                            Buffer("St", blocks * bh * bh, "output")),
-                  vector_var="r", carried=tuple(carried), domain_arrays=domain)
-
-
-def panel_fits(d: int, bh: int, bpos: np.ndarray, capacity_words: int | None) -> bool:
-    """Whether the panel with the most kept blocks has its K_c and scores double-buffered in
-    a quarter of the SPM (else the sddmm loops over blocks, `block_sddmm_kernel`)."""
-    if capacity_words is None:
-        return True
-    most = int(np.diff(bpos).max(initial=0))
-    return 2 * most * bh * (d + bh) <= capacity_words // 4
+                  vector_var="r", carried=tuple(carried),
+                  domain_arrays=(("col_pos", np.asarray(cpos, dtype=np.int64)),))
 
 
 def _strip_kernel(name: str, m: int, bh: int, bpos: np.ndarray, nodes, buffers,
@@ -170,27 +135,33 @@ def _strip_kernel(name: str, m: int, bh: int, bpos: np.ndarray, nodes, buffers,
 
 
 def strip_softmax_kernels(m: int, bh: int, bpos: np.ndarray, scale: float):
-    """`softmax_max` and `softmax_exp` over the strips (module docstring, steps 3-4)."""
-    size = int(bpos[-1]) * bh * bh
+    """`softmax_max` and `softmax_exp` over the strips of each panel (module docstring, steps
+    2-3): the scores gathered from their CSC place (`cidx`, one SPM row per gather), the
+    probabilities E stored in CSR order (each panel's strips together, for the PV)."""
+    blocks = int(bpos[-1])
+    size = blocks * bh * bh
     st = Addr((("p", bh * bh), ("k", bh), ("r", 1)))
     row = Addr((("tr", bh), ("r", 1)))
+    cidx = Node(0, Op.LOAD, buffer="cidx", addr=Addr((("p", 1),)), name="csc[p]")
+    s_ = Node(1, Op.GATHER, (0,), buffer="St", addr=Addr((("k", bh), ("r", 1)),
+                                                         index_stride=bh * bh), name="s")
     smax = _strip_kernel(
         "softmax_max", m, bh, bpos,
-        [Node(0, Op.LOAD, buffer="St", addr=st, name="s"),
-         Node(1, Op.ACC_MAX, (0,), buffer="rowmax", addr=row, name="max=")],
-        [Buffer("St", size), Buffer("rowmax", m, "output", init=-math.inf)], ((1, 1, 1),))
+        [cidx, s_, Node(2, Op.ACC_MAX, (1,), buffer="rowmax", addr=row, name="max=")],
+        [Buffer("cidx", blocks), Buffer("St", size),
+         Buffer("rowmax", m, "output", init=-math.inf)], ((2, 2, 1),))
     sexp = _strip_kernel(
         "softmax_exp", m, bh, bpos,
-        [Node(0, Op.LOAD, buffer="St", addr=st, name="s"),
-         Node(1, Op.LOAD, buffer="rowmax", addr=row, name="max"),
-         Node(2, Op.SUB, (0, 1), name="s-max"),
-         Node(3, Op.CONST, value=scale, name="1/sqrt(d)"),
-         Node(4, Op.MUL, (2, 3), name="*scale"),
-         Node(5, Op.EXP, (4,), name="exp"),
-         Node(6, Op.STORE, (5,), buffer="E", addr=st, name="E="),
-         Node(7, Op.ACC, (5,), buffer="rowsum", addr=row, name="sum+=")],
-        [Buffer("St", size), Buffer("rowmax", m), Buffer("E", size, "output"),
-         Buffer("rowsum", m, "output")], ((7, 7, 1),))
+        [cidx, s_,
+         Node(2, Op.LOAD, buffer="rowmax", addr=row, name="max"),
+         Node(3, Op.SUB, (1, 2), name="s-max"),
+         Node(4, Op.CONST, value=scale, name="1/sqrt(d)"),
+         Node(5, Op.MUL, (3, 4), name="*scale"),
+         Node(6, Op.EXP, (5,), name="exp"),
+         Node(7, Op.STORE, (6,), buffer="E", addr=st, name="E="),
+         Node(8, Op.ACC, (6,), buffer="rowsum", addr=row, name="sum+=")],
+        [Buffer("cidx", blocks), Buffer("St", size), Buffer("rowmax", m),
+         Buffer("E", size, "output"), Buffer("rowsum", m, "output")], ((8, 8, 1),))
     return smax, sexp
 
 
@@ -198,11 +169,11 @@ def strip_softmax_kernels(m: int, bh: int, bpos: np.ndarray, scale: float):
 LEVEL_WIDTH = 8
 
 
-def strip_max_levels(m: int, bh: int, bpos: np.ndarray):
+def strip_max_levels(m: int, bh: int, bpos: np.ndarray, cidx: np.ndarray):
     """(kernels, inputs): the strips' row maximum without an accmax unit (the MLX preset;
     docs/conventions.md#block-attention), from loads, gathers, `max` and stores. Level 0
     (`softmax_max`) takes each kept block's maximum over its bh key strips (affine: a block's
-    strips are consecutive); each next level (`softmax_max_<l>`) gathers `LEVEL_WIDTH` items
+    strips are consecutive; blocks in the scores' CSC order); each next level (`softmax_max_<l>`) gathers `LEVEL_WIDTH` items
     of a panel (the last chunk padded by repeating the panel's last item: max is idempotent)
     into one, until every panel has one item, which the last level writes to rowmax[bh tr + r].
     The maximum is exact, so the values equal the accmax's."""
@@ -212,9 +183,8 @@ def strip_max_levels(m: int, bh: int, bpos: np.ndarray):
     nodes += _max_tree(nodes)
     counts = np.diff(bpos)
     items = int(bpos[-1])
-    final = bool((counts == 1).all())  # one block per panel: its maximum is the row's
-    out_buf = "rowmax" if final else "BM0"
-    out_size = m if final else items * bh
+    final = False  # level 0's blocks are in CSC order: at least one gather level
+    out_buf, out_size = "BM0", items * bh
     nodes.append(Node(len(nodes), Op.STORE, (nodes[-1].id,), buffer=out_buf, addr=row,
                       name=f"{out_buf}="))
     kernels = [Kernel(name="softmax_max", loops=(Loop("o", items), Loop("r", bh)),
@@ -231,6 +201,8 @@ def strip_max_levels(m: int, bh: int, bpos: np.ndarray):
         idx = np.concatenate([
             np.minimum(np.arange(c * LEVEL_WIDTH), n - 1) + s0
             for c, n, s0 in zip(chunks, counts, starts[:-1])]).astype(np.int64)
+        if level == 1:  # CSR block -> its CSC item
+            idx = np.asarray(cidx, dtype=np.int64)[idx]
         final = bool((chunks == 1).all())
         dst = "rowmax" if final else f"BM{level}"
         total = int(chunks.sum())
@@ -320,23 +292,23 @@ def _align(words: int) -> int:
     return -(-words // HELD_ALIGN) * HELD_ALIGN
 
 
-def held_layout(m: int, d: int, bh: int, blocks: int) -> dict[str, tuple[int, int]]:
+def held_layout(m: int, bh: int, blocks: int) -> dict[str, tuple[int, int]]:
     """(size, spm_base) of each buffer handed from kernel to kernel in the SPM
-    (docs/conventions.md#moe-buffers-handed-over-in-the-spm): K_c (key_compact -> sddmm) from
-    word 0, then the scores St (sddmm -> both softmax kernels) and the row statistics; the
-    probabilities E (softmax_exp -> spmm) reuse K_c's words, dead after the sddmm."""
-    kc, st = blocks * d * bh, blocks * bh * bh
-    at = _align(kc)
-    out = {"K_c": (kc, 0), "St": (st, at), "E": (st, 0)}
+    (docs/conventions.md#moe-buffers-handed-over-in-the-spm): the scores St (sddmm -> both
+    softmax kernels) from word 0, the probabilities E (softmax_exp -> spmm) after them, then
+    the row statistics."""
+    st = blocks * bh * bh
+    at = _align(st)
+    out = {"St": (st, 0), "E": (st, at)}
     at = _align(at + st)
     out["rowmax"] = (m, at)
     out["rowsum"] = (m, _align(at + m))
     return out
 
 
-def held_words(m: int, d: int, bh: int, blocks: int) -> int:
-    """The most SPM words the held buffers take in any one kernel (the sddmm's K_c and St)."""
-    lay = held_layout(m, d, bh, blocks)
+def held_words(m: int, bh: int, blocks: int) -> int:
+    """The SPM words the held buffers span (`held_layout`)."""
+    lay = held_layout(m, bh, blocks)
     return max(base + size for size, base in lay.values())
 
 
@@ -350,7 +322,7 @@ def _hand_over(kernel: Kernel, layout: dict[str, tuple[int, int]]) -> Kernel:
 def lower_attention_block(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos: np.ndarray,
                           crd: np.ndarray, lanes: int = BODY_ROWS, dtype=np.float32,
                           edge: int | None = None, on_chip: bool = True,
-                          accmax: bool = True, capacity_words: int | None = None) -> Program:
+                          accmax: bool = True) -> Program:
     """The attention `Program` of a block-sparse mask (module docstring); `edge` the block
     edge (None: the largest the mask is whole blocks of). Raises DFGError when the mask is not
     whole aligned blocks of a multiple of 8 (the lanes of a body row). Output `O` (m x dv)."""
@@ -370,22 +342,24 @@ def lower_attention_block(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos: np.n
     bh, blocks = edge, len(bcrd)
     kpos = bpos * bh
     kcrd = (bcrd[:, None] * bh + np.arange(bh)[None, :]).ravel()
+    # the kept blocks in CSC order (by key block, then panel): the sddmm's
+    brow_csr = np.repeat(np.arange(m // bh, dtype=np.int64), np.diff(bpos))
+    order = np.lexsort((brow_csr, bcrd))
+    cidx = np.empty(blocks, dtype=np.int64)
+    cidx[order] = np.arange(blocks)
+    cpos = np.concatenate(([0], np.cumsum(np.bincount(bcrd, minlength=n // bh))))
     scale = 1.0 / math.sqrt(d)
     smax, sexp = strip_softmax_kernels(m, bh, bpos, scale)
-    by_block = not panel_fits(d, bh, bpos, capacity_words)
-    smax, extra = ((smax,), ()) if accmax else strip_max_levels(m, bh, bpos)
-    kernels = (key_compact_kernel(n, d, bh, blocks), block_sddmm_kernel(m, d, bh, bpos, by_block),
-               *smax, sexp, normalised_pv_kernel(m, n, dv, bh, kpos))
+    smax, extra = ((smax,), ()) if accmax else strip_max_levels(m, bh, bpos, cidx)
+    kernels = (block_sddmm_kernel(m, n, d, bh, cpos), *smax, sexp,
+               normalised_pv_kernel(m, n, dv, bh, kpos))
     if on_chip:  # the intermediates never cross the DRAM interface
-        layout = held_layout(m, d, bh, blocks)
+        layout = held_layout(m, bh, blocks)
         kernels = tuple(_hand_over(kr, layout) for kr in kernels)
     prog = Program(
         name=f"attention_block{bh}_{m}x{n}x{d}_blocks{blocks}", kernels=kernels,
-        inputs=(("bcrd", bcrd),
-                *((("bpanel", np.repeat(np.arange(m // bh), np.diff(bpos))),) if by_block
-                  else ()),
-                ("KT", np.ascontiguousarray(k.T, dtype=dtype).ravel()),
-                ("Q_p", pack_panels(q, bh, dtype)),
+        inputs=(("brow", brow_csr[order]), ("Q_p", pack_panels(q, bh, dtype)),
+                ("K_b", pack_panels(k, bh, dtype)), ("cidx", cidx),
                 ("kcrd", np.concatenate((kcrd, np.zeros(SPARE_SLOTS, dtype=np.int64)))),
                 ("V", np.ascontiguousarray(v, dtype=dtype).ravel()), *extra),
         outputs=(("O", (m, dv)),), dtype=np.dtype(dtype).name, macs=len(crd) * (d + dv),

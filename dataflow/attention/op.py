@@ -116,7 +116,7 @@ class SparseAttention(_StatefulOp):
         if self._capacity is None or not self._blocks:
             return True
         edge, _, bcrd = self._blocks
-        held = held_words(self.q.shape[0], self.q.shape[1], edge, len(bcrd))
+        held = held_words(self.q.shape[0], edge, len(bcrd))
         return held <= ON_CHIP_FRACTION * self._capacity
 
     def _operands(self):
@@ -139,7 +139,7 @@ class SparseAttention(_StatefulOp):
         if self.lowering == "block":
             return lower_attention_block(self.q, self.k, self.v, self.pos, self.crd,
                                          edge=self._blocks[0], on_chip=self._on_chip(),
-                                         accmax=self._accmax, capacity_words=self._capacity)
+                                         accmax=self._accmax)
         low = lower_attention_dia if self.lowering == "dia" else lower_attention
         return low(self.q, self.k, self.v, self.pos, self.crd, lanes=self._lanes or 1)
 
