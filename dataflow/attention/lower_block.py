@@ -3,33 +3,37 @@
 A BigBird mask is a set of whole b x b blocks (b a multiple of the 8 lanes): query panel tr
 (rows b tr .. b tr + b - 1) attends the keys of its kept key blocks, whose block columns `bcrd`
 (`bpos` per panel) the host knows (the pattern is static). The CSR lowering (`lower.py`) walks
-the entries one gathered SPM row at a time; here every loaded row feeds eight maccs, as the
-dense GEMM's 8 x 1 outer-product body (`plan.gemm_schedule`) and the gathered-panel GEMM of
+the entries one gathered SPM row at a time; here every loaded row feeds eight or more maccs, as
+the dense GEMM's 8 x 1 outer-product body (`plan.gemm_schedule`) and the gathered-panel GEMM of
 `dataflow/dynamic/panel_gemm.py` (docs/conventions.md#dynamic-panel-gemm) do. Scores are kept
-in *strip layout*: kept key kappa (the g-th kept key over all panels) owns the b words
-St[b g .. b g + b - 1], its scores against the panel's b query rows, so the query rows are the
-lanes. K is stored transposed (K^T: d x n) and Q as panels of Q^T (`pack_panels`): host layouts,
-as `pack_strips`.
+in *strip layout*: a kept key's scores against its panel's b query rows are b consecutive
+words, so the query rows are the lanes and the softmax needs no lane reduction. Q and K are
+stored as panels of their transposes (`pack_panels`, a host layout as `pack_strips`): block tr
+of Q^T (d x b) at words tr d b .. (tr + 1) d b.
 
-1. `key_compact` (SRead): K_c[(p d + c) b + e] = K^T[c, b bcrd[p] + e] for every kept block p,
-   so that a block's K^T slice is affine in p (a span load needs an affine address).
-2. `sddmm`: for panel tr, kept block p, 8-key half h, query vector r and c < d:
+1. `sddmm`, over key blocks bj and the kept blocks q of that block column (CSC order, so K
+   streams by blocks with affine addresses; a span load, one SPM row whose lanes are the
+   operand, needs one), query vector r and c < d:
 
-       a = K_c[(p d + c) b + 8 h : +8]          one SPM row: 8 keys at dimension c
-       b = Q_p[(tr d + c) b + r] = Q^T[c, b tr + r]   the panel's query rows (vector; Q packed
-                                                      in panels, `pack_panels`)
-       St[(b p + 8 h + u) b + r] += a.lane(u) * b       u = 0 .. 7, accumulated over c
+       a_h = K_b[(bj d + c) b + 8 h : +8]              one SPM row: 8 keys at dimension c
+       x   = Q_p[(brow[q] d + c) b + r]                the panel's query rows (gathered vector)
+       St[(b q + 8 h + u) b + r] += a_h.lane(u) * x     u = 0 .. 7, h < b / 8, summed over c
 
-3. `softmax_max`: rowmax[b tr + r] = max over the panel's kept strips (elementwise over the
-   query-row lanes: no lane reduction).
-4. `softmax_exp`: E = exp(scale (St - rowmax)), rowsum[b tr + r] += E (elementwise).
-5. `spmm`: `panel_gemm_kernel` with A_c = E (strip height b), B = V gathered by kept key
-   (`kcrd`), the softmax's normalisation folded as in docs/conventions.md#attention-fold: each
-   E row is divided by its 8 query rows' sums as loaded (the division a kernel writing P would
-   make, so the same values), then O[b tr + 8 ib + u, j] += P.lane(u) * V[kcrd[p], j].
+2. `softmax_max`: rowmax[b tr + r] = max over the panel's kept strips (CSR order; each block's
+   strips gathered from its CSC place `cidx`), elementwise over the query-row lanes.
+3. `softmax_exp`: E = exp(scale (St - rowmax)), stored in CSR order (each panel's strips
+   together); rowsum[b tr + r] += E (elementwise).
+4. `spmm`: the gathered-panel GEMM (`panel_gemm_kernel`'s body) with A_c = E (strips of height
+   b), B = V gathered by kept key (`kcrd`), every 8-row group g of the panel in one body (one
+   gathered V row feeds b maccs), the softmax's normalisation folded as in
+   docs/conventions.md#attention-fold: each E row is divided by its 8 query rows' sums as
+   loaded (the division a kernel writing P would make, so the same values):
+   O[b tr + 8 g + u, j] += (E / rowsum).lane(u) * V[kcrd[p], j].
 
 The compiler's generic search (`plan.compile.kernel_candidates`) fuses the products into
-maccs with accumulators in registers over the reduction and blocks the vector loop.
+maccs with accumulators in registers over the reduction and blocks the vector loop. The scores,
+probabilities and row statistics are handed from kernel to kernel in the SPM when they fit
+(`held_layout`). Without an accmax unit the row maximum is `strip_max_levels`.
 """
 
 from __future__ import annotations
@@ -324,7 +328,9 @@ def lower_attention_block(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos: np.n
                           edge: int | None = None, on_chip: bool = True,
                           accmax: bool = True) -> Program:
     """The attention `Program` of a block-sparse mask (module docstring); `edge` the block
-    edge (None: the largest the mask is whole blocks of). Raises DFGError when the mask is not
+    edge (None: the largest the mask is whole blocks of). `on_chip`: the intermediates are
+    handed over in the SPM (`held_layout`), else through DRAM. `accmax`: the array has a
+    max-accumulate unit (else `strip_max_levels`). Raises DFGError when the mask is not
     whole aligned blocks of a multiple of 8 (the lanes of a body row). Output `O` (m x dv)."""
     (m, d), (n, _), (_, dv) = q.shape, k.shape, v.shape
     pos, crd = np.asarray(pos, dtype=np.int64), np.asarray(crd, dtype=np.int64)
