@@ -298,15 +298,13 @@ def _align(words: int) -> int:
 
 def held_layout(m: int, bh: int, blocks: int) -> dict[str, tuple[int, int]]:
     """(size, spm_base) of each buffer handed from kernel to kernel in the SPM
-    (docs/conventions.md#moe-buffers-handed-over-in-the-spm): the scores St (sddmm -> both
-    softmax kernels) from word 0, the probabilities E (softmax_exp -> spmm) after them, then
-    the row statistics."""
+    (docs/conventions.md#moe-buffers-handed-over-in-the-spm): the probabilities E
+    (softmax_exp -> spmm) and the row sums from word 0, so the spmm's held words are one run
+    from the bottom; the row maxima, then the scores St (sddmm -> both softmax kernels)."""
     st = blocks * bh * bh
-    at = _align(st)
-    out = {"St": (st, 0), "E": (st, at)}
-    at = _align(at + st)
-    out["rowmax"] = (m, at)
-    out["rowsum"] = (m, _align(at + m))
+    out = {"E": (st, 0), "rowsum": (m, _align(st))}
+    out["rowmax"] = (m, _align(_align(st) + m))
+    out["St"] = (st, _align(_align(_align(st) + m) + m))
     return out
 
 
@@ -361,6 +359,8 @@ def lower_attention_block(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos: np.n
                normalised_pv_kernel(m, n, dv, bh, kpos))
     if on_chip:  # the intermediates never cross the DRAM interface
         layout = held_layout(m, bh, blocks)
+        if not accmax:  # the levels' buffers would land on St's words: St goes by DRAM
+            del layout["St"]
         kernels = tuple(_hand_over(kr, layout) for kr in kernels)
     prog = Program(
         name=f"attention_block{bh}_{m}x{n}x{d}_blocks{blocks}", kernels=kernels,

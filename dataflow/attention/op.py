@@ -117,7 +117,9 @@ class SparseAttention(_StatefulOp):
             return True
         edge, _, bcrd = self._blocks
         held = held_words(self.q.shape[0], edge, len(bcrd))
-        return held <= ON_CHIP_FRACTION * self._capacity
+        # beside the widest whole operand: Q (gathered by the sddmm) or V (by the spmm)
+        whole = max(self.q.size, self.v.size)
+        return held + whole <= ON_CHIP_FRACTION * self._capacity
 
     def _operands(self):
         return (as_tensor(self.q), as_tensor(self.k), as_tensor(self.v), self.mask)
