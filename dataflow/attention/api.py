@@ -242,9 +242,9 @@ _PATTERN_PARAMS = (
           f"random blocks per block row (bigbird; default {DEFAULTS['random_blocks']})"),
     Param("nm", str, None, f"N:M kept keys (nm; default {DEFAULTS['nm']})"),
     Param("lowering", str, "default", "attention lowering: csr (any pattern), dia (window, "
-          "dilated: affine, no gathers), block (bigbird: gathered GEMMs over the kept blocks), "
-          "auto, default (block where the mask is whole blocks, not all of them, else csr)",
-          choices=("csr", "dia", "block", "auto", "default")),
+          "dilated: affine, no gathers), block (bigbird: gathered GEMMs over the kept "
+          "blocks), auto, default (block where the mask is whole blocks, not all of them, "
+          "else csr)", choices=("csr", "dia", "block", "auto", "default")),
 )
 register(Workload("attention", _run, _PATTERN_PARAMS,
                   "masked attention, pattern as a UST mask: SDDMM -> softmax -> SpMM"))

@@ -177,10 +177,11 @@ def strip_max_levels(m: int, bh: int, bpos: np.ndarray, cidx: np.ndarray):
     """(kernels, inputs): the strips' row maximum without an accmax unit (the MLX preset;
     docs/conventions.md#block-attention), from loads, gathers, `max` and stores. Level 0
     (`softmax_max`) takes each kept block's maximum over its bh key strips (affine: a block's
-    strips are consecutive; blocks in the scores' CSC order); each next level (`softmax_max_<l>`) gathers `LEVEL_WIDTH` items
-    of a panel (the last chunk padded by repeating the panel's last item: max is idempotent)
-    into one, until every panel has one item, which the last level writes to rowmax[bh tr + r].
-    The maximum is exact, so the values equal the accmax's."""
+    strips are consecutive; blocks in the scores' CSC order); each next level
+    (`softmax_max_<l>`) gathers `LEVEL_WIDTH` items of a panel (the last chunk padded by
+    repeating the panel's last item: max is idempotent) into one, until every panel has one
+    item, which the last level writes to rowmax[bh tr + r]. The maximum is exact, so the
+    values equal the accmax's."""
     row = Addr((("o", bh), ("r", 1)))
     nodes = [Node(k, Op.LOAD, buffer="St", addr=Addr((("o", bh * bh), ("r", 1)), const=k * bh),
                   name=f"s{k}") for k in range(bh)]
