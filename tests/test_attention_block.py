@@ -102,9 +102,11 @@ def test_block_kernels_are_the_documented_gathered_gemms():
     # the softmax needs no lane reduction: vectors over the query rows, an elementwise accmax
     assert all(n.op is not Op.VSUM for k in prog.kernels for n in k.nodes)
     assert kern["softmax_max"].vector_var == "r"
-    # intermediates handed over in the SPM, never through DRAM
+    # intermediates handed over in the SPM, never through DRAM; V loaded early by
+    # softmax_max and kept for the PV
     held = {b.name for k in prog.kernels for b in k.buffers if b.on_chip}
-    assert held == {"St", "E", "rowmax", "rowsum"}
+    assert held == {"St", "E", "rowmax", "rowsum", "V"}
+    assert kern["softmax_max"].buffer_map["V"].fetch == "keep"
     # compiled: the products fuse into maccs, accumulators in registers over c
     mapping = compile_program(prog, DEFAULT)
     body = next(km.kernel for km in mapping.kernels if km.kernel.name == "sddmm")

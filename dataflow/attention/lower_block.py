@@ -322,6 +322,27 @@ def _hand_over(kernel: Kernel, layout: dict[str, tuple[int, int]]) -> Kernel:
     return dataclasses.replace(kernel, buffers=bufs)
 
 
+def _early_v(kernels: tuple[Kernel, ...], size: int, base: int) -> tuple[Kernel, ...]:
+    """V loaded whole by `softmax_max` (fetch "keep") and left in the SPM through
+    `softmax_exp` to the PV ("on_chip"): the DMA prefetches a kernel's inputs only from the
+    previous kernel's last tile on (`pe_array.system.run_system`), so V, the PV's input,
+    would load during the short softmax_exp's last tile and the PV's first tile would wait
+    for most of it; softmax_max's load overlaps the scores' last tile instead
+    (docs/conventions.md#block-attention)."""
+    out = []
+    for kr in kernels:
+        if kr.name in ("softmax_max", "softmax_exp"):
+            fetch = "keep" if kr.name == "softmax_max" else "on_chip"
+            kr = dataclasses.replace(kr, buffers=(*kr.buffers, Buffer("V", size, fetch=fetch,
+                                                                        spm_base=base)))
+        elif kr.name == "spmm":
+            kr = dataclasses.replace(kr, buffers=tuple(
+                dataclasses.replace(b, fetch="on_chip", spm_base=base) if b.name == "V" else b
+                for b in kr.buffers))
+        out.append(kr)
+    return tuple(out)
+
+
 def lower_attention_block(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos: np.ndarray,
                           crd: np.ndarray, lanes: int = BODY_ROWS, dtype=np.float32,
                           edge: int | None = None, on_chip: bool = True,
@@ -363,6 +384,8 @@ def lower_attention_block(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos: np.n
         if not accmax:  # the levels' buffers would land on St's words: St goes by DRAM
             del layout["St"]
         kernels = tuple(_hand_over(kr, layout) for kr in kernels)
+        if accmax:
+            kernels = _early_v(kernels, n * dv, _align(held_words(m, bh, blocks)))
     prog = Program(
         name=f"attention_block{bh}_{m}x{n}x{d}_blocks{blocks}", kernels=kernels,
         inputs=(("brow", brow_csr[order]), ("Q_p", pack_panels(q, bh, dtype)),
