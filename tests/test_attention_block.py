@@ -76,10 +76,11 @@ def test_block_lowering_split_into_row_blocks_values_equal_numpy():
     assert r.values_match_reference and r.cycles >= r.roofline_cycles
 
 
-def test_block_program_engines_identical():
+@pytest.mark.parametrize("arch, accmax", [(DEFAULT, True), (MLX, False)])
+def test_block_program_engines_identical(arch, accmax):
     x = make_inputs("bigbird", 64, 16, 4, block=8)
-    prog = lower_attention_block(x["q"], x["k"], x["v"], x["pos"], x["crd"])
-    res = assert_engines_identical(compile_program(prog, DEFAULT))
+    prog = lower_attention_block(x["q"], x["k"], x["v"], x["pos"], x["crd"], accmax=accmax)
+    res = assert_engines_identical(compile_program(prog, arch))
     assert_close(np.asarray(res.output).reshape(64, 16),
                  attention_reference(x["q"], x["k"], x["v"], x["pos"], x["crd"]))
 
