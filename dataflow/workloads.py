@@ -140,8 +140,10 @@ WORKLOAD_TABLE: tuple[WorkloadInfo, ...] = (
         Param("window_blocks", int, None, "block-band half-width (bigbird; default 1)"),
         Param("random_blocks", int, None, "random blocks per block row (bigbird; default 1)"),
         Param("nm", str, None, "N:M kept keys (nm; default 2:4)"),
-        Param("lowering", str, "csr", "attention lowering: csr (any pattern), dia (window, "
-              "dilated: affine, no gathers), auto", choices=("csr", "dia", "auto")))),
+        Param("lowering", str, "default", "attention lowering: csr (any pattern), dia (window, "
+              "dilated: affine, no gathers), block (bigbird: gathered GEMMs over the kept "
+              "blocks), auto, default (block where the mask is whole blocks, not all of them, "
+              "else csr)", choices=("csr", "dia", "block", "auto", "default")))),
     WorkloadInfo("dynamic-spmm", "dataflow.dynamic.workloads",
                  "C = A @ B, A's sparsity found at run time (PIT micro-tiles vs block-sparse)", (
         _M, _K, _N,

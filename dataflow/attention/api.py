@@ -158,7 +158,9 @@ def sparse_attention(q, k, v, pattern="dense", backend: str = "numpy", arch=None
     when `return_result` (sim only; the result's `kernels` give per-kernel cycles). Plans
     (lower + map) are cached like the other frontend ops' (`cache`: a PlanCache, None for the
     default memory + disk cache, False to always plan afresh). `lowering` (sim): "csr" for
-    any mask, "dia" for banded masks (window, dilated: affine, no gathers), "auto" to pick.
+    any mask, "dia" for banded masks (window, dilated: affine, no gathers), "block" for masks of
+    whole aligned blocks (bigbird: gathered GEMMs, docs/conventions.md#block-attention), "auto"
+    to pick among them, "default" for block where it applies, else csr.
     `reference` (sim): `attention_reference(q, k, v, pos, crd)` when the caller has computed it
     already (a model layer keeps it), so the check does not compute it again.
     """
@@ -211,7 +213,7 @@ def _simulate(q, k, v, pos, crd, arch, engine, workload, trace=False, t0=None, c
 # --- the `attention` workload -----------------------------------------------------------------
 
 def _run(spec, *, engine: str = "fast", seed: int = 0, trace: bool = False, pattern: str = "window",
-         seq: int = 128, dim: int = 32, lowering: str = "csr", **pattern_params):
+         seq: int = 128, dim: int = 32, lowering: str = "default", **pattern_params):
     t0 = time.perf_counter()
     x = make_inputs(pattern, seq, dim, seed, **pattern_params)
     workload = f"attention/{x['pattern']}"
@@ -240,8 +242,10 @@ _PATTERN_PARAMS = (
     Param("random_blocks", int, None,
           f"random blocks per block row (bigbird; default {DEFAULTS['random_blocks']})"),
     Param("nm", str, None, f"N:M kept keys (nm; default {DEFAULTS['nm']})"),
-    Param("lowering", str, "csr", "attention lowering: csr (any pattern), dia (window, dilated: "
-          "affine, no gathers), auto", choices=("csr", "dia", "auto")),
+    Param("lowering", str, "default", "attention lowering: csr (any pattern), dia (window, "
+          "dilated: affine, no gathers), block (bigbird: gathered GEMMs over the kept "
+          "blocks), auto, default (block where the mask is whole blocks, not all of them, "
+          "else csr)", choices=("csr", "dia", "block", "auto", "default")),
 )
 register(Workload("attention", _run, _PATTERN_PARAMS,
                   "masked attention, pattern as a UST mask: SDDMM -> softmax -> SpMM"))

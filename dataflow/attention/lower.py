@@ -31,7 +31,9 @@ from dataflow.dfg.ops import Op
 
 #: Kernel names in program order, and the phase each belongs to (SimResult breakdowns).
 KERNEL_PHASE = {"sddmm": "sddmm", "softmax_max": "softmax", "softmax_exp": "softmax",
-                "spmm": "spmm", "softmax_norm": "softmax"}  # the last: the DIA lowering's
+                "spmm": "spmm", "softmax_norm": "softmax",  # the DIA lowering's
+                "key_compact": "sddmm",  # the block lowering's (lower_block.py), with the
+                **{f"softmax_max_{i}": "softmax" for i in range(1, 9)}}  # accmax-free levels
 
 
 def rename_buffers(kernel: Kernel, names: dict[str, str], name: str) -> Kernel:

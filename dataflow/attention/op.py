@@ -14,9 +14,11 @@ import numpy as np
 
 from dataflow.arch import resolve_arch
 from dataflow.attention.lower import lower_attention
+from dataflow.attention.lower_block import find_blocks, held_words, lower_attention_block
 from dataflow.attention.lower_dia import band_offsets, lower_attention_dia
 from dataflow.attention.reference import attention_reference
 from dataflow.errors import UserError
+from dataflow.plan.gemm_schedule import supports
 from dataflow.ust_frontend.named import NamedFormats
 from dataflow.ust_frontend.ops import _StatefulOp, as_tensor
 from dataflow.ust_frontend.tensor import Tensor
@@ -24,17 +26,26 @@ from dataflow.ust_frontend.tensor import Tensor
 # The cache's code fingerprint covers dfg/, mapper/ and arch/; this lowering lives elsewhere,
 # so its source hash goes into the op name (and thus the plan key): editing it retires old plans.
 _LOWERING_SHA = hashlib.sha256(b"".join(
-    (Path(__file__).resolve().parent / f).read_bytes() for f in ("lower.py", "lower_dia.py")
+    (Path(__file__).resolve().parent / f).read_bytes()
+    for f in ("lower.py", "lower_dia.py", "lower_block.py")
 )).hexdigest()[:12]
-LOWERINGS = ("csr", "dia", "auto")
+LOWERINGS = ("csr", "dia", "block", "auto", "default")
+#: SIMD lanes the block lowering's bodies take (one SPM row of a strip: `lower_block.BODY_ROWS`)
+BLOCK_LANES = 8
+#: most of the SPM the block lowering's held intermediates may take (the rest: the kernels'
+#: streamed windows)
+ON_CHIP_FRACTION = 0.75
 
 
 class SparseAttention(_StatefulOp):
     """O = softmax(mask(Q K^T / sqrt(d))) V with `mask` given by its CSR arrays (pos, crd).
 
     `lowering`: "csr" (any mask: SDDMM, softmax and SpMM over the CSR entries, `lower.py`),
-    "dia" (a mask of whole, equally spaced diagonals: affine, gather-free, `lower_dia.py`), or
-    "auto" (dia where the mask allows it, else csr). `execute(backend="numpy")` is the dense
+    "dia" (a mask of whole, equally spaced diagonals: affine, gather-free, `lower_dia.py`),
+    "block" (a mask of whole aligned blocks of a multiple of 8, bigbird: gathered GEMMs over
+    the kept blocks, `lower_block.py`), "auto" (dia where the mask allows it, else block, else
+    csr) or "default" (block where the mask is whole blocks, not all of them, and the arch has
+    8 lanes, else csr; what the `attention` workload runs). `execute(backend="numpy")` is the dense
     masked reference; `"sim"` runs the planned mapping on the fast engine (`last_result` holds
     the SimResult)."""
 
@@ -43,6 +54,8 @@ class SparseAttention(_StatefulOp):
         if lowering not in LOWERINGS:
             raise UserError(f"lowering must be one of {LOWERINGS}, got {lowering!r}")
         self._lanes = None
+        self._capacity = None
+        self._accmax = True
         self.requested_lowering = lowering
         self.reset_operands(q, k, v, pos, crd)
 
@@ -61,8 +74,28 @@ class SparseAttention(_StatefulOp):
         # the structure the kernels walk, as a CSR tensor: its pos/crd bytes key the plan
         self.mask = Tensor(NamedFormats.CSR, shape, [None, self.pos], [None, self.crd],
                            np.ones(len(self.crd), dtype=np.float32))
+        self._blocks = None
+        self._resolve()
+
+    def _resolve(self) -> None:
+        """The lowering that runs (`requested_lowering` resolved against the mask and, once
+        planned, the arch's lanes) and the op name that keys its plans."""
+        shape = (self.q.shape[0], self.k.shape[0])
         self.lowering = self.requested_lowering
-        if self.lowering != "csr":
+        if self.lowering in ("block", "auto", "default") and self._blocks is None:
+            self._blocks = find_blocks(self.pos, self.crd, *shape) or ()
+        lanes_ok = self._lanes in (None, BLOCK_LANES)
+        # picked (auto, default) only where some block is left out: a mask of every block
+        # (dense) would copy all of K once per panel into K_c
+        sparse = bool(self._blocks) and len(self._blocks[2]) < (shape[0] * shape[1]
+                                                                  // self._blocks[0] ** 2)
+        if self.lowering == "block" and not (self._blocks and lanes_ok):
+            raise UserError("lowering='block' needs a mask of whole aligned blocks whose edge "
+                             f"is a multiple of {BLOCK_LANES} (bigbird) on an array of "
+                             f"{BLOCK_LANES} SIMD lanes; use lowering='csr' or 'auto'")
+        if self.lowering == "default":
+            self.lowering = "block" if sparse and lanes_ok else "csr"
+        if self.lowering in ("dia", "auto"):
             band = band_offsets(self.pos, self.crd, shape[1]) if shape[0] == shape[1] else None
             if self.lowering == "dia" and band is None:
                 raise UserError("lowering='dia' needs a square mask of whole, equally spaced "
@@ -71,8 +104,22 @@ class SparseAttention(_StatefulOp):
             # (a narrow band), not for e.g. the dense mask (2 seq - 1 diagonals, half fillers)
             if self.lowering == "auto":
                 few = band is not None and band[2] * shape[0] <= 1.5 * len(self.crd)
-                self.lowering = "dia" if few else "csr"
-        self.op = f"attention:{self.lowering}:{_LOWERING_SHA}"
+                self.lowering = "dia" if few else "block" if sparse and lanes_ok else "csr"
+        # the block lowering hands its intermediates over in the SPM when they fit
+        # (`lower_block.held_words`), else through DRAM: part of the plan's name
+        where = ""
+        if self.lowering == "block" and not self._on_chip():
+            where = ":dram"
+        self.op = f"attention:{self.lowering}{where}:{_LOWERING_SHA}"
+
+    def _on_chip(self) -> bool:
+        if self._capacity is None or not self._blocks:
+            return True
+        edge, _, bcrd = self._blocks
+        held = held_words(self.q.shape[0], edge, len(bcrd))
+        # beside the widest whole operand: Q (gathered by the sddmm) or V (by the spmm)
+        whole = max(self.q.size, self.v.size)
+        return held + whole <= ON_CHIP_FRACTION * self._capacity
 
     def _operands(self):
         return (as_tensor(self.q), as_tensor(self.k), as_tensor(self.v), self.mask)
@@ -80,10 +127,21 @@ class SparseAttention(_StatefulOp):
     def plan(self, arch=None, backend: str = "sim", *, dataflow=None, cache=None):
         if backend == "sim":
             arch = resolve_arch(arch)
-            self._lanes = arch.pe_array.simd_lanes  # the SDDMM's reduction width
+            self.set_arch(arch)
         return super().plan(arch, backend, dataflow=dataflow, cache=cache)
 
+    def set_arch(self, arch) -> None:
+        """Resolve the lowering for `arch` (its lanes, SPM capacity and accmax unit)."""
+        self._lanes = arch.pe_array.simd_lanes  # the SDDMM's reduction width
+        self._capacity = arch.spm.capacity_words
+        self._accmax = supports(arch, "accmax")
+        self._resolve()
+
     def _lower(self):
+        if self.lowering == "block":
+            return lower_attention_block(self.q, self.k, self.v, self.pos, self.crd,
+                                         edge=self._blocks[0], on_chip=self._on_chip(),
+                                         accmax=self._accmax)
         low = lower_attention_dia if self.lowering == "dia" else lower_attention
         return low(self.q, self.k, self.v, self.pos, self.crd, lanes=self._lanes or 1)
 

@@ -37,6 +37,8 @@ import numpy as np
 from dataflow.arch import ArchSpec
 from dataflow.arch.limits import HOST_BYTES_PER_ITERATION, MAX_KEPT_OUTPUT_BYTES, gib
 from dataflow.attention.lower import lower_attention
+from dataflow.attention.lower_block import find_blocks
+from dataflow.attention.op import SparseAttention
 from dataflow.attention.reference import attention_reference
 from dataflow.errors import UserError
 from dataflow.pe_array.result import SimResult
@@ -148,6 +150,18 @@ def _block(q, k, v, pos, crd, r0: int, r1: int):
     return q[r0:r1], k[keys], v[keys], local_pos, local_crd
 
 
+def _lower_block(q, k, v, pos, crd, arch: ArchSpec, lowering: str):
+    """(program, lowering name) of one row block: the block lowering where `lowering` picks it
+    for the block's mask on `arch` (`SparseAttention`'s rules), else the CSR lowering (dia
+    needs a square mask, which a row block is not)."""
+    if lowering in ("block", "auto"):
+        op = SparseAttention(q, k, v, pos, crd, lowering="auto")
+        op.set_arch(arch)
+        if op.lowering == "block":
+            return op._lower(), "block"
+    return lower_attention(q, k, v, pos, crd, lanes=arch.pe_array.simd_lanes), "csr"
+
+
 def _key(local_pos: np.ndarray, local_crd: np.ndarray, keys: int) -> Hashable:
     h = hashlib.sha1(local_pos.tobytes())
     h.update(local_crd.tobytes())
@@ -164,6 +178,14 @@ def split_attention(q, k, v, pos, crd, arch: ArchSpec, *, engine: str, workload:
     split = plan_split(arch, pos, crd, n, d, dv)
     if split is None:
         return None
+    # the block lowering where asked (not by "default": split, its row blocks measured slower
+    # than the CSR lowering's, docs/conventions.md#block-attention)
+    blocks = find_blocks(pos, crd, m, n) if lowering in ("block", "auto") else None
+    if blocks is not None and split.rows >= 2 * blocks[0]:
+        # whole panels per row block: each block's mask (packed keys) is whole blocks too
+        split = AttentionSplit(m, split.rows // blocks[0] * blocks[0])
+    else:
+        lowering = "csr" if lowering in ("block", "auto", "default") else lowering
     if trace:
         raise UserError(f"--trace: attention --seq {m} runs split into query-row blocks; trace "
                         "a size that fits whole")
@@ -186,6 +208,7 @@ def split_attention(q, k, v, pos, crd, arch: ArchSpec, *, engine: str, workload:
     memo: dict[Hashable, SimResult] = {}
     parts: list[tuple[Hashable | None, SimResult]] = []
     ok, error, model_error, memoised, moved_keys = True, 0.0, 0.0, 0, 0
+    lowered: set[str] = set()
     for (r0, r1), key in zip(split.blocks(), keys):
         qb, kb, vb, lp, lc = _block(q, k, v, pos, crd, r0, r1)
         ref = attention_reference(qb, kb, vb, lp, lc)
@@ -197,7 +220,8 @@ def split_attention(q, k, v, pos, crd, arch: ArchSpec, *, engine: str, workload:
             memoised += 1
             out = ref
         else:
-            prog = lower_attention(qb, kb, vb, lp, lc, lanes=lanes)
+            prog, low = _lower_block(qb, kb, vb, lp, lc, arch, lowering)
+            lowered.add(low)
             mapping = compile_program(prog, arch)
             res = simulate_mapping(mapping, engine=engine, workload=workload)
             out = np.asarray(res.output, dtype=np.float32).reshape(r1 - r0, dv)
@@ -224,9 +248,10 @@ def split_attention(q, k, v, pos, crd, arch: ArchSpec, *, engine: str, workload:
         f"simulated blocks' engine values lie within {model_error:.3g} of it",
         f"values checked block by block against a float64 numpy reference "
         f"({split.count:,} blocks)",
-        f"attention nnz {nnz:,} of {m * n:,} ({100 * nnz / max(1, m * n):.3g}%); csr lowering"
+        f"attention nnz {nnz:,} of {m * n:,} ({100 * nnz / max(1, m * n):.3g}%); "
+        f"{' and '.join(sorted(lowered)) or 'csr'} lowering"
         + (f" (--lowering {lowering} asked: a row block is not square, so csr)"
-           if lowering != "csr" else ""),
+           if lowering == "dia" else ""),
     ) + (() if keep else (f"output not kept: O ({gib(m * dv * 4)}) is larger than "
                            f"{gib(MAX_KEPT_OUTPUT_BYTES)}",))
     summary = f"split: {split.count:,} query-row blocks of {split.rows:,}\n" + "\n".join(
