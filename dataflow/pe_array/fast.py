@@ -204,8 +204,12 @@ def run_kernel_fast(km: KernelMapping, arch: ArchSpec, inputs: dict[str, np.ndar
         timing = _TimingMemo(arch.spm, RUNS.tiles_of(km, arch) if runs_memo_enabled() else None)
         if timing.prior is not None:
             timing.layouts = RUNS.layouts_of(timing.prior, kernel)
-    for ti, tile in enumerate(km.tiles):
-        ct.tiles.append(_run_tile(ctx, ct, ti, tile, timing))
+    from dataflow.pe_array import fast_tile  # imports this module
+
+    if fast_tile.batch_applies(ctx, timing):  # memo hits' values in one pass (fast_tile.py)
+        ct.tiles.extend(fast_tile.run_tiles(ctx, ct, timing))
+    else:
+        ct.tiles.extend(_run_tile(ctx, ct, ti, tile, timing) for ti, tile in enumerate(km.tiles))
     return ct.result(kernel, bufs)
 
 
@@ -231,23 +235,32 @@ def _issue_times(km: KernelMapping) -> np.ndarray:
     return times
 
 
-def _run_tile(ctx: _Kernel, ct: Counters, ti: int, tile: Tile,
-              timing: _TimingMemo | None = None) -> TileResult:
-    """One tile: issue every node over all iterations, count SPM ports, commit the updates."""
-    km, kernel = ctx.km, ctx.km.kernel
-    layouts = timing.layouts if timing is not None else None
+def tile_layout(ctx: _Kernel, ti: int, tile: Tile, layouts: dict | None) -> tuple:
+    """(domain, iterations, `_Waves`) of a tile: an earlier run's (`_RunMemo`) when kept, else
+    made (and kept); (None, 0, None) for an empty tile."""
     got = layouts.get(ti) if layouts is not None else None
-    if got is not None and got[0] == (tile.lo, tile.hi):  # an earlier run's (`_RunMemo`)
+    if got is not None and got[0] == (tile.lo, tile.hi):
         _, dom, n, w = got
         w.group_regs.clear()
-    else:
-        dom = enumerate_domain(kernel, ctx.lanes, (tile.lo, tile.hi))
-        n = len(dom[kernel.loops[0].var])
-        if n == 0:
-            return tile_result(kernel, ti, 0, 0, 0, km, ctx.arch, tile, ctx.fetched)
-        w = _waves(ctx, dom, n, _dense_axes(ctx, tile))
-        if layouts is not None:
-            RUNS.put_layout(layouts, ti, ((tile.lo, tile.hi), dom, n, w))
+        return dom, n, w
+    kernel = ctx.km.kernel
+    dom = enumerate_domain(kernel, ctx.lanes, (tile.lo, tile.hi))
+    n = len(dom[kernel.loops[0].var])
+    if n == 0:
+        return None, 0, None
+    w = _waves(ctx, dom, n, _dense_axes(ctx, tile))
+    if layouts is not None:
+        RUNS.put_layout(layouts, ti, ((tile.lo, tile.hi), dom, n, w))
+    return dom, n, w
+
+
+def _run_tile(ctx: _Kernel, ct: Counters, ti: int, tile: Tile,
+              timing: _TimingMemo | None = None, layout: tuple | None = None) -> TileResult:
+    """One tile: issue every node over all iterations, count SPM ports, commit the updates."""
+    km, kernel = ctx.km, ctx.km.kernel
+    dom, n, w = layout or tile_layout(ctx, ti, tile, timing.layouts if timing else None)
+    if n == 0:
+        return tile_result(kernel, ti, 0, 0, 0, km, ctx.arch, tile, ctx.fetched)
     acc = _TileAccesses()
     vals: dict[int, np.ndarray] = {}
     for node in kernel.nodes:
