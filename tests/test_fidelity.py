@@ -446,6 +446,7 @@ def test_grouped_macc_fold_is_exact(preset, monkeypatch):
     monkeypatch.setattr(fast, "_group_macc_fold", counted)
     monkeypatch.setenv(fast.FOLD_JIT_ENV, "always")
     monkeypatch.setenv(fast.MACC_GROUPS_ENV, "1")
+    monkeypatch.setenv("DATAFLOW_TILE_BATCH", "0")  # memo hits tile by tile (`fast_tile.py`)
     on = assert_engines_identical(mapping)
     assert len(set(calls)) > 1, "no MACC group folded: this test would not see it go wrong"
     monkeypatch.setenv(fast.MACC_GROUPS_ENV, "0")
