@@ -152,112 +152,136 @@ def run(prog: dict, img, offs, aff, active, copy, tile_end, lanes: int):
 def _batch_loops(op, ins, lane, cval, cneg, width, mterm, mconst,  # noqa: C901
                  istride, lstride, mkind, span, bufid, slot, accmax, macc, aff, active, copy,
                  tile_end, img, offs, lanes, vals, sel, cnt, a0w):  # pragma: no cover - numba
+    """Node by node (ids in order: inputs first), each over every iteration and lane: one
+    tight loop per node, values kept per (node, iteration, lane)."""
     nn = op.shape[0]
     n = aff.shape[1]
-    v = np.zeros((nn, lanes), dtype=np.float32)
-    a0 = np.zeros(nn, dtype=np.int64)
-    reg = np.zeros((nn, lanes), dtype=np.float32)
-    for e in range(n):
-        for j in range(nn):
-            o = op[j]
-            wj = width[j]
-            if o == 0:
-                v[j, 0] = cval[j]
+    v = np.zeros((nn, n, lanes), dtype=np.float32)
+    a0 = np.zeros((nn, n), dtype=np.int64)
+    for j in range(nn):
+        o = op[j]
+        wj = width[j]
+        i0, i1, i2 = ins[j, 0], ins[j, 1], ins[j, 2]
+        if o == 0:
+            for e in range(n):
+                v[j, e, 0] = cval[j]
+            continue
+        if o == 1 or o == 11 or o == 12:  # a memory node: its lane-0 words first
+            t, c, st = mterm[j], mconst[j], istride[j]
+            for e in range(n):
+                a0[j, e] = aff[t, e] + c
+            if st != 0:
+                base = offs[bufid[i0]]
+                for e in range(n):
+                    a0[j, e] += st * np.int64(img[base + a0[i0, e]])
+            if o == 1:
+                base, ls, mk, sp = offs[bufid[j]], lstride[j], mkind[j], span[j]
+                for e in range(n):
+                    live = 1 if mk == 0 else (active[e] if mk == 1 else sp)
+                    a = base + a0[j, e]
+                    for ln in range(wj):
+                        v[j, e, ln] = np.float32(img[a + ln * ls]) if ln < live else 0.0
                 continue
-            if o == 1 or o == 11 or o == 12:  # a memory node's lane-0 word
-                a = aff[mterm[j], e] + mconst[j]
-                if istride[j] != 0:
-                    src = ins[j, 0]
-                    a += istride[j] * np.int64(img[offs[bufid[src]] + a0[src]])
-                if o == 1:
-                    if mkind[j] == 0:
-                        live = 1
-                    elif mkind[j] == 1:
-                        live = active[e]
-                    else:
-                        live = span[j]
-                    base = offs[bufid[j]] + a
+            s = slot[j]
+            for e in range(n):
+                a0w[s, e] = a0[j, e]
+            last = i2 if i2 >= 0 else (i1 if i1 >= 0 else i0)
+            lw = width[last]
+            if o == 12:
+                for e in range(n):
                     for ln in range(wj):
-                        if ln < live:
-                            v[j, ln] = np.float32(img[base + ln * lstride[j]])
-                        else:
-                            v[j, ln] = np.float32(0.0)
-                    a0[j] = a
-                    continue
-                s = slot[j]
-                a0w[s, e] = a
-                last = ins[j, 2] if ins[j, 2] >= 0 else (ins[j, 1] if ins[j, 1] >= 0
-                                                           else ins[j, 0])
-                lw = width[last]
-                if o == 12:
+                        vals[s, e, ln] = v[last, e, ln if lw > 1 else 0]
+                continue
+            ident = -np.inf if accmax[j] else 0.0
+            lj, sl = lane[j], 1 if lw > 1 else 0
+            s0 = 1 if width[i0] > 1 else 0
+            s1 = 1 if (i1 >= 0 and width[i1] > 1) else 0
+            reg = np.full(wj, ident, dtype=np.float32)
+            c = 0
+            for e in range(n):
+                if e > 0 and (tile_end[e - 1] or copy[e] != copy[e - 1]
+                              or a0[j, e] != a0[j, e - 1]):
                     for ln in range(wj):
-                        vals[s, e, ln] = v[last, ln if lw > 1 else 0]
-                    continue
-                if e == 0 or tile_end[e - 1] or copy[e] != copy[e - 1] or a != a0[j]:
-                    if e > 0:
-                        c = cnt[s]
-                        for ln in range(wj):
-                            vals[s, c, ln] = reg[j, ln]
-                        sel[s, c] = e - 1
-                        cnt[s] = c + 1
-                    for ln in range(wj):
-                        reg[j, ln] = -np.inf if accmax[j] else 0.0
-                a0[j] = a
+                        vals[s, c, ln] = reg[ln]
+                        reg[ln] = ident
+                    sel[s, c] = e - 1
+                    c += 1
                 if macc[j]:
-                    i0, i1 = ins[j, 0], ins[j, 1]
-                    w0, w1 = width[i0], width[i1]
                     for ln in range(wj):
-                        x0 = v[i0, lane[j]] if lane[j] >= 0 else v[i0, ln if w0 > 1 else 0]
-                        p = np.float32(x0 * v[i1, ln if w1 > 1 else 0])
-                        reg[j, ln] = np.float32(reg[j, ln] + p)
+                        x0 = v[i0, e, lj] if lj >= 0 else v[i0, e, ln * s0]
+                        p = np.float32(x0 * v[i1, e, ln * s1])
+                        reg[ln] = np.float32(reg[ln] + p)
                 elif accmax[j]:
                     for ln in range(wj):
-                        x = v[last, ln if lw > 1 else 0]
-                        r = reg[j, ln]
+                        x = v[last, e, ln * sl]
+                        r = reg[ln]
                         if not (r >= x or r != r):
-                            reg[j, ln] = x
+                            reg[ln] = x
                 else:
                     for ln in range(wj):
-                        reg[j, ln] = np.float32(reg[j, ln] + v[last, ln if lw > 1 else 0])
-                continue
-            i0, i1, i2 = ins[j, 0], ins[j, 1], ins[j, 2]
-            if o == 8:  # lanes summed in lane order
-                w0 = width[i0]
-                s_ = v[i0, 0]
+                        reg[ln] = np.float32(reg[ln] + v[last, e, ln * sl])
+            if n > 0:
+                for ln in range(wj):
+                    vals[s, c, ln] = reg[ln]
+                sel[s, c] = n - 1
+                c += 1
+            cnt[s] = c
+            continue
+        if o == 8:  # lanes summed in lane order
+            w0 = width[i0]
+            for e in range(n):
+                s_ = v[i0, e, 0]
                 for ln in range(1, w0):
-                    s_ = np.float32(s_ + v[i0, ln])
-                v[j, 0] = s_
-                continue
-            for ln in range(wj):
-                if lane[j] >= 0:
-                    x = v[i0, lane[j]]
-                else:
-                    x = v[i0, ln if width[i0] > 1 else 0]
-                if o == 9:
-                    v[j, ln] = x
-                    continue
-                y = v[i1, ln if width[i1] > 1 else 0]
-                if o == 2:
-                    v[j, ln] = np.float32(x * y)
-                elif o == 3:
-                    v[j, ln] = np.float32(x + y)
-                elif o == 4:
-                    v[j, ln] = np.float32(x - y)
-                elif o == 5:
-                    z = v[i2, ln if width[i2] > 1 else 0]
-                    p = np.float32(x * y)
-                    v[j, ln] = np.float32(z - p) if cneg[j] else np.float32(p + z)
-                elif o == 6:
-                    v[j, ln] = x if (x >= y or x != x) else y
-                elif o == 7:
-                    v[j, ln] = np.float32(x / y)
-                else:  # butterfly: a + s*b, s = +-1
-                    v[j, ln] = np.float32(x + np.float32(cval[j] * y))
-    for j in range(nn):
-        if op[j] == 11 and n > 0:
-            s = slot[j]
-            c = cnt[s]
-            for ln in range(width[j]):
-                vals[s, c, ln] = reg[j, ln]
-            sel[s, c] = n - 1
-            cnt[s] = c + 1
+                    s_ = np.float32(s_ + v[i0, e, ln])
+                v[j, e, 0] = s_
+            continue
+        # an operand of one lane is read at lane 0 for every lane (its step 0)
+        s0 = 1 if width[i0] > 1 else 0
+        s1 = 1 if (i1 >= 0 and width[i1] > 1) else 0
+        s2 = 1 if (i2 >= 0 and width[i2] > 1) else 0
+        lj = lane[j]
+        if lj >= 0:  # input 0 is one lane of a vector, broadcast
+            for e in range(n):
+                x = v[i0, e, lj]
+                for ln in range(wj):
+                    v[j, e, ln] = x
+            i0, s0 = j, 1  # ... read from this node's own row, then overwritten in order
+        if o == 9:
+            for e in range(n):
+                for ln in range(wj):
+                    v[j, e, ln] = v[i0, e, ln * s0]
+        elif o == 2:
+            for e in range(n):
+                for ln in range(wj):
+                    v[j, e, ln] = np.float32(v[i0, e, ln * s0] * v[i1, e, ln * s1])
+        elif o == 3:
+            for e in range(n):
+                for ln in range(wj):
+                    v[j, e, ln] = np.float32(v[i0, e, ln * s0] + v[i1, e, ln * s1])
+        elif o == 4:
+            for e in range(n):
+                for ln in range(wj):
+                    v[j, e, ln] = np.float32(v[i0, e, ln * s0] - v[i1, e, ln * s1])
+        elif o == 5:
+            neg = cneg[j]
+            for e in range(n):
+                for ln in range(wj):
+                    p = np.float32(v[i0, e, ln * s0] * v[i1, e, ln * s1])
+                    z = v[i2, e, ln * s2]
+                    v[j, e, ln] = np.float32(z - p) if neg else np.float32(p + z)
+        elif o == 6:
+            for e in range(n):
+                for ln in range(wj):
+                    x = v[i0, e, ln * s0]
+                    y = v[i1, e, ln * s1]
+                    v[j, e, ln] = x if (x >= y or x != x) else y
+        elif o == 7:
+            for e in range(n):
+                for ln in range(wj):
+                    v[j, e, ln] = np.float32(v[i0, e, ln * s0] / v[i1, e, ln * s1])
+        else:  # butterfly: a + s*b, s = +-1
+            sign = cval[j]
+            for e in range(n):
+                for ln in range(wj):
+                    v[j, e, ln] = np.float32(v[i0, e, ln * s0] + np.float32(sign
+                                                                           * v[i1, e, ln * s1]))
