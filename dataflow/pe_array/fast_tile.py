@@ -40,7 +40,13 @@ from dataflow.dfg.ops import Op
 from dataflow.pe_array import fast, fast_tile_jit
 from dataflow.pe_array.common import Counters, lane_addresses, spm_base, tile_result
 from dataflow.pe_array.result import TileResult
-from dataflow.pe_array.semantics import ACC_IDENTITY, ACC_UFUNC, apply_op, operands
+from dataflow.pe_array.semantics import (
+    ACC_IDENTITY,
+    ACC_UFUNC,
+    apply_op,
+    commit_order,
+    operands,
+)
 
 #: Environment switch of the batched pass: on unless 0 (or false, no, off).
 BATCH_ENV = "DATAFLOW_TILE_BATCH"
@@ -304,6 +310,9 @@ def _compiled_pass(ctx, pending, dom, copy, wave, k, mask, ones, full, ends, til
     vals, sel, cnt, a0w = fast_tile_jit.run(prog, img, offs, aff, active,
                                             np.ascontiguousarray(copy), tile_end, ctx.lanes)
     km = ctx.km
+    if _compiled_commit(ctx, prog, vals, sel, cnt, a0w, active, wave, copy, k, tile_hi):
+        BATCH_STATS["compiled"] += 1
+        return True
     writes = []
     for s, node in enumerate(prog["writers"]):
         width, stride = _shape(ctx, node)
@@ -324,4 +333,36 @@ def _compiled_pass(ctx, pending, dom, copy, wave, k, mask, ones, full, ends, til
                                    reg, m[at], node.op, node.buffer))
     fast._apply_writes(writes, ctx.bufs)
     BATCH_STATS["compiled"] += 1
+    return True
+
+
+def _compiled_commit(ctx, prog, vals, sel, cnt, a0w, active, wave, copy, k, tile_hi) -> bool:
+    """The pass's updates committed by `fast_tile_jit.commit` in `semantics.commit_order`
+    (tile, cycle, iteration, node; lanes in order), each applied as `semantics.commit`
+    applies it one after another; False (numpy's `_apply_writes` commits) unless every
+    written buffer is float32."""
+    names = list(dict.fromkeys(n.buffer for n in prog["writers"]))
+    bufs = [ctx.bufs[b] for b in names]
+    if not prog["writers"] or any(b.dtype != np.float32 or b.ndim != 1 for b in bufs):
+        return False
+    km, n = ctx.km, len(k)
+    cyc, its, node, slot, row, at = [], [], [], [], [], []
+    for s, w in enumerate(prog["writers"]):
+        e = sel[s, :cnt[s]] if w.op.accumulates else np.arange(n)
+        cyc.append(wave[e] * km.ii + ctx.times[copy[e], w.id] + tile_hi[e])
+        its.append(k[e])
+        node.append(np.full(len(e), w.id, dtype=np.int64))
+        slot.append(np.full(len(e), s, dtype=np.int64))
+        row.append(np.arange(len(e), dtype=np.int64) if w.op.accumulates else e)
+        at.append(e)
+    cat = (lambda xs: xs[0]) if len(cyc) == 1 else np.concatenate
+    order = commit_order(cat(cyc), cat(its), cat(node))
+    offs = np.cumsum([0] + [len(b) for b in bufs])
+    img = np.concatenate(bufs) if len(bufs) > 1 else bufs[0]
+    shape = np.array([_shape(ctx, w) for w in prog["writers"]], dtype=np.int64).reshape(-1, 2)
+    fast_tile_jit.commit(order, cat(slot), cat(row), cat(at), prog, names, shape, offs, a0w,
+                         vals, active, img)
+    if len(bufs) > 1:
+        for b, lo in zip(bufs, offs):
+            b[:] = img[lo:lo + len(b)]
     return True

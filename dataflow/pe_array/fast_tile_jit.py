@@ -133,31 +133,98 @@ def image(prog: dict, bufs: dict) -> tuple[np.ndarray, np.ndarray] | None:
     return img, np.array(offs + [at], np.int64)
 
 
+#: scratch arrays of the last pass by shape, reused (fresh pages of a few MB each call cost
+#: their page faults; every entry is written before it is read)
+_SCRATCH: dict = {}
+
+
+def _scratch(name: str, shape: tuple, dtype) -> np.ndarray:
+    got = _SCRATCH.get(name)
+    if got is None or got.shape != shape:
+        got = _SCRATCH[name] = np.empty(shape, dtype)
+    return got
+
+
 def run(prog: dict, img, offs, aff, active, copy, tile_end, lanes: int):
     """Run the compiled pass: per writer, its lane-0 words (iterations), its flushed registers
-    or stored values, and for an accumulator the iterations it flushed at."""
+    or stored values, and for an accumulator the iterations it flushed at. The arrays are
+    scratch, valid until the next pass."""
     n = aff.shape[1]
-    nw = len(prog["writers"])
-    vals = np.zeros((nw, n, lanes), np.float32)
-    sel = np.zeros((nw, n), np.int64)
+    nw, nn = len(prog["writers"]), len(prog["op"])
+    vals = _scratch("vals", (nw, n, lanes), np.float32)
+    sel = _scratch("sel", (nw, n), np.int64)
     cnt = np.zeros(nw, np.int64)
-    a0w = np.zeros((nw, n), np.int64)
+    a0w = _scratch("a0w", (nw, n), np.int64)
+    v = _scratch("v", (nn, n, lanes), np.float32)
+    a0 = _scratch("a0", (nn, n), np.int64)
     _compiled()(prog["op"], prog["ins"], prog["lane"], prog["cval"], prog["cneg"],
                 prog["width"], prog["mterm"], prog["mconst"], prog["istride"], prog["lstride"],
                 prog["mkind"], prog["span"], prog["bufid"], prog["slot"], prog["accmax"],
-                prog["macc"], aff, active, copy, tile_end, img, offs, lanes, vals, sel, cnt, a0w)
+                prog["macc"], aff, active, copy, tile_end, img, offs, lanes, vals, sel, cnt, a0w,
+                v, a0)
     return vals, sel, cnt, a0w
+
+
+#: how a writer's update combines with the word: add, maximum, overwrite (`semantics.commit`)
+_ADD, _MAX, _PUT = 0, 1, 2
+
+
+def commit(order, slot, row, at, prog: dict, names: list, shape, offs, a0w, vals, active,
+           img) -> None:
+    """Apply the pass's updates to `img` (the written buffers end to end, `offs` apart) in
+    `order`: update u is writer slot[u]'s row[u] of `vals` at iteration at[u]."""
+    ws = prog["writers"]
+    kind = np.array([_MAX if w.op is Op.ACC_MAX else (_ADD if w.op.accumulates else _PUT)
+                     for w in ws], np.int64)
+    wbuf = np.array([names.index(w.buffer) for w in ws], np.int64)
+    slots = prog["slot"]
+    ids = [w.id for w in ws]
+    assert all(slots[i] == s for s, i in enumerate(ids))
+    _compiled_commit()(order, slot, row, at, kind, wbuf, np.ascontiguousarray(shape[:, 0]),
+                       np.ascontiguousarray(shape[:, 1]), prog["mkind"][ids],
+                       prog["span"][ids], offs, a0w, vals, active, img)
+
+
+@functools.cache
+def _compiled_commit():
+    import numba
+
+    return numba.njit(cache=True, error_model="numpy")(_commit_loops)
+
+
+def _commit_loops(order, slot, row, at, kind, wbuf, width, stride, mkind, span, offs,
+                  a0w, vals, active, img):  # pragma: no cover - compiled by numba
+    """Each update in order, its live lanes (a prefix) in lane order: add as a rounded float32
+    add, maximum as np.maximum (NaN wins, the word on ties), overwrite."""
+    for q in range(order.shape[0]):
+        u = order[q]
+        s, r, e = slot[u], row[u], at[u]
+        mk = mkind[s]
+        live = 1 if mk == 0 else (active[e] if mk == 1 else span[s])
+        base = offs[wbuf[s]] + a0w[s, e]
+        kd = kind[s]
+        for ln in range(min(live, width[s])):
+            a = base + ln * stride[s]
+            x = vals[s, r, ln]
+            if kd == 0:
+                img[a] = np.float32(img[a] + x)
+            elif kd == 1:
+                c = img[a]
+                if not (c >= x or c != c):
+                    img[a] = x
+            else:
+                img[a] = x
 
 
 def _batch_loops(op, ins, lane, cval, cneg, width, mterm, mconst,  # noqa: C901
                  istride, lstride, mkind, span, bufid, slot, accmax, macc, aff, active, copy,
-                 tile_end, img, offs, lanes, vals, sel, cnt, a0w):  # pragma: no cover - numba
+                 tile_end, img, offs, lanes, vals, sel, cnt, a0w, v,
+                 a0):  # pragma: no cover - compiled by numba
     """Node by node (ids in order: inputs first), each over every iteration and lane: one
-    tight loop per node, values kept per (node, iteration, lane)."""
+    tight loop per node, values kept per (node, iteration, lane) in `v`, lane-0 words in
+    `a0` (scratch: a node writes every entry it or a user reads)."""
     nn = op.shape[0]
     n = aff.shape[1]
-    v = np.zeros((nn, n, lanes), dtype=np.float32)
-    a0 = np.zeros((nn, n), dtype=np.int64)
     for j in range(nn):
         o = op[j]
         wj = width[j]
