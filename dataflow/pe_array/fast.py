@@ -157,6 +157,7 @@ class _TileAccesses:
     # per memory node: (buffer, SPM word of lane 0 per iteration (`_Shifted`), lowest and
     # highest SPM word any lane may touch); the tile's address pattern (`_TimingMemo`)
     pattern: list[tuple[str, _Shifted, int, int]] = field(default_factory=list)
+    indirect: dict = field(default_factory=dict)  # (terms, index, stride) -> (words, lo, hi)
 
 
 @dataclass(frozen=True, eq=False)
@@ -610,9 +611,13 @@ def _issue_node(ctx: _Kernel, ct: Counters, w: _Waves, dom, vals: dict[int, np.n
     at = _addresses(ctx, w, dom, vals, node)
     sbase, wlo = spm_base(ctx.km, node.buffer, ti, tile)
     reach = (at.width - 1) * at.stride  # what the last lane adds to lane 0
-    if node.addr.index_stride:  # lane 0's SPM words: the indirect addresses shifted
-        base, off = at.a0, sbase - wlo
-        lo, hi = int(base.min()), int(base.max())
+    if node.addr.index_stride:  # lane 0's SPM words: the indirect addresses shifted, shared
+        # without the constant by nodes of one index and term set (the memo compares it once)
+        key = (_affine_terms(ctx, node), node.inputs[0], node.addr.index_stride)
+        if key not in acc.indirect:
+            b = at.a0 - node.addr.const if node.addr.const else at.a0
+            acc.indirect[key] = (b, int(b.min()), int(b.max()))
+        (base, lo, hi), off = acc.indirect[key], sbase - wlo + node.addr.const
     else:  # the tile's affine sum (shared by nodes of its term set) plus a constant
         terms = _affine_terms(ctx, node)
         base, off = w.bases[terms], sbase - wlo + node.addr.const

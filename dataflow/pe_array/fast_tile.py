@@ -123,30 +123,53 @@ def _shape(ctx, node) -> tuple[int, int]:
 
 def _pattern(ctx, w, dom, ti: int, tile) -> list[tuple]:
     """The tile's address pattern exactly as `fast._issue_node` records it (buffer, lane-0
-    SPM words as a `_Shifted`, lowest and highest word), without computing any value but the
-    index loads' lane 0."""
-    kernel = ctx.km.kernel
+    SPM words as a `_Shifted`, lowest and highest word; an indirect access's words shared
+    without its constant), computing no value but the index loads' lane 0."""
     lane0: dict[int, np.ndarray] = {}
+    shared: dict = {}
+    spm: dict[str, int] = {}
     pattern = []
-    for node in kernel.nodes:
-        if not node.op.is_memory:
-            continue
-        width, stride = _shape(ctx, node)
-        sbase, wlo = spm_base(ctx.km, node.buffer, ti, tile)
-        reach = (width - 1) * stride
+    for node, terms, reach in _memory_nodes(ctx):
+        off = spm.get(node.buffer)
+        if off is None:
+            sbase, wlo = spm_base(ctx.km, node.buffer, ti, tile)
+            off = spm[node.buffer] = sbase - wlo
         if node.addr.index_stride:
-            base = _a0(ctx, w, dom, node, lane0)
-            off = sbase - wlo
-            lo, hi = int(base.min()), int(base.max())
+            key = (terms, node.inputs[0], node.addr.index_stride)
+            got = shared.get(key)
+            if got is None:
+                b = fast._affine_base(w, dom, terms) + node.addr.index_stride * _index(
+                    ctx, w, dom, node.inputs[0], lane0)
+                got = shared[key] = (b, int(b.min()), int(b.max()))
+            base, lo, hi = got
         else:
-            terms = fast._affine_terms(ctx, node)
-            base, off = fast._affine_base(w, dom, terms), sbase - wlo + node.addr.const
+            base = fast._affine_base(w, dom, terms)
             if terms not in w.base_range:
                 w.base_range[terms] = (int(base.min()), int(base.max()))
             lo, hi = w.base_range[terms]
+        off += node.addr.const
         pattern.append((node.buffer, fast._Shifted(base, off), lo + off + min(0, reach),
                         hi + off + max(0, reach)))
     return pattern
+
+
+_MEMORY_NODES: OrderedDict = OrderedDict()
+
+
+def _memory_nodes(ctx) -> list[tuple]:
+    """(node, lane-0 loop terms, what the last lane adds to lane 0) of each memory node."""
+    key = (id(ctx.km.kernel), ctx.lanes)
+    got = _MEMORY_NODES.get(key)
+    if got is None or got[0] is not ctx.km.kernel:
+        specs = []
+        for node in ctx.km.kernel.nodes:
+            if node.op.is_memory:
+                width, stride = _shape(ctx, node)
+                specs.append((node, fast._affine_terms(ctx, node), (width - 1) * stride))
+        got = _MEMORY_NODES[key] = (ctx.km.kernel, specs)
+        while len(_MEMORY_NODES) > 64:
+            _MEMORY_NODES.popitem(last=False)
+    return got[1]
 
 
 def _a0(ctx, w, dom, node, lane0: dict) -> np.ndarray:

@@ -117,19 +117,27 @@ def program(ctx, shape_of) -> dict | None:
 
 
 def image(prog: dict, bufs: dict) -> tuple[np.ndarray, np.ndarray] | None:
-    """(float64 image of the loaded buffers, each one's offset), or None when a buffer's
-    values are not exact in float64 (an integer of 2^53 or more, another dtype)."""
+    """(image of the loaded buffers end to end, each one's offset): float32 when every value
+    is exact there (float32 buffers, integers below 2^24), else float64; None when a
+    buffer's values are not exact in float64 (an integer of 2^53 or more, another dtype)."""
     parts, offs, at = [], [], 0
+    narrow = True
     for name in prog["buffers"]:
         b = np.asarray(bufs[name])
         if b.ndim != 1 or b.dtype.kind not in "fiu" or (b.dtype.kind == "f" and b.itemsize > 8):
             return None
-        if b.dtype.kind in "iu" and len(b) and int(np.abs(b).max()) >= 1 << 53:
-            return None
+        if b.dtype.kind in "iu" and len(b):
+            top = int(np.abs(b).max())
+            if top >= 1 << 53:
+                return None
+            narrow &= top < 1 << 24
+        else:
+            narrow &= b.dtype == np.float32
         parts.append(b)
         offs.append(at)
         at += len(b)
-    img = np.concatenate(parts).astype(np.float64) if parts else np.zeros(0)
+    img = (np.concatenate(parts).astype(np.float32 if narrow else np.float64) if parts
+           else np.zeros(0, np.float32))
     return img, np.array(offs + [at], np.int64)
 
 
@@ -246,8 +254,12 @@ def _batch_loops(op, ins, lane, cval, cneg, width, mterm, mconst,  # noqa: C901
                 for e in range(n):
                     live = 1 if mk == 0 else (active[e] if mk == 1 else sp)
                     a = base + a0[j, e]
-                    for ln in range(wj):
-                        v[j, e, ln] = np.float32(img[a + ln * ls]) if ln < live else 0.0
+                    if live >= wj:
+                        for ln in range(wj):
+                            v[j, e, ln] = np.float32(img[a + ln * ls])
+                    else:
+                        for ln in range(wj):
+                            v[j, e, ln] = np.float32(img[a + ln * ls]) if ln < live else 0.0
                 continue
             s = slot[j]
             for e in range(n):
