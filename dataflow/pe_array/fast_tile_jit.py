@@ -1,23 +1,25 @@
-"""The batched memo-hit pass (`fast_tile.py`) as one compiled loop over iterations and nodes.
+"""The batched memo-hit pass (`fast_tile.py`) as compiled loops over nodes and iterations.
 
 Numpy's batched pass still makes several calls per node over (iterations, lanes) arrays; this
-module runs the same values in one numba call per kernel: iteration by iteration, each node in
-id order (inputs before users), every lane. The arithmetic is `semantics.apply_op`'s in
-float32, each result rounded to float32 as it is made (a MAC's product, then its add: no fused
-multiply-add; numba contracts nothing without fastmath), dead lanes of a load read as 0 as
-`fast._gather` zeroes them (a VSUM adds them), a maximum as np.maximum (NaN wins, the first
-operand on ties). Accumulators fold in a register per node, flushed where lane 0's word or the
-copy changes and at every tile's end (`fast._flushes`); the flushes and store values come
-back to `fast._apply_writes`, which commits as before. Kernels with an op whose float32 bits
-numba need not share with numpy (exp: numpy has its own SIMD exp) are not compiled
-(`program` returns None) and take numpy's batched pass. Loads read one float64 image of the
-kernel's read-only buffers (float32 and integers below 2^53 are exact there).
+module computes the same values in one numba call per kernel: node by node in id order
+(inputs before users), each in one tight loop over every iteration and lane. The arithmetic
+is `semantics.apply_op`'s in float32, each result rounded to float32 as it is made (a MAC's
+product, then its add: no fused multiply-add; numba contracts nothing without fastmath),
+dead lanes of a load read as 0 as `fast._gather` zeroes them (a VSUM adds them), a maximum
+as np.maximum (NaN wins, the first operand on ties). An exp is numpy's (its float32 bits are
+numpy's own SIMD exp, which numba's need not share): the loop runs the nodes before it,
+numpy the exp on that node's row, the loop the nodes after. Accumulators fold in a register
+per node, flushed where lane 0's word or the copy changes and at every tile's end
+(`fast._flushes`). The updates then commit in one more compiled loop (`commit`) in
+`semantics.commit_order`, each as `semantics.commit` applies it. Loads read one image of the
+kernel's read-only buffers (float32 when every value is exact there, else float64).
 docs/architecture.md#batched-memo-hits.
 """
 
 from __future__ import annotations
 
 import functools
+from collections import OrderedDict
 
 import numpy as np
 
@@ -25,7 +27,7 @@ from dataflow.dfg.ops import Op
 
 _ARITH = {Op.CONST: 0, Op.MUL: 2, Op.ADD: 3, Op.SUB: 4, Op.MAC: 5, Op.MAX: 6, Op.DIV: 7,
           Op.VSUM: 8, Op.ROUTE: 9, Op.BFLY: 10}
-_LOAD, _ACC, _STORE = 1, 11, 12
+_LOAD, _ACC, _STORE, _EXP = 1, 11, 12, 13
 #: mask kinds of a memory node: one lane, the iteration's live lanes, the first `span`
 _SCALAR, _ACTIVE, _SPAN = 0, 1, 2
 
@@ -72,8 +74,12 @@ def program(ctx, shape_of) -> dict | None:
                 return None
             lane[j] = n.lane
         if not n.op.is_memory:
+            if n.op is Op.EXP:  # numpy's own (SIMD) exp, between compiled node ranges
+                op[j] = _EXP
+                width[j] = width[n.inputs[0]]
+                continue
             if n.op not in _ARITH:
-                return None  # exp: numpy's own SIMD bits
+                return None
             op[j] = _ARITH[n.op]
             if n.op is Op.CONST:
                 cval[j] = np.float32(n.value)
@@ -141,15 +147,24 @@ def image(prog: dict, bufs: dict) -> tuple[np.ndarray, np.ndarray] | None:
     return img, np.array(offs + [at], np.int64)
 
 
-#: scratch arrays of the last pass by shape, reused (fresh pages of a few MB each call cost
-#: their page faults; every entry is written before it is read)
-_SCRATCH: dict = {}
+#: scratch arrays by (name, shape), reused across passes (fresh pages of a few MB cost their
+#: page faults each call, and freeing them as much); every entry is written before it is
+#: read; at most `SCRATCH_BYTES` held, the least recently used dropped first
+_SCRATCH: OrderedDict = OrderedDict()
+SCRATCH_BYTES = 64 << 20
 
 
 def _scratch(name: str, shape: tuple, dtype) -> np.ndarray:
-    got = _SCRATCH.get(name)
-    if got is None or got.shape != shape:
-        got = _SCRATCH[name] = np.empty(shape, dtype)
+    key = (name, shape)
+    got = _SCRATCH.get(key)
+    if got is None:
+        got = _SCRATCH[key] = np.empty(shape, dtype)
+        held = sum(a.nbytes for a in _SCRATCH.values())
+        while held > SCRATCH_BYTES and len(_SCRATCH) > 1:
+            _, old = _SCRATCH.popitem(last=False)
+            held -= old.nbytes
+    else:
+        _SCRATCH.move_to_end(key)
     return got
 
 
@@ -165,11 +180,19 @@ def run(prog: dict, img, offs, aff, active, copy, tile_end, lanes: int):
     a0w = _scratch("a0w", (nw, n), np.int64)
     v = _scratch("v", (nn, n, lanes), np.float32)
     a0 = _scratch("a0", (nn, n), np.int64)
-    _compiled()(prog["op"], prog["ins"], prog["lane"], prog["cval"], prog["cneg"],
-                prog["width"], prog["mterm"], prog["mconst"], prog["istride"], prog["lstride"],
-                prog["mkind"], prog["span"], prog["bufid"], prog["slot"], prog["accmax"],
-                prog["macc"], aff, active, copy, tile_end, img, offs, lanes, vals, sel, cnt, a0w,
-                v, a0)
+    op = prog["op"]
+    start = 0
+    for j in [*np.flatnonzero(op == _EXP).tolist(), nn]:  # compiled runs of nodes, exp between
+        if j > start:
+            _compiled()(op, prog["ins"], prog["lane"], prog["cval"], prog["cneg"],
+                        prog["width"], prog["mterm"], prog["mconst"], prog["istride"],
+                        prog["lstride"], prog["mkind"], prog["span"], prog["bufid"],
+                        prog["slot"], prog["accmax"], prog["macc"], aff, active, copy, tile_end,
+                        img, offs, lanes, vals, sel, cnt, a0w, v, a0, start, j)
+        if j < nn:  # `semantics.apply_op`'s np.exp on a contiguous float32 array
+            wj = prog["width"][j]
+            v[j, :, :wj] = np.exp(np.ascontiguousarray(v[prog["ins"][j, 0], :, :wj]))
+        start = j + 1
     return vals, sel, cnt, a0w
 
 
@@ -226,14 +249,13 @@ def _commit_loops(order, slot, row, at, kind, wbuf, width, stride, mkind, span, 
 
 def _batch_loops(op, ins, lane, cval, cneg, width, mterm, mconst,  # noqa: C901
                  istride, lstride, mkind, span, bufid, slot, accmax, macc, aff, active, copy,
-                 tile_end, img, offs, lanes, vals, sel, cnt, a0w, v,
-                 a0):  # pragma: no cover - compiled by numba
+                 tile_end, img, offs, lanes, vals, sel, cnt, a0w, v, a0, j0,
+                 j1):  # pragma: no cover - compiled by numba
     """Node by node (ids in order: inputs first), each over every iteration and lane: one
     tight loop per node, values kept per (node, iteration, lane) in `v`, lane-0 words in
-    `a0` (scratch: a node writes every entry it or a user reads)."""
-    nn = op.shape[0]
+    `a0` (scratch: a node writes every entry it or a user reads); nodes j0 to j1 - 1."""
     n = aff.shape[1]
-    for j in range(nn):
+    for j in range(j0, j1):
         o = op[j]
         wj = width[j]
         i0, i1, i2 = ins[j, 0], ins[j, 1], ins[j, 2]
