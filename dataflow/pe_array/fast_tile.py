@@ -55,6 +55,9 @@ BATCH_ENV = "DATAFLOW_TILE_BATCH"
 BATCH_STATS = {"tiles": 0, "passes": 0, "compiled": 0}
 #: Tile index in the high bits of a batched update's cycle (a tile's cycles stay below it).
 _TILE_SHIFT = 40
+#: iterations x nodes x lanes of one pass at most (past it the pending tiles commit): the
+#: compiled pass holds every node's values, 4 bytes each (32 MiB)
+MAX_WORK = 1 << 23
 
 def batch_enabled() -> bool:
     return os.environ.get(BATCH_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
@@ -80,6 +83,7 @@ def run_tiles(ctx, ct: Counters, timing) -> list[TileResult]:
     counts = _op_counts(ctx)
     out: list[TileResult] = []
     pending: list[tuple] = []
+    work = 0
     for ti, tile in enumerate(km.tiles):
         dom, n, w = layout = fast.tile_layout(ctx, ti, tile, timing.layouts)
         if n == 0:
@@ -88,7 +92,7 @@ def run_tiles(ctx, ct: Counters, timing) -> list[TileResult]:
         known = timing.recall(w, _pattern(ctx, w, dom, ti, tile), ti)
         if known is None:  # the ordinary path times it (its recall misses again, no effect)
             _commit_batch(ctx, pending)
-            pending = []
+            pending, work = [], 0
             out.append(fast._run_tile(ctx, ct, ti, tile, timing, layout))
             continue
         fast.MEMO_STATS["tiles"] += 1
@@ -98,6 +102,10 @@ def run_tiles(ctx, ct: Counters, timing) -> list[TileResult]:
         for op, per_iteration, per_lane in counts:
             ct.op_counts[op] += per_iteration * n + per_lane * w.live
         pending.append((ti, dom, w))
+        work += n * len(kernel.nodes) * ctx.lanes
+        if work >= MAX_WORK:  # host memory: a pass holds (nodes, iterations, lanes) values
+            _commit_batch(ctx, pending)
+            pending, work = [], 0
         out.append(tile_result(kernel, ti, n, w.n_cycles + stall, stall, km, ctx.arch, tile,
                                ctx.fetched))
     _commit_batch(ctx, pending)
