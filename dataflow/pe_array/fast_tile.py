@@ -55,6 +55,9 @@ BATCH_ENV = "DATAFLOW_TILE_BATCH"
 BATCH_STATS = {"tiles": 0, "passes": 0, "compiled": 0}
 #: Tile index in the high bits of a batched update's cycle (a tile's cycles stay below it).
 _TILE_SHIFT = 40
+#: iterations x nodes x lanes from which a tile runs tile by tile: its numpy calls are long
+#: enough to pay for themselves (a GEMM's grouped MACC folds beat the generic loop)
+TILE_MAX_WORK = 1 << 19
 #: iterations x nodes x lanes of one pass at most (past it the pending tiles commit): the
 #: compiled pass holds every node's values, 4 bytes each (32 MiB)
 MAX_WORK = 1 << 23
@@ -89,7 +92,8 @@ def run_tiles(ctx, ct: Counters, timing) -> list[TileResult]:
         if n == 0:
             out.append(tile_result(kernel, ti, 0, 0, 0, km, ctx.arch, tile, ctx.fetched))
             continue
-        known = timing.recall(w, _pattern(ctx, w, dom, ti, tile), ti)
+        big = n * len(kernel.nodes) * ctx.lanes >= TILE_MAX_WORK
+        known = None if big else timing.recall(w, _pattern(ctx, w, dom, ti, tile), ti)
         if known is None:  # the ordinary path times it (its recall misses again, no effect)
             _commit_batch(ctx, pending)
             pending, work = [], 0
