@@ -45,6 +45,7 @@ from dataflow.dfg.domain import enumerate_domain
 from dataflow.dfg.graph import Node, vector_nodes
 from dataflow.dfg.ops import Op
 from dataflow.mapper.mapping import KernelMapping, Tile
+from dataflow.pe_array import fast_reads, fast_tile  # both use this module at call time
 from dataflow.pe_array.common import (
     Counters,
     buffer_arrays,
@@ -53,7 +54,6 @@ from dataflow.pe_array.common import (
     spm_base,
     tile_result,
 )
-from dataflow.pe_array.fast_reads import _compiled_read_counts, _read_keys
 from dataflow.pe_array.result import ArrayResult, TileResult
 from dataflow.pe_array.semantics import (
     ACC_IDENTITY,
@@ -206,8 +206,6 @@ def run_kernel_fast(km: KernelMapping, arch: ArchSpec, inputs: dict[str, np.ndar
         timing = _TimingMemo(arch.spm, RUNS.tiles_of(km, arch) if runs_memo_enabled() else None)
         if timing.prior is not None:
             timing.layouts = RUNS.layouts_of(timing.prior, kernel)
-    from dataflow.pe_array import fast_tile  # imports this module
-
     if fast_tile.batch_applies(ctx, timing):  # memo hits' values in one pass (fast_tile.py)
         ct.tiles.extend(fast_tile.run_tiles(ctx, ct, timing))
     else:
@@ -1104,10 +1102,10 @@ def _port_stalls(acc: _TileAccesses, ct: Counters, spm: SPMSpec, n_cycles: int) 
     """Stall cycles of the tile from its row accesses per (cycle, line); counts reads, writes
     and conflict cycles per line into `ct`."""
     size = n_cycles * spm.lines
-    rd = _compiled_read_counts(acc.reads, spm, n_cycles)
+    rd = fast_reads._compiled_read_counts(acc.reads, spm, n_cycles)
     if rd is None:
-        rd = np.bincount(_read_keys(acc.reads, spm), minlength=size).reshape(n_cycles,
-                                                                             spm.lines)
+        rd = np.bincount(fast_reads._read_keys(acc.reads, spm),
+                         minlength=size).reshape(n_cycles, spm.lines)
     keys = np.concatenate(acc.write_keys) if acc.write_keys else np.zeros(0, np.int64)
     wr = np.bincount(keys, minlength=size).reshape(n_cycles, spm.lines)
     if spm.write_queue_depth:
