@@ -491,3 +491,21 @@ def test_the_attention_workload_plans_through_the_plan_cache(default_arch, tmp_p
     assert again.cycles == first.cycles == other.cycles
     assert first.values_match_reference and again.values_match_reference
     assert other.values_match_reference
+
+
+def test_reference_pair_chunks_change_no_bit(monkeypatch):
+    """`attention_reference` gathers the attended pairs `PAIRS_PER_CHUNK` at a time: every
+    output bit equals one gather of the whole block (NaN rows included)."""
+    import dataflow.attention.reference as r
+
+    rng = np.random.default_rng(6)
+    q, k, v = (rng.standard_normal((320, 24), dtype=np.float32) for _ in range(3))
+    q[7, 3] = np.nan
+    for name in ("window", "bigbird", "dilated"):
+        pos, crd, _ = mask_csr(name, 320)
+        monkeypatch.setattr(r, "PAIRS_PER_CHUNK", 37)
+        chunked = r.attention_reference(q, k, v, pos, crd, rows_per_block=128)
+        monkeypatch.setattr(r, "PAIRS_PER_CHUNK", 1 << 30)
+        whole = r.attention_reference(q, k, v, pos, crd, rows_per_block=128)
+        assert len(crd) > 37 and np.isnan(whole).any()
+        assert np.array_equal(chunked.view(np.int32), whole.view(np.int32))

@@ -472,6 +472,7 @@ def test_grouped_macc_fold_is_exact(preset, monkeypatch):
     monkeypatch.setattr(fast, "_group_macc_fold", counted)
     monkeypatch.setenv(fast.FOLD_JIT_ENV, "always")
     monkeypatch.setenv(fast.MACC_GROUPS_ENV, "1")
+    monkeypatch.setenv("DATAFLOW_TILE_BATCH", "0")  # memo hits tile by tile (`fast_tile.py`)
     on = assert_engines_identical(mapping)
     assert len(set(calls)) > 1, "no MACC group folded: this test would not see it go wrong"
     monkeypatch.setenv(fast.MACC_GROUPS_ENV, "0")
@@ -501,3 +502,110 @@ def test_writes_of_two_ops_into_one_buffer_commit_in_order():
     prog = run_passes(Program(name="mixed", kernels=(kernel,), inputs=(("X", x),),
                               outputs=(("Y", (1,)), ("Z", (4,)))))
     assert_engines_identical(map_program(prog, arch("default")))
+
+
+def _fused_attention(seq=96, dim=64):
+    """The attention as the planned workload runs it (scores in one body, the row maximum
+    folded into them): three kernels, gathers indexed by the mask's columns."""
+    import dataclasses
+
+    from dataflow.attention.api import make_inputs
+    from dataflow.attention.lower import lower_attention
+    from dataflow.dfg import transform
+    from dataflow.plan.compile import KernelSchedule, apply_kernel_schedule
+
+    x = make_inputs("window", seq, dim, 0)
+    prog = lower_attention(x["q"], x["k"], x["v"], x["pos"], x["crd"], lanes=8)
+    blocked = apply_kernel_schedule(prog.kernels[0], KernelSchedule(sum_blocks=8, hold=8))
+    return transform.fuse_row_max(dataclasses.replace(prog, kernels=(blocked,
+                                                                     *prog.kernels[1:])), 8)
+
+
+def _total_sum(rows=48, cols=16, seed=5):
+    """T[0] += X[i, kk]: one accumulator address over the whole domain, so on one copy a run
+    reaches from one tile into the next unless tile ends flush it."""
+    from dataflow.dfg.graph import Addr, Buffer, Kernel, Loop, Node, Program
+    from dataflow.dfg.lower import run_passes
+    from dataflow.dfg.ops import Op
+
+    # magnitudes far apart: where the register is flushed changes the float32 sum
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal(rows * cols) * 10.0 ** rng.uniform(-3, 3, rows * cols)).astype(
+        np.float32)
+    nodes = (Node(0, Op.LOAD, (), buffer="X", addr=Addr((("i", cols), ("kk", 1)))),
+             Node(1, Op.ACC, (0,), buffer="T", addr=Addr(())))
+    kernel = Kernel(name="total", loops=(Loop("i", rows), Loop("kk", cols)), nodes=nodes,
+                    buffers=(Buffer("X", rows * cols), Buffer("T", 1, "output")),
+                    carried=((1, 1, 1),))
+    return run_passes(Program(name="total", kernels=(kernel,), inputs=(("X", x),),
+                              outputs=(("T", (1,)),)))
+
+
+@pytest.mark.parametrize("jit", ["0", "always"])
+@pytest.mark.parametrize("prog", ["attention", "spmm", "gemm", "total"])
+def test_batched_memo_hits_are_exact(prog, jit, monkeypatch):
+    """Memo-hit tiles computed in one pass (`fast_tile.py`; numpy with DATAFLOW_FOLD_JIT=0,
+    the compiled loop of `fast_tile_jit.py` with =always): a warm run equals the reference
+    stepper and the tile-by-tile path (DATAFLOW_TILE_BATCH=0), every counter, tile and bit,
+    and the pass is really taken. "total" keeps one accumulator address across tiles on one
+    copy: a pass that forgot to flush at tile ends would commit other float32 sums."""
+    from dataflow.pe_array import fast, fast_tile
+
+    if prog == "attention":
+        mapping = map_program(_fused_attention(), arch("default"))
+    elif prog == "total":
+        mapping = map_program(_total_sum(), variant(**{"pe_array.rows": 1, "pe_array.cols": 1,
+                                                       **MANY_TILES["tiny-spm"]}))
+        km = mapping.kernels[0]
+        assert km.copies == 1 and len(km.tiles) > 2
+        x = dict(mapping.program.inputs)["X"]
+        whole = np.add.accumulate(x, dtype=np.float32)[-1]  # one register over every tile
+        per_tile = np.float32(0)
+        for t in km.tiles:
+            per_tile += np.add.accumulate(x[t.lo * 16:t.hi * 16], dtype=np.float32)[-1]
+        assert whole != per_tile  # so a run reaching across tiles would show
+    else:
+        mapping = map_program(_memo_programs()[prog], variant(**MANY_TILES["tiny-spm"]))
+    assert any(len(km.tiles) > 1 for km in mapping.kernels)
+    monkeypatch.setenv(fast.MEMO_ENV, "1")
+    monkeypatch.setenv(fast.RUNS_MEMO_ENV, "1")
+    monkeypatch.setenv(fast.FOLD_JIT_ENV, jit)
+    monkeypatch.setenv(fast_tile.BATCH_ENV, "1")
+    fast.RUNS.clear()
+    simulate_mapping(mapping, "fast")  # the memo across runs now knows every tile
+    before = dict(fast_tile.BATCH_STATS)
+    on = assert_engines_identical(mapping)
+    assert fast_tile.BATCH_STATS["tiles"] > before["tiles"]
+    if jit == "always" and prog != "attention":  # attention's exp kernel stays in numpy
+        assert fast_tile.BATCH_STATS["compiled"] > before["compiled"]
+    monkeypatch.setenv(fast_tile.BATCH_ENV, "0")
+    before = dict(fast_tile.BATCH_STATS)
+    off = simulate_mapping(mapping, "fast")
+    assert fast_tile.BATCH_STATS == before  # off means off
+    assert on.to_dict() == off.to_dict() and np.array_equal(on.output, off.output)
+    fast.RUNS.clear()
+
+
+def test_batched_pass_refuses_a_kernel_that_reads_what_it_writes():
+    """A load of a buffer the kernel also writes would see other tiles' updates tile by tile
+    but not in one pass: such a kernel (which `Kernel.verify` rejects anyway) is never
+    batched, nor one whose index is computed rather than loaded."""
+    from types import SimpleNamespace
+
+    from dataflow.dfg.graph import Addr, Node
+    from dataflow.dfg.ops import Op
+    from dataflow.pe_array import fast, fast_tile
+
+    def ctx(*nodes):
+        kernel = SimpleNamespace(nodes=nodes)
+        return SimpleNamespace(km=SimpleNamespace(kernel=kernel, tiles=(0, 1)))
+
+    memo = fast._TimingMemo(arch("default").spm)
+    load = Node(0, Op.LOAD, (), buffer="Y", addr=Addr((("i", 1),), const=1))
+    assert fast_tile.batch_applies(ctx(load, Node(1, Op.STORE, (0,), buffer="Z",
+                                                  addr=Addr((("i", 1),)))), memo)
+    assert not fast_tile.batch_applies(ctx(load, Node(1, Op.STORE, (0,), buffer="Y",
+                                                      addr=Addr((("i", 1),)))), memo)
+    computed = (load, Node(1, Op.ADD, (0, 0)),
+                Node(2, Op.GATHER, (1,), buffer="X", addr=Addr((), index_stride=1)))
+    assert not fast_tile.batch_applies(ctx(*computed), memo)

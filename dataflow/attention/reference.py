@@ -37,7 +37,7 @@ def attention_reference(q, k, v, pos: np.ndarray, crd: np.ndarray,
         if dense:
             s = (q[lo:hi] @ k.T)[rows, cols] * scale
         else:
-            s = np.einsum("pd,pd->p", q[lo + rows], k[cols]) * scale
+            s = _pair_dots(q, k, lo + rows, cols) * scale
         mx = np.full(hi - lo, -np.inf)
         np.maximum.at(mx, rows, s)  # np.maximum propagates NaN, as the engines' max does
         with np.errstate(invalid="ignore"):  # inf - inf: NaN by the rule
@@ -57,3 +57,19 @@ def attention_reference(q, k, v, pos: np.ndarray, crd: np.ndarray,
 #: fraction of a block's (rows x keys) pairs attended from which `attention_reference` uses
 #: dense products (a dense or causal mask; a window at seq 512 stays gathered)
 DENSE_BLOCK = 0.25
+
+
+#: attended pairs gathered at a time by `_pair_dots`
+PAIRS_PER_CHUNK = 512
+
+
+def _pair_dots(q, k, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """q[rows[p]] . k[cols[p]] for every pair p, `PAIRS_PER_CHUNK` pairs gathered at a time:
+    each dot product is einsum's over one pair, so the chunking changes no bit, while the
+    gathered rows stay small temporaries (a whole block's gathered rows, a few MB, cost
+    their fresh pages' faults on every call)."""
+    out = np.empty(len(rows))
+    for at in range(0, len(rows), PAIRS_PER_CHUNK):
+        end = at + PAIRS_PER_CHUNK
+        out[at:end] = np.einsum("pd,pd->p", q[rows[at:end]], k[cols[at:end]])
+    return out

@@ -45,6 +45,7 @@ from dataflow.dfg.domain import enumerate_domain
 from dataflow.dfg.graph import Node, vector_nodes
 from dataflow.dfg.ops import Op
 from dataflow.mapper.mapping import KernelMapping, Tile
+from dataflow.pe_array import fast_reads, fast_tile  # both use this module at call time
 from dataflow.pe_array.common import (
     Counters,
     buffer_arrays,
@@ -157,6 +158,7 @@ class _TileAccesses:
     # per memory node: (buffer, SPM word of lane 0 per iteration (`_Shifted`), lowest and
     # highest SPM word any lane may touch); the tile's address pattern (`_TimingMemo`)
     pattern: list[tuple[str, _Shifted, int, int]] = field(default_factory=list)
+    indirect: dict = field(default_factory=dict)  # (terms, index, stride) -> (words, lo, hi)
 
 
 @dataclass(frozen=True, eq=False)
@@ -204,8 +206,10 @@ def run_kernel_fast(km: KernelMapping, arch: ArchSpec, inputs: dict[str, np.ndar
         timing = _TimingMemo(arch.spm, RUNS.tiles_of(km, arch) if runs_memo_enabled() else None)
         if timing.prior is not None:
             timing.layouts = RUNS.layouts_of(timing.prior, kernel)
-    for ti, tile in enumerate(km.tiles):
-        ct.tiles.append(_run_tile(ctx, ct, ti, tile, timing))
+    if fast_tile.batch_applies(ctx, timing):  # memo hits' values in one pass (fast_tile.py)
+        ct.tiles.extend(fast_tile.run_tiles(ctx, ct, timing))
+    else:
+        ct.tiles.extend(_run_tile(ctx, ct, ti, tile, timing) for ti, tile in enumerate(km.tiles))
     return ct.result(kernel, bufs)
 
 
@@ -231,23 +235,32 @@ def _issue_times(km: KernelMapping) -> np.ndarray:
     return times
 
 
-def _run_tile(ctx: _Kernel, ct: Counters, ti: int, tile: Tile,
-              timing: _TimingMemo | None = None) -> TileResult:
-    """One tile: issue every node over all iterations, count SPM ports, commit the updates."""
-    km, kernel = ctx.km, ctx.km.kernel
-    layouts = timing.layouts if timing is not None else None
+def tile_layout(ctx: _Kernel, ti: int, tile: Tile, layouts: dict | None) -> tuple:
+    """(domain, iterations, `_Waves`) of a tile: an earlier run's (`_RunMemo`) when kept, else
+    made (and kept); (None, 0, None) for an empty tile."""
     got = layouts.get(ti) if layouts is not None else None
-    if got is not None and got[0] == (tile.lo, tile.hi):  # an earlier run's (`_RunMemo`)
+    if got is not None and got[0] == (tile.lo, tile.hi):
         _, dom, n, w = got
         w.group_regs.clear()
-    else:
-        dom = enumerate_domain(kernel, ctx.lanes, (tile.lo, tile.hi))
-        n = len(dom[kernel.loops[0].var])
-        if n == 0:
-            return tile_result(kernel, ti, 0, 0, 0, km, ctx.arch, tile, ctx.fetched)
-        w = _waves(ctx, dom, n, _dense_axes(ctx, tile))
-        if layouts is not None:
-            RUNS.put_layout(layouts, ti, ((tile.lo, tile.hi), dom, n, w))
+        return dom, n, w
+    kernel = ctx.km.kernel
+    dom = enumerate_domain(kernel, ctx.lanes, (tile.lo, tile.hi))
+    n = len(dom[kernel.loops[0].var])
+    if n == 0:
+        return None, 0, None
+    w = _waves(ctx, dom, n, _dense_axes(ctx, tile))
+    if layouts is not None:
+        RUNS.put_layout(layouts, ti, ((tile.lo, tile.hi), dom, n, w))
+    return dom, n, w
+
+
+def _run_tile(ctx: _Kernel, ct: Counters, ti: int, tile: Tile,
+              timing: _TimingMemo | None = None, layout: tuple | None = None) -> TileResult:
+    """One tile: issue every node over all iterations, count SPM ports, commit the updates."""
+    km, kernel = ctx.km, ctx.km.kernel
+    dom, n, w = layout or tile_layout(ctx, ti, tile, timing.layouts if timing else None)
+    if n == 0:
+        return tile_result(kernel, ti, 0, 0, 0, km, ctx.arch, tile, ctx.fetched)
     acc = _TileAccesses()
     vals: dict[int, np.ndarray] = {}
     for node in kernel.nodes:
@@ -597,9 +610,13 @@ def _issue_node(ctx: _Kernel, ct: Counters, w: _Waves, dom, vals: dict[int, np.n
     at = _addresses(ctx, w, dom, vals, node)
     sbase, wlo = spm_base(ctx.km, node.buffer, ti, tile)
     reach = (at.width - 1) * at.stride  # what the last lane adds to lane 0
-    if node.addr.index_stride:  # lane 0's SPM words: the indirect addresses shifted
-        base, off = at.a0, sbase - wlo
-        lo, hi = int(base.min()), int(base.max())
+    if node.addr.index_stride:  # lane 0's SPM words: the indirect addresses shifted, shared
+        # without the constant by nodes of one index and term set (the memo compares it once)
+        key = (_affine_terms(ctx, node), node.inputs[0], node.addr.index_stride)
+        if key not in acc.indirect:
+            b = at.a0 - node.addr.const if node.addr.const else at.a0
+            acc.indirect[key] = (b, int(b.min()), int(b.max()))
+        (base, lo, hi), off = acc.indirect[key], sbase - wlo + node.addr.const
     else:  # the tile's affine sum (shared by nodes of its term set) plus a constant
         terms = _affine_terms(ctx, node)
         base, off = w.bases[terms], sbase - wlo + node.addr.const
@@ -1085,10 +1102,10 @@ def _port_stalls(acc: _TileAccesses, ct: Counters, spm: SPMSpec, n_cycles: int) 
     """Stall cycles of the tile from its row accesses per (cycle, line); counts reads, writes
     and conflict cycles per line into `ct`."""
     size = n_cycles * spm.lines
-    rd = _compiled_read_counts(acc.reads, spm, n_cycles)
+    rd = fast_reads._compiled_read_counts(acc.reads, spm, n_cycles)
     if rd is None:
-        rd = np.bincount(_read_keys(acc.reads, spm), minlength=size).reshape(n_cycles,
-                                                                             spm.lines)
+        rd = np.bincount(fast_reads._read_keys(acc.reads, spm),
+                         minlength=size).reshape(n_cycles, spm.lines)
     keys = np.concatenate(acc.write_keys) if acc.write_keys else np.zeros(0, np.int64)
     wr = np.bincount(keys, minlength=size).reshape(n_cycles, spm.lines)
     if spm.write_queue_depth:
@@ -1108,69 +1125,6 @@ def _port_stalls(acc: _TileAccesses, ct: Counters, spm: SPMSpec, n_cycles: int) 
     ct.reads_line += rd.sum(axis=0)
     ct.writes_line += wr.sum(axis=0)
     return stall
-
-
-def _read_keys(reads, spm) -> np.ndarray:
-    """(cycle * lines + line) per row read; reads of one row in one cycle are one access
-    (the line broadcasts it)."""
-    if not reads:
-        return np.zeros(0, np.int64)
-    cyc = np.concatenate([c for c, _ in reads])
-    row = np.concatenate([r for _, r in reads])
-    span = int(row.max()) + 1
-    keys = np.sort(cyc * span + row)  # sort + run-ends: far faster than np.unique's hashing
-    uniq = keys[np.concatenate(([True], keys[1:] != keys[:-1]))]
-    return (uniq // span) * spm.lines + line_of_row(uniq % span, spm)
-
-
-def _compiled_read_counts(reads, spm: SPMSpec, n_cycles: int) -> np.ndarray | None:
-    """`_read_keys` counted per (cycle, line) in compiled loops, when the fold policy says
-    compiled code pays (`_compiled_fold_pays`: numba loaded, or numpy's time would pass its
-    start-up): reads bucketed by cycle (a counting sort), a row read again in its cycle
-    skipped (`last[row]` holds the cycle that read it last), each first read counted on its
-    row's line. None where numpy counts them."""
-    if not reads:
-        return None
-    total = sum(len(c) for c, _ in reads)
-    if not _compiled_fold_pays(4 * total, np.float32):
-        return None
-    cyc = np.concatenate([c for c, _ in reads])
-    row = np.concatenate([r for _, r in reads])
-    rows = int(row.max()) + 1
-    if int(row.min()) < 0 or rows > 1 << 26:
-        return None
-    line = np.asarray(line_of_row(np.arange(rows, dtype=np.int64), spm), dtype=np.int64)
-    rd = np.zeros((n_cycles, spm.lines), dtype=np.int64)
-    _compiled_reads()(cyc, row, line, rd)
-    return rd
-
-
-def _read_count_loops(cyc, row, line, rd):  # pragma: no cover - compiled by numba
-    n_cycles = rd.shape[0]
-    start = np.zeros(n_cycles + 1, dtype=np.int64)
-    for i in range(cyc.shape[0]):
-        start[cyc[i] + 1] += 1
-    for c in range(n_cycles):
-        start[c + 1] += start[c]
-    order = np.empty(cyc.shape[0], dtype=np.int64)
-    fill = start[:n_cycles].copy()
-    for i in range(cyc.shape[0]):
-        order[fill[cyc[i]]] = i
-        fill[cyc[i]] += 1
-    last = np.full(line.shape[0], -1, dtype=np.int64)
-    for j in range(cyc.shape[0]):
-        i = order[j]
-        r = row[i]
-        if last[r] != cyc[i]:
-            last[r] = cyc[i]
-            rd[cyc[i], line[r]] += 1
-
-
-@functools.cache
-def _compiled_reads():
-    import numba
-
-    return numba.njit(cache=True)(_read_count_loops)
 
 
 def _apply_writes(writes: list[_Writes], bufs: dict[str, np.ndarray]) -> None:
