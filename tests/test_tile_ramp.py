@@ -98,3 +98,27 @@ def test_ramp_steps_and_when_the_dma_keeps_up():
     assert tile_ramp.keeps_up(6.4, 5.0, 21.6)  # the CSR SpMM of issue 13 on default.yaml
     assert not tile_ramp.keeps_up(3.1, 5.0, 10.9)
     assert not tile_ramp.keeps_up(0.0, 5.0, 10.9)
+
+
+
+def test_sample_cycles_memo_is_keyed_on_content(monkeypatch):
+    """A warm re-plan takes the ramp's measured tile from the memo (no second run of the
+    tile); a program with any array changed is measured afresh, so a hit is the same run."""
+    import dataclasses
+
+    from dataflow.plan import retime
+
+    prog, _ = _spmm(m=512, k=512, density=0.04)
+    mapping, _ = choose_schedule(prog, DEFAULT)
+    km, program = mapping.kernels[0], mapping.program
+    runs = []
+    measure = retime._measure
+    monkeypatch.setattr(retime, "_measure", lambda *a: runs.append(1) or measure(*a))
+    monkeypatch.setattr(retime, "_SAMPLES", {})
+    first = retime.sample_cycles(km, DEFAULT, program)
+    assert retime.sample_cycles(km, DEFAULT, program) == first and len(runs) == 1
+    name, x = program.inputs[-1]
+    changed = dataclasses.replace(program, inputs=(*program.inputs[:-1],
+                                                   (name, np.asarray(x) + 1)))
+    retime.sample_cycles(km, DEFAULT, changed)
+    assert len(runs) == 2
