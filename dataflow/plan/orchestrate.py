@@ -187,15 +187,28 @@ def coefficient_words(spec: ButterflySpec) -> int:
     return spec.stages * (spec.n // 2) * (4 if spec.kind == ButterflyKind.REAL else 8)
 
 
+#: intermediate slots a residency needs however many kernels it holds: kernel i reads X_i and
+#: writes X_(i+1), one after another within a tile, so X_(i+1) takes the slot of X_(i-1), dead
+#: since kernel i - 1 read it (docs/conventions.md#fnet-pass-boundaries)
+INTERMEDIATE_SLOTS = 2
+
+
 def spm_residency_limit(spec: ButterflySpec, arch: ArchSpec, rows: int) -> int:
-    """Largest c whose per-tile working set fits: double-buffered input and output plus c - 1
-    intermediates plus the coefficient tables (0 when even c = 1 does not fit)."""
+    """Largest c whose per-tile working set fits: double-buffered input and output plus
+    min(c - 1, `INTERMEDIATE_SLOTS`) intermediates plus the coefficient tables (0 when even
+    c = 1 does not fit; `spec.stages` when every c does). A real input or output holds one
+    part (re) of a complex transform's words."""
     cap = arch.spm.capacity_words
     skewed = spec.skew_lines > 1 and skew_period(spec) > 1
-    free = cap - coefficient_words(spec) - 4 * tile_words(spec, rows, skewed)
+    mid = tile_words(spec, rows, skewed)
+    half = mid // 2 if spec.complex_data else mid  # re rows only, in the complex layout
+    ends = 2 * ((half if spec.real_input else mid) + (half if spec.real_output else mid))
+    free = cap - coefficient_words(spec) - ends
     if free < 0:
         return 0
-    return 1 + free // tile_words(spec, rows, skewed)
+    if free >= INTERMEDIATE_SLOTS * mid:
+        return max(spec.stages, 1 + INTERMEDIATE_SLOTS)
+    return 1 + free // mid
 
 
 def choose_stages_per_kernel(spec: ButterflySpec, arch: ArchSpec, max_stages: int | None = None,
