@@ -25,7 +25,8 @@ the architecture, and the reason is recorded (`FusionChoice.reason`, the mapping
   * registers: every value edge of the body holds a register on its consumer PE
     (`mapper/legality.py`), so E edges need E <= PEs x register_file_entries;
   * SPM: a residency of c kernels keeps, per tile, its double-buffered input and output and
-    c - 1 intermediate buffers: words <= spm capacity;
+    min(c - 1, 2) intermediate buffers (they ping-pong: `INTERMEDIATE_SLOTS`,
+    docs/conventions.md#fnet-pass-boundaries): words <= spm capacity;
   * mapper effort: nodes x PEs <= MAPPER_EFFORT (the list scheduler's time grows with both: a
     radix-8 complex body, ~150 nodes, maps in seconds on 16 PEs and takes about a minute on 64),
     and an optional explicit `max_stages_per_kernel`;
