@@ -338,6 +338,14 @@ def plan_orchestration(spec: ButterflySpec, arch: ArchSpec, mode: str,
             limits.append(("modulo scheduler", f - 1))
             reason = f"{f - 1} stages per kernel: the modulo scheduler could not map {f}"
             f -= 1
+    small = striped_rows(spec, arch, rows, kms)
+    if small < rows:  # the same schedules (reused by body), smaller tiles
+        notes.append(f"tiles of {small} batch block(s) instead of {rows}: the DMA binds, and "
+                     f"{small} still stream over every DRAM channel "
+                     "(docs/conventions.md#fnet-pass-boundaries)")
+        rows = small
+        _, kms = _map_groups(spec, arch, groups, rows, budget)
+        limit_c = spm_residency_limit(spec, arch, rows)
     c = 1
     segments = tuple((i,) for i in range(len(kms)))
     if mode == Orchestration.MULTILAYER:
@@ -355,6 +363,33 @@ def plan_orchestration(spec: ButterflySpec, arch: ArchSpec, mode: str,
                           entry_budget=budget, skew_perm=perm[0], skew_flip=perm[1])
     return OrchestrationPlan(choice=choice, groups=groups, kernel_mappings=tuple(kms),
                              segments=segments, notes=tuple(notes))
+
+
+def striped_rows(spec: ButterflySpec, arch: ArchSpec, rows: int, kms) -> int:
+    """Outer rows per tile: fewer than `rows` when the kernels `kms` wait on DRAM (a row's
+    input and output transfers take longer than its compute, iterations x II / copies
+    summed over the kernels), as few as keep each data transfer of a tile at least a DRAM
+    page per channel (`system.DRAM_PAGE_BYTES`: a smaller one streams on one channel at a
+    fraction of the bandwidth). Smaller tiles start the array sooner and shorten the last
+    write-back while the DMA stays the bottleneck between them
+    (docs/conventions.md#fnet-pass-boundaries)."""
+    from dataflow.pe_array.system import DRAM_PAGE_BYTES  # the system model (simpy) on demand
+    from dataflow.plan.retime import kernel_iterations
+
+    block = spec.col_blocks * spec.n * spec.lanes * arch.word_bytes
+    parts = 2 if spec.complex_data else 1
+    rd = block * (1 if spec.real_input else parts)
+    wr = block * (1 if spec.real_output else parts)
+    channels = arch.dram.channels
+    least = max(1, -(-(channels * DRAM_PAGE_BYTES if channels > 1 else 1) // min(rd, wr)))
+    if least >= rows:
+        return rows
+    compute = 0.0
+    for km in kms:
+        lanes = arch.pe_array.simd_lanes if km.kernel.vector_var else 1
+        compute += (kernel_iterations(km.kernel, lanes) / km.kernel.loops[0].extent
+                    * km.ii / km.copies)
+    return least if (rd + wr) / arch.dram.bytes_per_cycle > compute else rows
 
 
 def _residencies(kms, arch, limit_c):
@@ -463,4 +498,5 @@ __all__ = [
     "roofline",
     "round_trips",
     "spm_residency_limit",
+    "striped_rows",
 ]
