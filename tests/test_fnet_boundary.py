@@ -78,3 +78,14 @@ def test_late_sources_lower_the_ii_and_engines_agree(mlx):
     fast, slow = simulate_orchestrated(om, "fast"), simulate_orchestrated(om, "reference")
     assert fast.result.to_dict() | {"engine": 0, "wall_seconds": 0} == \
         slow.result.to_dict() | {"engine": 0, "wall_seconds": 0}
+
+
+def test_dram_bound_pass_takes_smaller_striped_tiles(mlx, monkeypatch):
+    res, (r1, _) = _fnet(1024, 64, mlx)
+    # pass 1 (the hidden FFT, DRAM bound): 4 token blocks a tile, the fewest whose 8 KB input
+    # still streams over both channels, instead of 16
+    assert len(r1.system[0][1]) == 32
+    assert min(n for t in r1.system[0][1] for _, _, n in t.dram_transfers if n > 1024) >= 8192
+    monkeypatch.setattr(orchestrate, "striped_rows", lambda spec, arch, rows, kms: rows)
+    big, (b1, _) = _fnet(1024, 64, mlx)
+    assert len(b1.system[0][1]) == 8 and res.cycles < big.cycles
