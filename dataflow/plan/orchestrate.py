@@ -63,6 +63,8 @@ from dataflow.dfg.lower_butterfly import (
 from dataflow.mapper.legality import check_mapping
 from dataflow.mapper.mapping import KernelMapping, Mapping, MappingError
 from dataflow.mapper.tiling import MIN_TILES
+from dataflow.pe_array.system import DRAM_PAGE_BYTES
+from dataflow.plan.retime import kernel_iterations
 from dataflow.plan.spm_layout import choose_layout
 from dataflow.plan.stage_lines import choose_store_timing
 from dataflow.plan.stage_mapping import MAPPER_EFFORT, instructions_per_pe, map_stage_kernel
@@ -373,9 +375,6 @@ def striped_rows(spec: ButterflySpec, arch: ArchSpec, rows: int, kms) -> int:
     fraction of the bandwidth). Smaller tiles start the array sooner and shorten the last
     write-back while the DMA stays the bottleneck between them
     (docs/conventions.md#fnet-pass-boundaries)."""
-    from dataflow.pe_array.system import DRAM_PAGE_BYTES  # the system model (simpy) on demand
-    from dataflow.plan.retime import kernel_iterations
-
     block = spec.col_blocks * spec.n * spec.lanes * arch.word_bytes
     parts = 2 if spec.complex_data else 1
     rd = block * (1 if spec.real_input else parts)
