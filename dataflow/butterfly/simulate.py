@@ -77,15 +77,34 @@ def _transfers(name: str, rd: int, wr: int) -> list:
     return [(name, kind, nb) for kind, nb in (("read", rd), ("write", wr)) if nb]
 
 
-def _first_loads(seg_tiles, arch) -> list[frozenset[str]] | None:
+def _first_loads(seg_tiles, arch, occupied=None) -> list[frozenset[str]] | None:
     """`run_system`'s prefetch sets: every first-tile load of the first residency, issued with
     its configuration (nothing before it occupies the SPM, and its tile fits by construction;
-    docs/conventions.md#system-level); None without `dram.prefetch_next_kernel`."""
+    docs/conventions.md#system-level); None without `dram.prefetch_next_kernel`.
+
+    A later residency's packed tables (`TABLES`: program inputs, never written by a kernel)
+    load while the residency before it runs, when they fit in the SPM beside the words that
+    one occupies (`occupied[k - 1]`, `_occupied`); its data, an intermediate, never does
+    (docs/conventions.md#fnet-pass-boundaries)."""
     if not arch.dram.prefetch_next_kernel or not seg_tiles or not seg_tiles[0][1]:
         return None
     first = seg_tiles[0][1][0]
     reads = frozenset(b for b, kind, n in first.dram_transfers if kind == "read" and n)
-    return [reads] + [frozenset()] * (len(seg_tiles) - 1)
+    out = [reads]
+    for k in range(1, len(seg_tiles)):
+        tiles = seg_tiles[k][1]
+        words = sum(n for b, kind, n in tiles[0].dram_transfers
+                    if b == TABLES and kind == "read") // arch.word_bytes if tiles else 0
+        room = arch.spm.capacity_words - (occupied[k - 1] if occupied else arch.spm.capacity_words)
+        out.append(frozenset({TABLES}) if 0 < words <= room else frozenset())
+    return out
+
+
+def _occupied(mapping, seg) -> int:
+    """SPM words a residency holds at most: every kernel's allocations side by side (each
+    kernel allocates from word 0, so this over-counts what the residency shares)."""
+    return sum(max((max(a.base, a.base_alt or 0) + a.words for a in mapping.kernels[i].allocations),
+                   default=0) for i in seg)
 
 
 @dataclass(frozen=True, eq=False)
@@ -101,6 +120,8 @@ class OrchestratedRun:
     spec: object = None  # the ButterflySpec the program was lowered with (its data layout)
     #: (residency name, tiles) as handed to the system model, in order (`back_to_back`)
     system: tuple = ()
+    #: SPM words each residency occupies (`_occupied`), in the order of `system`
+    occupied: tuple = ()
 
 
 def simulate_orchestrated(om: OrchestratedMapping, engine: str = "fast",
@@ -147,7 +168,8 @@ def simulate_orchestrated(om: OrchestratedMapping, engine: str = "fast",
                                      compute_cycles=comp, stall_cycles_spm_conflict=stall,
                                      dram_bytes_read=rd, dram_bytes_written=wr, **extra))
         seg_tiles.append((f"residency{si}", tuple(merged)))
-    tl = run_system(seg_tiles, arch, _first_loads(seg_tiles, arch))
+    occupied = tuple(_occupied(mapping, seg) for seg in om.segments)
+    tl = run_system(seg_tiles, arch, _first_loads(seg_tiles, arch, occupied))
     rd = sum(t.dram_bytes_read for _, ts in seg_tiles for t in ts)
     wr = sum(t.dram_bytes_written for _, ts in seg_tiles for t in ts)
     spans: list[StageSpan] = []
@@ -192,7 +214,7 @@ def simulate_orchestrated(om: OrchestratedMapping, engine: str = "fast",
         output=outputs[mapping.program.outputs[0][0]], notes=notes, mapping_summary=om.summary(),
         roofline=program_roofline(mapping.program, arch, arrays, dram_bytes=(rd, wr)))
     return OrchestratedRun(result=res, outputs=outputs, spans=tuple(spans), bounds=bounds,
-                           spec=spec, system=tuple(seg_tiles))
+                           spec=spec, system=tuple(seg_tiles), occupied=occupied)
 
 
 def back_to_back(runs: list[OrchestratedRun], arch) -> tuple[int, int, int, list[int]] | None:
@@ -206,11 +228,12 @@ def back_to_back(runs: list[OrchestratedRun], arch) -> tuple[int, int, int, list
     first-tile loads go with its configuration."""
     if not runs or any(not r.system for r in runs):
         return None
-    tiles, first = [], []
+    tiles, first, occupied = [], [], []
     for j, r in enumerate(runs):
         first.append(len(tiles))
         tiles += [(f"p{j}.{name}", ts) for name, ts in r.system]
-    tl = run_system(tiles, arch, _first_loads(tiles, arch))
+        occupied += r.occupied or [arch.spm.capacity_words] * len(r.system)
+    tl = run_system(tiles, arch, _first_loads(tiles, arch, occupied))
     began = {(name, i): t0 for name, i, t0, _ in tl.tile_spans}
     starts = [began[(tiles[k][0], 0)] for k in first]
     return tl.cycles, tl.stall_cycles_dram, tl.stall_cycles_reconfiguration, starts
@@ -267,5 +290,8 @@ def chain_runs(runs: list[OrchestratedRun], workload: str, outputs: dict, spec=N
     bounds = {k: sum(r.bounds[k] for r in runs) for k in runs[0].bounds}
     system = tuple((f"p{j}.{name}", ts) for j, r in enumerate(runs) for name, ts in r.system) \
         if all(r.system for r in runs) else ()
+    occupied = tuple(w for r in runs for w in r.occupied) \
+        if all(len(r.occupied) == len(r.system) for r in runs) else ()
     return OrchestratedRun(result=res, outputs=outputs, spans=tuple(spans), bounds=bounds,
-                           spec=spec if spec is not None else runs[-1].spec, system=system)
+                           spec=spec if spec is not None else runs[-1].spec, system=system,
+                           occupied=occupied if system else ())

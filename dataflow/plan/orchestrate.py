@@ -25,7 +25,8 @@ the architecture, and the reason is recorded (`FusionChoice.reason`, the mapping
   * registers: every value edge of the body holds a register on its consumer PE
     (`mapper/legality.py`), so E edges need E <= PEs x register_file_entries;
   * SPM: a residency of c kernels keeps, per tile, its double-buffered input and output and
-    c - 1 intermediate buffers: words <= spm capacity;
+    min(c - 1, 2) intermediate buffers (they ping-pong: `INTERMEDIATE_SLOTS`,
+    docs/conventions.md#fnet-pass-boundaries): words <= spm capacity;
   * mapper effort: nodes x PEs <= MAPPER_EFFORT (the list scheduler's time grows with both: a
     radix-8 complex body, ~150 nodes, maps in seconds on 16 PEs and takes about a minute on 64),
     and an optional explicit `max_stages_per_kernel`;
@@ -62,6 +63,8 @@ from dataflow.dfg.lower_butterfly import (
 from dataflow.mapper.legality import check_mapping
 from dataflow.mapper.mapping import KernelMapping, Mapping, MappingError
 from dataflow.mapper.tiling import MIN_TILES
+from dataflow.pe_array.system import DRAM_PAGE_BYTES
+from dataflow.plan.retime import kernel_iterations
 from dataflow.plan.spm_layout import choose_layout
 from dataflow.plan.stage_lines import choose_store_timing
 from dataflow.plan.stage_mapping import MAPPER_EFFORT, instructions_per_pe, map_stage_kernel
@@ -187,15 +190,28 @@ def coefficient_words(spec: ButterflySpec) -> int:
     return spec.stages * (spec.n // 2) * (4 if spec.kind == ButterflyKind.REAL else 8)
 
 
+#: intermediate slots a residency needs however many kernels it holds: kernel i reads X_i and
+#: writes X_(i+1), one after another within a tile, so X_(i+1) takes the slot of X_(i-1), dead
+#: since kernel i - 1 read it (docs/conventions.md#fnet-pass-boundaries)
+INTERMEDIATE_SLOTS = 2
+
+
 def spm_residency_limit(spec: ButterflySpec, arch: ArchSpec, rows: int) -> int:
-    """Largest c whose per-tile working set fits: double-buffered input and output plus c - 1
-    intermediates plus the coefficient tables (0 when even c = 1 does not fit)."""
+    """Largest c whose per-tile working set fits: double-buffered input and output plus
+    min(c - 1, `INTERMEDIATE_SLOTS`) intermediates plus the coefficient tables (0 when even
+    c = 1 does not fit; `spec.stages` when every c does). A real input or output holds one
+    part (re) of a complex transform's words."""
     cap = arch.spm.capacity_words
     skewed = spec.skew_lines > 1 and skew_period(spec) > 1
-    free = cap - coefficient_words(spec) - 4 * tile_words(spec, rows, skewed)
+    mid = tile_words(spec, rows, skewed)
+    half = mid // 2 if spec.complex_data else mid  # re rows only, in the complex layout
+    ends = 2 * ((half if spec.real_input else mid) + (half if spec.real_output else mid))
+    free = cap - coefficient_words(spec) - ends
     if free < 0:
         return 0
-    return 1 + free // tile_words(spec, rows, skewed)
+    if free >= INTERMEDIATE_SLOTS * mid:
+        return max(spec.stages, 1 + INTERMEDIATE_SLOTS)
+    return 1 + free // mid
 
 
 def choose_stages_per_kernel(spec: ButterflySpec, arch: ArchSpec, max_stages: int | None = None,
@@ -324,6 +340,14 @@ def plan_orchestration(spec: ButterflySpec, arch: ArchSpec, mode: str,
             limits.append(("modulo scheduler", f - 1))
             reason = f"{f - 1} stages per kernel: the modulo scheduler could not map {f}"
             f -= 1
+    small = striped_rows(spec, arch, rows, kms)
+    if small < rows:  # the same schedules (reused by body), smaller tiles
+        notes.append(f"tiles of {small} batch block(s) instead of {rows}: the DMA binds, and "
+                     f"{small} still stream over every DRAM channel "
+                     "(docs/conventions.md#fnet-pass-boundaries)")
+        rows = small
+        _, kms = _map_groups(spec, arch, groups, rows, budget)
+        limit_c = spm_residency_limit(spec, arch, rows)
     c = 1
     segments = tuple((i,) for i in range(len(kms)))
     if mode == Orchestration.MULTILAYER:
@@ -341,6 +365,30 @@ def plan_orchestration(spec: ButterflySpec, arch: ArchSpec, mode: str,
                           entry_budget=budget, skew_perm=perm[0], skew_flip=perm[1])
     return OrchestrationPlan(choice=choice, groups=groups, kernel_mappings=tuple(kms),
                              segments=segments, notes=tuple(notes))
+
+
+def striped_rows(spec: ButterflySpec, arch: ArchSpec, rows: int, kms) -> int:
+    """Outer rows per tile: fewer than `rows` when the kernels `kms` wait on DRAM (a row's
+    input and output transfers take longer than its compute, iterations x II / copies
+    summed over the kernels), as few as keep each data transfer of a tile at least a DRAM
+    page per channel (`system.DRAM_PAGE_BYTES`: a smaller one streams on one channel at a
+    fraction of the bandwidth). Smaller tiles start the array sooner and shorten the last
+    write-back while the DMA stays the bottleneck between them
+    (docs/conventions.md#fnet-pass-boundaries)."""
+    block = spec.col_blocks * spec.n * spec.lanes * arch.word_bytes
+    parts = 2 if spec.complex_data else 1
+    rd = block * (1 if spec.real_input else parts)
+    wr = block * (1 if spec.real_output else parts)
+    channels = arch.dram.channels
+    least = max(1, -(-(channels * DRAM_PAGE_BYTES if channels > 1 else 1) // min(rd, wr)))
+    if least >= rows:
+        return rows
+    compute = 0.0
+    for km in kms:
+        lanes = arch.pe_array.simd_lanes if km.kernel.vector_var else 1
+        compute += (kernel_iterations(km.kernel, lanes) / km.kernel.loops[0].extent
+                    * km.ii / km.copies)
+    return least if (rd + wr) / arch.dram.bytes_per_cycle > compute else rows
 
 
 def _residencies(kms, arch, limit_c):
@@ -449,4 +497,5 @@ __all__ = [
     "roofline",
     "round_trips",
     "spm_residency_limit",
+    "striped_rows",
 ]

@@ -75,6 +75,7 @@ def map_stage_kernel(kernel: Kernel, arch: ArchSpec, tile_rows: int,
         except MappingError:
             # the list scheduler sometimes needs II well above MII for these wide bodies
             km = map_kernel(kernel, arch, max_tile_rows=tile_rows, max_ii_slack=RETRY_II_SLACK)
+        km = _late_sources(kernel, arch, tile_rows, km)
         km = _more_copies(kernel, arch, tile_rows, km, budget)
         _SHAPES.put(key, km)
         _stage_disk_put(key, km)
@@ -120,6 +121,26 @@ def _stage_disk_put(key, km: KernelMapping) -> None:
               "km": dataclasses.replace(km, kernel=None, tiles=(), allocations=())}
     write_entry(_stage_file(key), STAGE_KIND, STAGE_VERSION,
                 pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def _late_sources(kernel: Kernel, arch: ArchSpec, tile_rows: int,
+                  km: KernelMapping) -> KernelMapping:
+    """`km`, or the schedule with each source load issued as late as its consumers allow
+    (`map_kernel(late_sources=True)`) when that one runs more iterations per cycle (or as many
+    with a shorter schedule). Tried only when `km` misses its MII: on a wide radix-8 body the
+    list scheduler's early loads hold registers and links (FNet seq 256 on mlx_4x4, the
+    sequence pass's middle kernel: II 5 -> 4 at MII 3; docs/conventions.md#fnet-pass-boundaries)."""
+    if km.ii <= km.mii:
+        return km
+    try:
+        cand = map_kernel(kernel, arch, copies=km.copies, max_tile_rows=tile_rows,
+                          max_ii_slack=km.ii - km.mii, late_sources=True)
+    except MappingError:
+        return km
+    if (cand.copies * km.ii, -cand.schedule_length) > (km.copies * cand.ii, -km.schedule_length):
+        return dataclasses.replace(cand, notes=cand.notes + (
+            f"sources issued late: II {km.ii} -> {cand.ii}",))
+    return km
 
 
 def _more_copies(kernel: Kernel, arch: ArchSpec, tile_rows: int, km: KernelMapping,
