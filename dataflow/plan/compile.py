@@ -27,7 +27,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from dataflow.arch.spec import ArchSpec, PEKind
-from dataflow.dfg import transform
+from dataflow.dfg import block_partials, transform
 from dataflow.dfg.graph import DFGError, Kernel, Program
 from dataflow.dfg.lane_partials import applies as lane_partials_apply
 from dataflow.dfg.lane_partials import lane_partial_sums
@@ -152,7 +152,12 @@ def apply_kernel_schedule(kernel: Kernel, sched: KernelSchedule) -> Kernel:
         kernel = transform.devectorise_reduction(kernel)
     if sched.reduce_lanes:
         kernel = _vectorise_innermost(kernel, sched.reduce_lanes)
-    if sched.sum_blocks > 1:
+    if sched.sum_blocks > 1 and not any(n.op is Op.VSUM for n in kernel.nodes):
+        # a lane-partials kernel (no lane sum): its accumulations merged
+        # (docs/conventions.md#row-blocked-lane-partials)
+        kernel = block_partials.block_partial_sums(kernel, kernel.loops[-2].var,
+                                                   sched.sum_blocks)
+    elif sched.sum_blocks > 1:
         kernel = transform.block_lane_sums(kernel, kernel.loops[-2].var, sched.sum_blocks,
                                            tree=sched.sum_tree)
     if sched.fuse:
@@ -252,6 +257,32 @@ def _held_row_candidates(body: Kernel, base: int, arch: ArchSpec) -> list[Kernel
     return out
 
 
+#: copies asked of the mapper for a row-blocked lane-partials body, besides its own choice
+PARTIAL_ROW_COPIES = (2, 3, 4)
+
+
+def _partial_row_candidates(kernel: Kernel, arch: ArchSpec) -> list[KernelSchedule]:
+    """The lane-partials kernel of an SDDMM (an array without `vsum`,
+    docs/conventions.md#row-blocked-lane-partials) blocked by rows as `_held_row_candidates`
+    blocks one with lane sums: every chunk of the reduction in one body
+    (`block_partials.block_partial_sums`), the row of A held, source loads late. The body (29
+    nodes at k = 64) fits the PEs' issue slots, not one node a PE: the mapper's own copies and
+    a few more sharing the PEs at a longer II."""
+    if not block_partials.applies(kernel):
+        return []
+    outer, lanes = kernel.loops[-2], arch.pe_array.simd_lanes
+    sched = KernelSchedule(sum_blocks=outer.extent, sum_tree=True, hold=lanes,
+                           late_sources=True)
+    try:
+        body = apply_kernel_schedule(kernel, sched)
+    except DFGError:
+        return []
+    slots = arch.pe_array.num_pes * arch.pe_array.issue_width
+    if not any(n.hold for n in body.nodes) or len(body.nodes) > slots:
+        return []
+    return [sched, *(dataclasses.replace(sched, copies=c) for c in PARTIAL_ROW_COPIES)]
+
+
 def kernel_candidates(kernel: Kernel, arch: ArchSpec) -> list[KernelSchedule]:
     """The generic schedules `kernel` admits on `arch`, the plain one first (see the module
     docstring): fusing needs a mul feeding an acc and a unit that runs macc; a vector split
@@ -278,7 +309,7 @@ def _unheld_candidates(kernel: Kernel, arch: ArchSpec) -> list[KernelSchedule]:
     if any(n.op is Op.VSUM for n in kernel.nodes) and not supports(arch, "vsum"):
         base = KernelSchedule(devectorise=True)
         kernel = transform.devectorise_reduction(kernel)
-    out = [base, *_lane_sum_candidates(kernel, arch)]
+    out = [base, *_lane_sum_candidates(kernel, arch), *_partial_row_candidates(kernel, arch)]
     if not (_fusable(kernel) and supports(arch, "macc")):
         return out
     out.append(dataclasses.replace(base, fuse=True))
