@@ -31,6 +31,7 @@ from dataflow.dfg import block_partials, transform
 from dataflow.dfg.graph import DFGError, Kernel, Program
 from dataflow.dfg.lane_partials import applies as lane_partials_apply
 from dataflow.dfg.lane_partials import lane_partial_sums
+from dataflow.dfg.lane_select import lane_select_sums
 from dataflow.dfg.lower import gemm_kernel
 from dataflow.dfg.ops import Op
 from dataflow.dfg.row_max import has_accmax, lower_row_max
@@ -91,6 +92,9 @@ class KernelSchedule:
     sum_tree: bool = False
     hold: int = 0
     late_sources: bool = False
+    # each lane sum done by lane-selecting multiplies (an array without `vsum`:
+    # `lane_select.lane_select_sums`, docs/conventions.md#lane-select-sums)
+    lane_select: bool = False
 
     @property
     def plain(self) -> bool:
@@ -107,6 +111,8 @@ class KernelSchedule:
         if self.sum_blocks > 1:
             parts.append(f"lane sums blocked by {self.sum_blocks}"
                          + (" as a tree" if self.sum_tree else ""))
+        if self.lane_select:
+            parts.append("lane sums as lane-selecting multiplies (no vsum unit)")
         if self.hold:
             parts.append("invariant loads held")
         if self.late_sources:
@@ -160,6 +166,8 @@ def apply_kernel_schedule(kernel: Kernel, sched: KernelSchedule) -> Kernel:
     elif sched.sum_blocks > 1:
         kernel = transform.block_lane_sums(kernel, kernel.loops[-2].var, sched.sum_blocks,
                                            tree=sched.sum_tree)
+    if sched.lane_select:
+        kernel = lane_select_sums(kernel, kernel.vector_extent)
     if sched.fuse:
         kernel = transform.fuse_multiply_accumulate(kernel)
     if sched.vector_blocks > 1 and sched.vector_inner:
@@ -283,6 +291,41 @@ def _partial_row_candidates(kernel: Kernel, arch: ArchSpec) -> list[KernelSchedu
     return [sched, *(dataclasses.replace(sched, copies=c) for c in PARTIAL_ROW_COPIES)]
 
 
+def lane_select_candidates(kernel: Kernel, arch: ArchSpec) -> list[KernelSchedule]:
+    """On an array without `vsum`: the row-blocked SDDMM (`_held_row_candidates`, a tree)
+    with each lane sum done by lane-selecting multiplies (docs/conventions.md#lane-select-sums),
+    one kernel instead of the lane partials' two; the mapper's own copies and a few more
+    sharing the PEs. A scalar reduction is vectorised first; [] where it does not apply."""
+    if supports(arch, "vsum") or not supports(arch, "mul"):
+        return []
+    lanes, base, body = arch.pe_array.simd_lanes, 0, kernel
+    if kernel.vector_var is None:
+        lp = kernel.loops[-1]
+        if len(kernel.loops) < 2 or not lp.is_dense or lp.extent % lanes:
+            return []
+        try:
+            body, base = _vectorise_innermost(kernel, lanes), lanes
+        except DFGError:
+            return []
+    if body.vector_var is None or body.loops[-1].var != body.vector_var \
+            or body.vector_extent != lanes or len(body.loops) < 2 \
+            or not any(n.op is Op.VSUM for n in body.nodes):
+        return []
+    outer = body.loops[-2]
+    if not outer.is_dense or outer.extent < 2:
+        return []
+    sched = KernelSchedule(reduce_lanes=base, sum_blocks=outer.extent, sum_tree=True,
+                           hold=lanes, late_sources=True, lane_select=True)
+    try:
+        blocked = apply_kernel_schedule(kernel, sched)
+    except DFGError:
+        return []
+    slots = arch.pe_array.num_pes * arch.pe_array.issue_width
+    if not any(n.hold for n in blocked.nodes) or len(blocked.nodes) > slots:
+        return []
+    return [sched, *(dataclasses.replace(sched, copies=c) for c in PARTIAL_ROW_COPIES)]
+
+
 def kernel_candidates(kernel: Kernel, arch: ArchSpec) -> list[KernelSchedule]:
     """The generic schedules `kernel` admits on `arch`, the plain one first (see the module
     docstring): fusing needs a mul feeding an acc and a unit that runs macc; a vector split
@@ -309,7 +352,8 @@ def _unheld_candidates(kernel: Kernel, arch: ArchSpec) -> list[KernelSchedule]:
     if any(n.op is Op.VSUM for n in kernel.nodes) and not supports(arch, "vsum"):
         base = KernelSchedule(devectorise=True)
         kernel = transform.devectorise_reduction(kernel)
-    out = [base, *_lane_sum_candidates(kernel, arch), *_partial_row_candidates(kernel, arch)]
+    out = [base, *_lane_sum_candidates(kernel, arch), *_partial_row_candidates(kernel, arch),
+           *lane_select_candidates(kernel, arch)]
     if not (_fusable(kernel) and supports(arch, "macc")):
         return out
     out.append(dataclasses.replace(base, fuse=True))
@@ -506,12 +550,21 @@ def choose_schedule(program: Program, arch: ArchSpec, dataflow: str | None = Non
         program = lower_row_max(program)
     lanes = arch.pe_array.simd_lanes
     partials = (not supports(arch, "vsum") and lanes > 1
-                and any(lane_partials_apply(k, lanes) for k in program.kernels))
+                and any(lane_partials_apply(k, lanes) for k in program.kernels)
+                # one kernel whose lane sums the multiplier does (no partials through DRAM)
+                and not _lane_select_program(program, arch))
     if partials:
         program = lane_partial_sums(program, lanes)
     mapping, sched = _compile_kernels(program, arch, options)
     sched = dataclasses.replace(sched, row_max=row_max, lane_partials=partials)
     return mapping, None if sched.plain else sched
+
+
+def _lane_select_program(program: Program, arch: ArchSpec) -> bool:
+    """Whether `program` is one kernel that `lane_select_candidates` blocks: it is then
+    compiled whole, its lane sums as lane-selecting multiplies, instead of split into lane
+    partials (docs/conventions.md#lane-select-sums)."""
+    return len(program.kernels) == 1 and bool(lane_select_candidates(program.kernels[0], arch))
 
 
 def apply_schedule(program: Program, sched: ProgramSchedule | None, arch: ArchSpec) -> Program:
