@@ -55,6 +55,31 @@ def applies(kernel: Kernel) -> bool:
                .values() for m in ms)
 
 
+def _merged(members: list[Node], terms: list[Node], next_id: int,
+            var: str) -> tuple[list[Node], int]:
+    """One group's replacement: the products in pairs (`mul`, `mac`), the pairs added as a
+    tree, the last member's `acc` of the sum; and the next free id."""
+    new: list[Node] = []
+
+    def add(op, inputs):
+        nonlocal next_id
+        new.append(Node(next_id, op, tuple(inputs), name=f"block {var}"))
+        next_id += 1
+        return new[-1]
+
+    level = []
+    for j in range(0, len(terms), 2):
+        first = add(Op.MUL, terms[j].inputs)
+        level.append(first if j + 1 == len(terms) else
+                     add(Op.MAC, (*terms[j + 1].inputs, first.id)))
+    while len(level) > 1:
+        level = [add(Op.ADD, (level[j].id, level[j + 1].id)) if j + 1 < len(level)
+                 else level[j] for j in range(0, len(level), 2)]
+    new.append(Node(members[-1].id, Op.ACC, (level[0].id,), buffer=members[0].buffer,
+                    addr=members[0].addr, name=members[0].name))
+    return new, next_id
+
+
 def block_partial_sums(kernel: Kernel, var: str, factor: int) -> Kernel:
     """Loop `var` (dense, outside the vector loop) unrolled-and-jammed by `factor`
     (neighbouring iterations), then the `factor` `mul` -> `acc` pairs that accumulate at one
@@ -80,24 +105,7 @@ def block_partial_sums(kernel: Kernel, var: str, factor: int) -> Kernel:
         if len(members) != factor:
             raise DFGError(f"{where}: {len(members)} accumulations at one address, not {factor}")
         terms = [nodes[m.inputs[0]] for m in members]
-        new: list[Node] = []
-
-        def add(op, inputs, name):
-            nonlocal next_id
-            new.append(Node(next_id, op, tuple(inputs), name=name))
-            next_id += 1
-            return new[-1]
-
-        level = []
-        for j in range(0, factor, 2):
-            first = add(Op.MUL, terms[j].inputs, f"block {var}")
-            level.append(first if j + 1 == factor else
-                         add(Op.MAC, (*terms[j + 1].inputs, first.id), f"block {var}"))
-        while len(level) > 1:
-            level = [add(Op.ADD, (level[j].id, level[j + 1].id), f"block {var}")
-                     if j + 1 < len(level) else level[j] for j in range(0, len(level), 2)]
-        new.append(Node(members[-1].id, Op.ACC, (level[0].id,), buffer=members[0].buffer,
-                        addr=members[0].addr, name=members[0].name))
+        new, next_id = _merged(members, terms, next_id, var)
         dropped |= {m.id for m in members[:-1]} | {t.id for t in terms}
         emit[members[-1].id] = new
     if dropped & touched:
