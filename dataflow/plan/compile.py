@@ -276,7 +276,10 @@ def _partial_row_candidates(kernel: Kernel, arch: ArchSpec) -> list[KernelSchedu
     (`block_partials.block_partial_sums`), the row of A held, source loads late. The body (29
     nodes at k = 64) fits the PEs' issue slots, not one node a PE: the mapper's own copies and
     a few more sharing the PEs at a longer II."""
-    if not block_partials.applies(kernel):
+    slots = arch.pe_array.num_pes * arch.pe_array.issue_width
+    # the partials exist only without `vsum`; a long chunk loop makes a body past the slots
+    if supports(arch, "vsum") or not block_partials.applies(kernel) \
+            or 3 * kernel.loops[-2].extent > slots:
         return []
     outer, lanes = kernel.loops[-2], arch.pe_array.simd_lanes
     sched = KernelSchedule(sum_blocks=outer.extent, sum_tree=True, hold=lanes,
@@ -285,7 +288,6 @@ def _partial_row_candidates(kernel: Kernel, arch: ArchSpec) -> list[KernelSchedu
         body = apply_kernel_schedule(kernel, sched)
     except DFGError:
         return []
-    slots = arch.pe_array.num_pes * arch.pe_array.issue_width
     if not any(n.hold for n in body.nodes) or len(body.nodes) > slots:
         return []
     return [sched, *(dataclasses.replace(sched, copies=c) for c in PARTIAL_ROW_COPIES)]
@@ -312,7 +314,8 @@ def lane_select_candidates(kernel: Kernel, arch: ArchSpec) -> list[KernelSchedul
             or not any(n.op is Op.VSUM for n in body.nodes):
         return []
     outer = body.loops[-2]
-    if not outer.is_dense or outer.extent < 2:
+    slots = arch.pe_array.num_pes * arch.pe_array.issue_width
+    if not outer.is_dense or outer.extent < 2 or 3 * outer.extent > slots:
         return []
     sched = KernelSchedule(reduce_lanes=base, sum_blocks=outer.extent, sum_tree=True,
                            hold=lanes, late_sources=True, lane_select=True)
@@ -320,7 +323,6 @@ def lane_select_candidates(kernel: Kernel, arch: ArchSpec) -> list[KernelSchedul
         blocked = apply_kernel_schedule(kernel, sched)
     except DFGError:
         return []
-    slots = arch.pe_array.num_pes * arch.pe_array.issue_width
     if not any(n.hold for n in blocked.nodes) or len(blocked.nodes) > slots:
         return []
     return [sched, *(dataclasses.replace(sched, copies=c) for c in PARTIAL_ROW_COPIES)]
