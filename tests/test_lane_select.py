@@ -77,8 +77,9 @@ def test_block_partial_sums_merge_the_chunks_and_engines_agree():
 
 def test_mlx_sddmm_picks_lane_select_faster_than_lane_partials(tmp_path, monkeypatch):
     """`choose_schedule` on the MLX preset compiles the SDDMM as one kernel with lane-select
-    sums (not split into lane partials); values equal numpy, cycles above the roofline and
-    below the lane-partials schedule that was chosen before."""
+    sums (not split into lane partials); both engines agree on the chosen mapping, values
+    equal numpy, cycles above the roofline and below the lane-partials schedule that was
+    chosen before."""
     from dataflow.cachefiles import ENV_VAR, BoundedCache
     from dataflow.plan import retime
 
@@ -88,7 +89,7 @@ def test_mlx_sddmm_picks_lane_select_faster_than_lane_partials(tmp_path, monkeyp
     mapping, sched = plan_compile.choose_schedule(prog, MLX)
     assert not sched.lane_partials and sched.kernels[0].lane_select
     assert [km.kernel.name for km in mapping.kernels] == ["sddmm_csr"]
-    res = simulate_mapping(mapping)
+    res = assert_engines_identical(mapping)  # as chosen: copies sharing PEs, line order
     assert np.allclose(np.asarray(res.output), want, rtol=1e-4, atol=1e-4)
     assert res.cycles >= res.roofline_cycles
     # the old schedule: lane partials, their vector kernel one chunk an iteration
