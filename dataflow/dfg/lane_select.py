@@ -17,6 +17,9 @@ constant 1.0 where there is none. `lanes` multiplies and `lanes - 1` adds a resu
 one lane sum: on the MLX preset the multiplier and the adder have the slots (the row-blocked
 SDDMM's loads bind, 19 a nonzero on 16 load/store units). The sums are in another order (each
 lane scaled, then the lanes as a tree): fp32 tolerances.
+
+With the whole reduction in one body each result is then written once: `store_once` makes its
+accumulation a store (no read of the zeroed word: one SPM read less a nonzero).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 
 from dataflow.dfg import transform
-from dataflow.dfg.graph import DFGError, Kernel, Node, vector_nodes
+from dataflow.dfg.graph import BufferRole, DFGError, Kernel, Node, vector_nodes
 from dataflow.dfg.ops import Op
 
 
@@ -92,4 +95,34 @@ def lane_select_sums(kernel: Kernel, lanes: int) -> Kernel:
     return out
 
 
-__all__ = ["lane_select_sums"]
+def store_once(kernel: Kernel) -> Kernel:
+    """`kernel` with each `acc` that writes its word once in the whole kernel made a `store`
+    (the row-blocked SDDMM's C[p] after its lane-select sum): the same value into a zeroed
+    output, without the read of the old word. Once means: its buffer an output that no other
+    node touches, its address moving with a sparse loop whose only outer loop is its parent
+    (positions are disjoint across parents), every other loop inside that one of extent 1 or
+    the vector loop, and the address not moving with the vector loop. `kernel` itself where
+    none is."""
+    loops = kernel.loops
+    if len(loops) < 2 or loops[0].var != loops[1].parent or loops[1].is_dense:
+        return kernel
+    p = loops[1].var
+    if any(lp.extent != 1 and lp.var != kernel.vector_var for lp in loops[2:]):
+        return kernel
+    outputs = {b.name for b in kernel.buffers if b.role == BufferRole.OUTPUT}
+    once = {n.id for n in kernel.nodes
+            if n.op is Op.ACC and n.buffer in outputs and n.addr.coef(p) > 0
+            and not n.addr.span and not n.addr.index_stride
+            and (kernel.vector_var is None or not n.addr.coef(kernel.vector_var))
+            and all(m.buffer != n.buffer for m in kernel.nodes if m.id != n.id)}
+    if not once:
+        return kernel
+    nodes = tuple(dataclasses.replace(n, op=Op.STORE) if n.id in once else n
+                  for n in kernel.nodes)
+    carried = tuple(e for e in kernel.carried if e[0] not in once and e[1] not in once)
+    out = dataclasses.replace(kernel, nodes=nodes, carried=carried)
+    out.verify()
+    return out
+
+
+__all__ = ["lane_select_sums", "store_once"]

@@ -31,7 +31,7 @@ from dataflow.dfg import block_partials, transform
 from dataflow.dfg.graph import DFGError, Kernel, Program
 from dataflow.dfg.lane_partials import applies as lane_partials_apply
 from dataflow.dfg.lane_partials import lane_partial_sums
-from dataflow.dfg.lane_select import lane_select_sums
+from dataflow.dfg.lane_select import lane_select_sums, store_once
 from dataflow.dfg.lower import gemm_kernel
 from dataflow.dfg.ops import Op
 from dataflow.dfg.row_max import has_accmax, lower_row_max
@@ -166,8 +166,8 @@ def apply_kernel_schedule(kernel: Kernel, sched: KernelSchedule) -> Kernel:
     elif sched.sum_blocks > 1:
         kernel = transform.block_lane_sums(kernel, kernel.loops[-2].var, sched.sum_blocks,
                                            tree=sched.sum_tree)
-    if sched.lane_select:
-        kernel = lane_select_sums(kernel, kernel.vector_extent)
+    if sched.lane_select:  # each result then written once: a store
+        kernel = store_once(lane_select_sums(kernel, kernel.vector_extent))
     if sched.fuse:
         kernel = transform.fuse_multiply_accumulate(kernel)
     if sched.vector_blocks > 1 and sched.vector_inner:
