@@ -57,6 +57,21 @@ def test_lane_select_sums_replace_the_lane_sum_and_engines_agree():
     assert res.cycles >= res.roofline_cycles
 
 
+def test_store_once_only_where_each_word_is_written_once():
+    """The blocked body's accumulation into C[p] (one write a nonzero) becomes a store; the
+    unblocked kernel's (the chunk loop of 4 still moving) and the lane partials' stay."""
+    from dataflow.dfg.lane_select import store_once
+
+    prog, _ = _operands()
+    base = transform.vectorise_reduction(transform.split(prog.kernels[0], "kk", 8), "kki")
+    assert store_once(base) is base
+    blocked = store_once(lane_select_sums(transform.block_lane_sums(base, "kko", 4, tree=True),
+                                          8))
+    assert [n.op for n in blocked.nodes if n.op.writes_spm] == [Op.STORE]
+    k1 = lane_partial_sums(prog, 8).kernels[0]
+    assert store_once(k1) is k1  # accumulated over the chunk loop
+
+
 def test_block_partial_sums_merge_the_chunks_and_engines_agree():
     """The lane partials' vector kernel with its chunk loop in one body: 4 products as 2 muls
     and 2 macs, one add, one acc per nonzero; the program's values equal numpy, engines
@@ -89,6 +104,9 @@ def test_mlx_sddmm_picks_lane_select_faster_than_lane_partials(tmp_path, monkeyp
     mapping, sched = plan_compile.choose_schedule(prog, MLX)
     assert not sched.lane_partials and sched.kernels[0].lane_select
     assert [km.kernel.name for km in mapping.kernels] == ["sddmm_csr"]
+    # each result written once: a store, no accumulation (`lane_select.store_once`)
+    writes = [n for n in mapping.kernels[0].kernel.nodes if n.op.writes_spm]
+    assert [(n.op, n.buffer) for n in writes] == [(Op.STORE, "C_val")]
     res = assert_engines_identical(mapping)  # as chosen: copies sharing PEs, line order
     assert np.allclose(np.asarray(res.output), want, rtol=1e-4, atol=1e-4)
     assert res.cycles >= res.roofline_cycles
