@@ -128,3 +128,16 @@ def test_mlx_sddmm_picks_lane_select_faster_than_lane_partials(tmp_path, monkeyp
     rows_res = simulate_mapping(rows)
     assert np.allclose(np.asarray(rows_res.output), want, rtol=1e-4, atol=1e-4)
     assert res.cycles < rows_res.cycles < old_res.cycles
+
+
+def test_a_vector_kernel_with_lane_sums_gets_lane_select_candidates():
+    """A kernel already vectorised (its lane sums present) on the MLX preset: the candidates
+    apply to it as it is (not to its devectorised form) and leave no lane sum."""
+    from dataflow.dfg.lower_sddmm import sddmm_csr_vector_kernel
+
+    kern = sddmm_csr_vector_kernel(4, 32, 16, np.array([0, 3, 5, 5, 9]), 8)
+    cands = [c for c in plan_compile.kernel_candidates(kern, MLX) if c.lane_select]
+    assert cands and not any(c.devectorise or c.reduce_lanes for c in cands)
+    for c in cands:
+        body = plan_compile.apply_kernel_schedule(kern, c)
+        assert not any(n.op is Op.VSUM for n in body.nodes)

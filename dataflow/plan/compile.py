@@ -351,11 +351,12 @@ def kernel_candidates(kernel: Kernel, arch: ArchSpec) -> list[KernelSchedule]:
 def _unheld_candidates(kernel: Kernel, arch: ArchSpec) -> list[KernelSchedule]:
     """`kernel_candidates` before loads are held."""
     base = KernelSchedule()
+    select = lane_select_candidates(kernel, arch)  # of the kernel as it is, lane sums and all
     if any(n.op is Op.VSUM for n in kernel.nodes) and not supports(arch, "vsum"):
         base = KernelSchedule(devectorise=True)
         kernel = transform.devectorise_reduction(kernel)
     out = [base, *_lane_sum_candidates(kernel, arch), *_partial_row_candidates(kernel, arch),
-           *lane_select_candidates(kernel, arch)]
+           *select]
     if not (_fusable(kernel) and supports(arch, "macc")):
         return out
     out.append(dataclasses.replace(base, fuse=True))
