@@ -11,6 +11,8 @@ would call the mapper.
   depend on the vector loop (a CSR row's value and column index, a gate, a softmax weight) are
   loaded once for every block. These need no layout change, so they apply to any format the
   frontend lowers.
+- An array without `vsum` also gets the row-blocked SDDMM with lane-select sums, compiled as
+  one kernel (docs/conventions.md#lane-select-sums), and lane partials blocked by rows.
 - Each non-plain candidate then gets the line-aware post-passes (`dataflow.plan.retime`).
 - A kernel whose inputs are all the program's (the first kernel, and any later one that reads
   no earlier kernel's output) is scored by the fast engine on its first tile; the others
