@@ -11,6 +11,8 @@ would call the mapper.
   depend on the vector loop (a CSR row's value and column index, a gate, a softmax weight) are
   loaded once for every block. These need no layout change, so they apply to any format the
   frontend lowers.
+- An array without `vsum` also gets the row-blocked SDDMM with lane-select sums, compiled as
+  one kernel (docs/conventions.md#lane-select-sums), and lane partials blocked by rows.
 - Each non-plain candidate then gets the line-aware post-passes (`dataflow.plan.retime`).
 - A kernel whose inputs are all the program's (the first kernel, and any later one that reads
   no earlier kernel's output) is scored by the fast engine on its first tile; the others
@@ -27,10 +29,11 @@ import dataclasses
 from dataclasses import dataclass
 
 from dataflow.arch.spec import ArchSpec, PEKind
-from dataflow.dfg import transform
+from dataflow.dfg import block_partials, transform
 from dataflow.dfg.graph import DFGError, Kernel, Program
 from dataflow.dfg.lane_partials import applies as lane_partials_apply
 from dataflow.dfg.lane_partials import lane_partial_sums
+from dataflow.dfg.lane_select import lane_select_sums, store_once
 from dataflow.dfg.lower import gemm_kernel
 from dataflow.dfg.ops import Op
 from dataflow.dfg.row_max import has_accmax, lower_row_max
@@ -47,6 +50,7 @@ from dataflow.plan.gemm_schedule import (
     compile_gemm,
     supports,
 )
+from dataflow.plan.lane_candidates import _partial_row_candidates, lane_select_candidates
 from dataflow.plan.retime import (
     best_candidate,
     choice_key,
@@ -91,6 +95,9 @@ class KernelSchedule:
     sum_tree: bool = False
     hold: int = 0
     late_sources: bool = False
+    # each lane sum done by lane-selecting multiplies (an array without `vsum`:
+    # `lane_select.lane_select_sums`, docs/conventions.md#lane-select-sums)
+    lane_select: bool = False
 
     @property
     def plain(self) -> bool:
@@ -107,6 +114,8 @@ class KernelSchedule:
         if self.sum_blocks > 1:
             parts.append(f"lane sums blocked by {self.sum_blocks}"
                          + (" as a tree" if self.sum_tree else ""))
+        if self.lane_select:
+            parts.append("lane sums as lane-selecting multiplies (no vsum unit)")
         if self.hold:
             parts.append("invariant loads held")
         if self.late_sources:
@@ -152,9 +161,16 @@ def apply_kernel_schedule(kernel: Kernel, sched: KernelSchedule) -> Kernel:
         kernel = transform.devectorise_reduction(kernel)
     if sched.reduce_lanes:
         kernel = _vectorise_innermost(kernel, sched.reduce_lanes)
-    if sched.sum_blocks > 1:
+    if sched.sum_blocks > 1 and not any(n.op is Op.VSUM for n in kernel.nodes):
+        # a lane-partials kernel (no lane sum): its accumulations merged
+        # (docs/conventions.md#row-blocked-lane-partials)
+        kernel = block_partials.block_partial_sums(kernel, kernel.loops[-2].var,
+                                                   sched.sum_blocks)
+    elif sched.sum_blocks > 1:
         kernel = transform.block_lane_sums(kernel, kernel.loops[-2].var, sched.sum_blocks,
                                            tree=sched.sum_tree)
+    if sched.lane_select:  # each result then written once: a store
+        kernel = store_once(lane_select_sums(kernel, kernel.vector_extent))
     if sched.fuse:
         kernel = transform.fuse_multiply_accumulate(kernel)
     if sched.vector_blocks > 1 and sched.vector_inner:
@@ -275,10 +291,12 @@ def kernel_candidates(kernel: Kernel, arch: ArchSpec) -> list[KernelSchedule]:
 def _unheld_candidates(kernel: Kernel, arch: ArchSpec) -> list[KernelSchedule]:
     """`kernel_candidates` before loads are held."""
     base = KernelSchedule()
+    select = lane_select_candidates(kernel, arch)  # of the kernel as it is, lane sums and all
     if any(n.op is Op.VSUM for n in kernel.nodes) and not supports(arch, "vsum"):
         base = KernelSchedule(devectorise=True)
         kernel = transform.devectorise_reduction(kernel)
-    out = [base, *_lane_sum_candidates(kernel, arch)]
+    out = [base, *_lane_sum_candidates(kernel, arch), *_partial_row_candidates(kernel, arch),
+           *select]
     if not (_fusable(kernel) and supports(arch, "macc")):
         return out
     out.append(dataclasses.replace(base, fuse=True))
@@ -475,12 +493,21 @@ def choose_schedule(program: Program, arch: ArchSpec, dataflow: str | None = Non
         program = lower_row_max(program)
     lanes = arch.pe_array.simd_lanes
     partials = (not supports(arch, "vsum") and lanes > 1
-                and any(lane_partials_apply(k, lanes) for k in program.kernels))
+                and any(lane_partials_apply(k, lanes) for k in program.kernels)
+                # one kernel whose lane sums the multiplier does (no partials through DRAM)
+                and not _lane_select_program(program, arch))
     if partials:
         program = lane_partial_sums(program, lanes)
     mapping, sched = _compile_kernels(program, arch, options)
     sched = dataclasses.replace(sched, row_max=row_max, lane_partials=partials)
     return mapping, None if sched.plain else sched
+
+
+def _lane_select_program(program: Program, arch: ArchSpec) -> bool:
+    """Whether `program` is one kernel that `lane_select_candidates` blocks: it is then
+    compiled whole, its lane sums as lane-selecting multiplies, instead of split into lane
+    partials (docs/conventions.md#lane-select-sums)."""
+    return len(program.kernels) == 1 and bool(lane_select_candidates(program.kernels[0], arch))
 
 
 def apply_schedule(program: Program, sched: ProgramSchedule | None, arch: ArchSpec) -> Program:
