@@ -6,6 +6,7 @@ import scipy.sparse as sp
 
 from dataflow.dfg.lower import lower_gemm, lower_spmm_csr
 from dataflow.mapper import map_program
+from dataflow.pe_array import fast_policy
 from dataflow.pe_array.simulate import run_array, simulate_mapping
 from dataflow.testing import assert_close
 from tests.archs import small_systolic, variant
@@ -154,9 +155,9 @@ def test_compiled_gather_equals_numpy(stride, dtype, monkeypatch):
     active = rng.integers(1, 9, 300)
     for mask in (np.ones((300, 8), bool), np.arange(8)[None, :] < active[:, None]):
         at = fast._Lanes(a0, stride, 8, mask, full=bool(mask.all()))
-        monkeypatch.setenv(fast.FOLD_JIT_ENV, "always")
+        monkeypatch.setenv(fast_policy.FOLD_JIT_ENV, "always")
         on = fast._gather(buf, at)
-        monkeypatch.setenv(fast.FOLD_JIT_ENV, "0")
+        monkeypatch.setenv(fast_policy.FOLD_JIT_ENV, "0")
         off = fast._gather(buf, at)
         want = np.where(mask, buf[a0[:, None] + stride * np.arange(8)], 0)
         assert on.dtype == off.dtype == buf.dtype

@@ -20,6 +20,7 @@ import scipy.sparse as sp
 from dataflow.dfg.domain import num_iterations
 from dataflow.dfg.graph import vector_nodes
 from dataflow.mapper import map_program
+from dataflow.pe_array import fast_policy
 from dataflow.pe_array.simulate import simulate_mapping
 from dataflow.testing import assert_close
 from dataflow.ust_frontend import NamedFormats, Tensor
@@ -380,7 +381,6 @@ def test_compiled_fold_is_exact(preset, prog, monkeypatch):
     """The compiled loops (`fast._fold_loops`, `_macc_fold_loops` with the product fused, and
     `_read_count_loops`, reads per (cycle, line) with one access per row and cycle) against
     the reference stepper, and the same result and bits as numpy's."""
-    from dataflow.pe_array import fast
     from dataflow.plan.compile import compile_program
 
     rng = np.random.default_rng(11)
@@ -393,9 +393,9 @@ def test_compiled_fold_is_exact(preset, prog, monkeypatch):
         mapping = map_program(_memo_programs()["spmm"], arch(preset))
     else:
         mapping = map_program(random_program(5), arch(preset))
-    monkeypatch.setenv(fast.FOLD_JIT_ENV, "always")
+    monkeypatch.setenv(fast_policy.FOLD_JIT_ENV, "always")
     on = assert_engines_identical(mapping)
-    monkeypatch.setenv(fast.FOLD_JIT_ENV, "0")
+    monkeypatch.setenv(fast_policy.FOLD_JIT_ENV, "0")
     off = simulate_mapping(mapping, "fast")
     assert on.to_dict() == off.to_dict()
     assert np.array_equal(on.output, off.output)
@@ -420,7 +420,7 @@ def test_shared_address_sums_are_exact(jit, monkeypatch):
                          "terms": {}})()
     terms = [fast._affine_terms(ctx, n) for n in km.kernel.nodes if n.op.value == "macc"]
     assert len(terms) > 1 and len(set(terms)) < len(terms)  # really shared
-    monkeypatch.setenv(fast.FOLD_JIT_ENV, jit)
+    monkeypatch.setenv(fast_policy.FOLD_JIT_ENV, jit)
     assert_engines_identical(mapping)
 
 
@@ -470,7 +470,7 @@ def test_grouped_macc_fold_is_exact(preset, monkeypatch):
         return group_fold(*args)
 
     monkeypatch.setattr(fast, "_group_macc_fold", counted)
-    monkeypatch.setenv(fast.FOLD_JIT_ENV, "always")
+    monkeypatch.setenv(fast_policy.FOLD_JIT_ENV, "always")
     monkeypatch.setenv(fast.MACC_GROUPS_ENV, "1")
     monkeypatch.setenv("DATAFLOW_TILE_BATCH", "0")  # memo hits tile by tile (`fast_tile.py`)
     on = assert_engines_identical(mapping)
@@ -569,7 +569,7 @@ def test_batched_memo_hits_are_exact(prog, jit, monkeypatch):
     assert any(len(km.tiles) > 1 for km in mapping.kernels)
     monkeypatch.setenv(fast.MEMO_ENV, "1")
     monkeypatch.setenv(fast.RUNS_MEMO_ENV, "1")
-    monkeypatch.setenv(fast.FOLD_JIT_ENV, jit)
+    monkeypatch.setenv(fast_policy.FOLD_JIT_ENV, jit)
     monkeypatch.setenv(fast_tile.BATCH_ENV, "1")
     fast.RUNS.clear()
     simulate_mapping(mapping, "fast")  # the memo across runs now knows every tile

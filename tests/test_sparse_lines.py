@@ -126,7 +126,7 @@ def test_line_aware_delays_spread_spare_ports_for_gathers():
     assert full[1] < full[0]
 
     def first_tile(k):  # the nonzeros in their given order (`sample_cycles` orders them)
-        from dataflow.pe_array.fast import run_kernel_fast
+        from dataflow.pe_array.fast_run import run_kernel_fast
 
         first = dataclasses.replace(k, tiles=k.tiles[:1])
         return run_kernel_fast(first, DEFAULT, prog.input_map, prog.dtype).tiles[0].compute_cycles
@@ -136,6 +136,7 @@ def test_line_aware_delays_spread_spare_ports_for_gathers():
 def test_an_array_without_vsum_runs_the_scores_as_scalar_accumulations():
     """The attention's score kernel (a `vsum` per vector) on an array with no lane-sum unit:
     the vector loop made scalar, each lane a multiply-accumulate, values as numpy."""
+    from dataflow.plan.kernel_schedule import apply_kernel_schedule
     from tests.archs import variant
 
     no_vsum = variant(**{"pe_array.functional_units": [
@@ -150,7 +151,13 @@ def test_an_array_without_vsum_runs_the_scores_as_scalar_accumulations():
     scalar = transform.devectorise_reduction(kern)
     assert scalar.vector_var is None and all(n.op is not Op.VSUM for n in scalar.nodes)
     cands = kernel_candidates(kern, no_vsum)
-    assert cands[0].devectorise and all(c.devectorise for c in cands)
+    # every candidate does without vsum: lanes made scalar, or each lane sum done by
+    # lane-selecting multiplies (docs/conventions.md#lane-select-sums)
+    assert cands[0].devectorise and all(c.devectorise or c.lane_select for c in cands)
+    assert any(c.lane_select for c in cands)
+    for c in cands:
+        body = apply_kernel_schedule(kern, c)
+        assert all(n.op is not Op.VSUM for n in body.nodes)
     import dataflow
 
     res = dataflow.simulate("attention", arch=DEFAULT, pattern="window", seq=32, dim=16)

@@ -32,7 +32,6 @@ from __future__ import annotations
 import functools
 import math
 import os
-import sys
 import time
 import weakref
 from collections import OrderedDict
@@ -42,19 +41,18 @@ import numpy as np
 
 from dataflow.arch.spec import AddressMapping, ArchSpec, SPMSpec
 from dataflow.dfg.domain import enumerate_domain
-from dataflow.dfg.graph import Node, vector_nodes
+from dataflow.dfg.graph import Node
 from dataflow.dfg.ops import Op
 from dataflow.mapper.mapping import KernelMapping, Tile
-from dataflow.pe_array import fast_reads, fast_tile  # both use this module at call time
+from dataflow.pe_array import fast_reads
 from dataflow.pe_array.common import (
     Counters,
-    buffer_arrays,
-    gather_fetch_words,
     lane_addresses,
     spm_base,
     tile_result,
 )
-from dataflow.pe_array.result import ArrayResult, TileResult
+from dataflow.pe_array.fast_policy import compiled_fold_pays, fold_spent
+from dataflow.pe_array.result import TileResult
 from dataflow.pe_array.semantics import (
     ACC_IDENTITY,
     ACC_UFUNC,
@@ -183,34 +181,6 @@ def same_word_rank(words: np.ndarray, mask: np.ndarray) -> np.ndarray:
         same = (words[:, :lane] == words[:, lane:lane + 1]) & mask[:, :lane]
         rank[:, lane] = same.sum(axis=1)
     return rank
-
-
-def run_kernel_fast(km: KernelMapping, arch: ArchSpec, inputs: dict[str, np.ndarray],
-                    dtype, memo: bool | None = None) -> ArrayResult:
-    """Run one mapped kernel a tile at a time; cycles, SPM accesses per line, output values.
-
-    `memo` (default: on unless the environment sets DATAFLOW_TILE_MEMO=0) reuses the timing of
-    an earlier tile whose address pattern is the same up to a shift the SPM cannot tell apart
-    (`_TimingMemo`); values are always computed."""
-    kernel = km.kernel
-    bufs = buffer_arrays(kernel, inputs, dtype)
-    ctx = _Kernel(km=km, arch=arch, dtype=dtype,
-                  lanes=arch.pe_array.simd_lanes if kernel.vector_var else 1,
-                  vec=frozenset(vector_nodes(kernel)), times=_issue_times(km), bufs=bufs,
-                  # indirect-DMA words per gather-fetched input
-                  fetched=gather_fetch_words(kernel, inputs, arch))
-    _group_maccs(ctx)
-    ct = Counters(arch)
-    timing = None
-    if tile_memo_enabled(memo):
-        timing = _TimingMemo(arch.spm, RUNS.tiles_of(km, arch) if runs_memo_enabled() else None)
-        if timing.prior is not None:
-            timing.layouts = RUNS.layouts_of(timing.prior, kernel)
-    if fast_tile.batch_applies(ctx, timing):  # memo hits' values in one pass (fast_tile.py)
-        ct.tiles.extend(fast_tile.run_tiles(ctx, ct, timing))
-    else:
-        ct.tiles.extend(_run_tile(ctx, ct, ti, tile, timing) for ti, tile in enumerate(km.tiles))
-    return ct.result(kernel, bufs)
 
 
 def tile_memo_enabled(memo: bool | None = None) -> bool:
@@ -672,7 +642,7 @@ def _gather(buf: np.ndarray, at: _Lanes) -> np.ndarray:
         return np.where(at.mask, buf[np.where(at.mask, addr, 0)], 0).astype(buf.dtype)
     span = (at.width - 1) * at.stride
     if (buf.ndim == 1 and int(at.a0.max()) + span < len(buf)
-            and _compiled_fold_pays(4 * at.a0.size * at.width, np.float32)):
+            and compiled_fold_pays(4 * at.a0.size * at.width, np.float32)):
         out = np.empty((len(at.a0), at.width), dtype=buf.dtype)
         _compiled_gather()(buf, at.a0, at.stride, out)
         if not at.full:
@@ -804,7 +774,7 @@ def _flushes(ctx: _Kernel, w: _Waves, vals, node: Node,
         sel = np.flatnonzero(flush)
         if key is not None:
             w.flush_sel[key] = sel
-    if node.op is Op.MACC and _compiled_fold_pays(at.mask.size, ctx.dtype):
+    if node.op is Op.MACC and compiled_fold_pays(at.mask.size, ctx.dtype):
         if node.id in ctx.macc_groups and _macc_groups_on():
             reg = _group_macc_fold(ctx, w, vals, node, at.mask.shape, sel)
         else:
@@ -825,7 +795,7 @@ def segment_fold(ufunc, identity, src: np.ndarray, ends: np.ndarray, dtype) -> n
     (runs, length, lanes) block (a reshape when every run has that length, else a gather)."""
     src = np.asarray(src)
     ragged = len(ends) > 1 and not _one_length(ends)
-    if _compiled_fold_pays(src.size, dtype, ragged):
+    if compiled_fold_pays(src.size, dtype, ragged):
         out = np.empty((len(ends),) + src.shape[1:], dtype=dtype)
         src2 = src.astype(dtype, copy=False).reshape(len(src), -1)
         _compiled_fold()(src2, np.asarray(ends, np.int64), np.dtype(dtype).type(identity),
@@ -835,7 +805,7 @@ def segment_fold(ufunc, identity, src: np.ndarray, ends: np.ndarray, dtype) -> n
     try:
         return _segment_fold_numpy(ufunc, identity, src, ends, dtype)
     finally:
-        _FOLD_SPENT["numpy_s"] += time.perf_counter() - t0
+        fold_spent["numpy_s"] += time.perf_counter() - t0
 
 
 def _segment_fold_numpy(ufunc, identity, src: np.ndarray, ends: np.ndarray, dtype):
@@ -853,37 +823,10 @@ def _segment_fold_numpy(ufunc, identity, src: np.ndarray, ends: np.ndarray, dtyp
     return reg
 
 
-#: seconds numba's start-up costs a process that has not loaded it (`systolic.NUMBA_STARTUP_S`)
-NUMBA_STARTUP_S = 0.9
-#: seconds numpy's fold takes per element (2-core dev box: 2-6 ns; numba's loop: under 1 ns)
-NUMPY_FOLD_S_PER_ELEMENT = 3e-9
-#: once numba is loaded, folds of more elements than this run compiled
-NUMPY_MAX_FOLD = 1 << 14
-#: numpy seconds spent folding in this process; the environment variable DATAFLOW_FOLD_JIT=0
-#: keeps every fold in numpy, =always compiles every float fold (tests compare the two)
-_FOLD_SPENT = {"numpy_s": 0.0}
-FOLD_JIT_ENV = "DATAFLOW_FOLD_JIT"
-
-
 def _one_length(ends: np.ndarray) -> bool:
     """Whether the runs ending at `ends` all have one length."""
     return bool(ends[0] + 1 == ends[1] - ends[0]
                 and (len(ends) == 2 or np.all(np.diff(ends) == ends[1] - ends[0])))
-
-
-def _compiled_fold_pays(size: int, dtype, ragged: bool = False) -> bool:
-    """Rent or buy, as `systolic._use_numba`: a float fold runs compiled once numba is loaded
-    (above NUMPY_MAX_FOLD elements, or of runs of several lengths, which numpy folds one
-    length at a time), or when numpy's time for it and the folds before would pass numba's
-    start-up; never with DATAFLOW_FOLD_JIT=0, always with =always."""
-    choice = os.environ.get(FOLD_JIT_ENV, "").strip().lower()
-    if np.dtype(dtype).kind != "f" or choice in ("0", "false", "no", "off"):
-        return False
-    if choice == "always":
-        return True
-    if "numba" in sys.modules:
-        return size > NUMPY_MAX_FOLD or ragged
-    return _FOLD_SPENT["numpy_s"] + size * NUMPY_FOLD_S_PER_ELEMENT > NUMBA_STARTUP_S
 
 
 def _fold_loops(src, ends, ident, is_max, out):  # pragma: no cover - compiled by numba

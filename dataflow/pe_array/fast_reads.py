@@ -9,7 +9,7 @@ import functools
 import numpy as np
 
 from dataflow.arch.spec import SPMSpec
-from dataflow.pe_array import fast  # its fold policy, read at call time
+from dataflow.pe_array.fast_policy import compiled_fold_pays
 from dataflow.spm.lines import line_of_row
 
 
@@ -35,7 +35,7 @@ def _compiled_read_counts(reads, spm: SPMSpec, n_cycles: int) -> np.ndarray | No
     if not reads:
         return None
     total = sum(len(c) for c, _ in reads)
-    if not fast._compiled_fold_pays(4 * total, np.float32):
+    if not compiled_fold_pays(4 * total, np.float32):
         return None
     cyc = np.concatenate([c for c, _ in reads])
     row = np.concatenate([r for _, r in reads])

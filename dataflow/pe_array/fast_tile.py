@@ -39,6 +39,7 @@ import numpy as np
 from dataflow.dfg.ops import Op
 from dataflow.pe_array import fast, fast_tile_jit
 from dataflow.pe_array.common import Counters, lane_addresses, spm_base, tile_result
+from dataflow.pe_array.fast_policy import FOLD_JIT_ENV, compiled_fold_pays
 from dataflow.pe_array.result import TileResult
 from dataflow.pe_array.semantics import (
     ACC_IDENTITY,
@@ -261,7 +262,7 @@ def _commit_batch(ctx, pending: list[tuple]) -> None:
             flush[:-1] = (a[1:] != a[:-1]) | (copy[1:] != copy[:-1])
             flush[ends] = True
             sel = np.flatnonzero(flush)
-            if node.op is Op.MACC and fast._compiled_fold_pays(at.mask.size, ctx.dtype):
+            if node.op is Op.MACC and compiled_fold_pays(at.mask.size, ctx.dtype):
                 reg = fast._macc_fold(ctx, vals, node, at.mask.shape, sel)
             else:
                 src = fast._lane_values(vals, node, at.mask, ctx.dtype)
@@ -299,11 +300,11 @@ COMPILED_MIN_WORK = 1 << 20
 
 
 def _compiled_pays(work: int) -> bool:
-    """The folds' switch (`fast.FOLD_JIT_ENV`: 0 never, always) decides first; else compiled
+    """The folds' switch (`FOLD_JIT_ENV`: 0 never, always) decides first; else compiled
     once numba is loaded, or for a pass of at least `COMPILED_MIN_WORK` element steps: numpy
     spends some 3-5 ns on each (several ms a pass), and a memo-hit pass is a warm repeat of
     a kernel, which a process running it once does not get to."""
-    choice = os.environ.get(fast.FOLD_JIT_ENV, "").strip().lower()
+    choice = os.environ.get(FOLD_JIT_ENV, "").strip().lower()
     if choice in ("0", "false", "no", "off"):
         return False
     return choice == "always" or "numba" in sys.modules or work >= COMPILED_MIN_WORK

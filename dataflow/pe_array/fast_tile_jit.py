@@ -24,6 +24,7 @@ from collections import OrderedDict
 import numpy as np
 
 from dataflow.dfg.ops import Op
+from dataflow.pe_array import fast
 
 _ARITH = {Op.CONST: 0, Op.MUL: 2, Op.ADD: 3, Op.SUB: 4, Op.MAC: 5, Op.MAX: 6, Op.DIV: 7,
           Op.VSUM: 8, Op.ROUTE: 9, Op.BFLY: 10}
@@ -94,8 +95,6 @@ def program(ctx, shape_of) -> dict | None:
             if n.op is Op.BFLY:
                 cval[j] = np.float32(n.value)
             continue
-        from dataflow.pe_array import fast
-
         w_, s_ = shape_of(ctx, n)
         width[j], lstride[j] = w_, s_
         mterm[j] = terms.setdefault(fast._affine_terms(ctx, n), len(terms))

@@ -15,7 +15,7 @@ from dataflow.pe_array.assemble import (  # noqa: F401 (area_breakdown, energy_b
     assemble_result,
     energy_breakdown,
 )
-from dataflow.pe_array.fast import run_kernel_fast
+from dataflow.pe_array.fast_run import run_kernel_fast
 from dataflow.pe_array.result import ArrayResult, KernelResult, Roofline, SimResult, TileResult
 from dataflow.pe_array.roofline import kernel_roofline, program_roofline
 from dataflow.pe_array.systolic_timing import memory_notes

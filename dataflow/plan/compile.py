@@ -29,11 +29,10 @@ import dataclasses
 from dataclasses import dataclass
 
 from dataflow.arch.spec import ArchSpec, PEKind
-from dataflow.dfg import block_partials, transform
+from dataflow.dfg import transform
 from dataflow.dfg.graph import DFGError, Kernel, Program
 from dataflow.dfg.lane_partials import applies as lane_partials_apply
 from dataflow.dfg.lane_partials import lane_partial_sums
-from dataflow.dfg.lane_select import lane_select_sums, store_once
 from dataflow.dfg.lower import gemm_kernel
 from dataflow.dfg.ops import Op
 from dataflow.dfg.row_max import has_accmax, lower_row_max
@@ -49,6 +48,11 @@ from dataflow.plan.gemm_schedule import (
     best_copies,
     compile_gemm,
     supports,
+)
+from dataflow.plan.kernel_schedule import (
+    KernelSchedule,
+    apply_kernel_schedule,
+    vectorise_innermost,
 )
 from dataflow.plan.lane_candidates import _partial_row_candidates, lane_select_candidates
 from dataflow.plan.retime import (
@@ -66,65 +70,6 @@ from dataflow.plan.retime import (
 VECTOR_BLOCKS = (2, 4, 8)
 #: blocking factors tried for a lane-sum reduction's chunk loop
 SUM_BLOCKS = (2, 4, 8, 16)
-
-
-@dataclass(frozen=True)
-class KernelSchedule:
-    """One kernel's generic transformations: `fuse` each mul into its acc; split the vector
-    loop into `vector_blocks` outer blocks (unroll-and-jam)."""
-
-    fuse: bool = False
-    vector_blocks: int = 1
-    # > 0: the innermost (reduction) loop split by this many lanes and made the vector loop
-    reduce_lanes: int = 0
-    # > 1: the loop outside the vector loop blocked by this factor, its lane sums merged
-    # (`transform.block_lane_sums`, docs/conventions.md#sparse-line-model)
-    sum_blocks: int = 1
-    # the vector loop made scalar, each lane sum gone (an array without a `vsum` unit:
-    # `transform.devectorise_reduction`)
-    devectorise: bool = False
-    copies: int = 0  # body copies asked of the mapper (`gemm_schedule.best_copies`); 0: its own
-    # > 0 (the lanes): the vector blocks are neighbouring vectors, one SPM row apart, not
-    # blocks extent / vector_blocks apart, whose rows can share a line
-    # (docs/conventions.md#sparse-line-model)
-    vector_inner: int = 0
-    # the row-blocked SDDMM (`_held_row_candidates`, docs/conventions.md#held-loads): the
-    # blocked lane sums added as a tree (`block_lane_sums(tree=True)`); > 0 (the lanes): the
-    # loads invariant over the innermost moving loop held (`transform.hold_invariant_loads`);
-    # the mapper issues source loads as late as their consumers allow (`late_sources`)
-    sum_tree: bool = False
-    hold: int = 0
-    late_sources: bool = False
-    # each lane sum done by lane-selecting multiplies (an array without `vsum`:
-    # `lane_select.lane_select_sums`, docs/conventions.md#lane-select-sums)
-    lane_select: bool = False
-
-    @property
-    def plain(self) -> bool:
-        return self == KernelSchedule()
-
-    def label(self) -> str:
-        if self.plain:
-            return "as lowered"
-        parts = ["macc"] if self.fuse else []
-        if self.vector_blocks > 1:
-            parts.append(f"vector loop in {self.vector_blocks} blocks")
-        if self.reduce_lanes:
-            parts.append(f"reduction vectorised over {self.reduce_lanes} lanes")
-        if self.sum_blocks > 1:
-            parts.append(f"lane sums blocked by {self.sum_blocks}"
-                         + (" as a tree" if self.sum_tree else ""))
-        if self.lane_select:
-            parts.append("lane sums as lane-selecting multiplies (no vsum unit)")
-        if self.hold:
-            parts.append("invariant loads held")
-        if self.late_sources:
-            parts.append("source loads late")
-        if self.devectorise:
-            parts.insert(0, "lane sums as scalar accumulation (no vsum unit)")
-        if self.copies:
-            parts.append(f"{self.copies} copies sharing the PEs")
-        return ", ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -156,52 +101,8 @@ class ProgramSchedule:
                 and not self.row_max_fused)
 
 
-def apply_kernel_schedule(kernel: Kernel, sched: KernelSchedule) -> Kernel:
-    if sched.devectorise:
-        kernel = transform.devectorise_reduction(kernel)
-    if sched.reduce_lanes:
-        kernel = _vectorise_innermost(kernel, sched.reduce_lanes)
-    if sched.sum_blocks > 1 and not any(n.op is Op.VSUM for n in kernel.nodes):
-        # a lane-partials kernel (no lane sum): its accumulations merged
-        # (docs/conventions.md#row-blocked-lane-partials)
-        kernel = block_partials.block_partial_sums(kernel, kernel.loops[-2].var,
-                                                   sched.sum_blocks)
-    elif sched.sum_blocks > 1:
-        kernel = transform.block_lane_sums(kernel, kernel.loops[-2].var, sched.sum_blocks,
-                                           tree=sched.sum_tree)
-    if sched.lane_select:  # each result then written once: a store
-        kernel = store_once(lane_select_sums(kernel, kernel.vector_extent))
-    if sched.fuse:
-        kernel = transform.fuse_multiply_accumulate(kernel)
-    if sched.vector_blocks > 1 and sched.vector_inner:
-        kernel = _neighbouring_vector_blocks(kernel, sched.vector_blocks, sched.vector_inner)
-    elif sched.vector_blocks > 1:
-        kernel = transform.unroll_and_jam(kernel, kernel.vector_var, sched.vector_blocks,
-                                          inner=False)
-    if sched.hold:
-        kernel = transform.hold_invariant_loads(kernel, sched.hold)
-    return kernel
-
-
-def _neighbouring_vector_blocks(kernel: Kernel, blocks: int, lanes: int) -> Kernel:
-    """The vector loop split into vectors of `lanes` (`split`) and the loop over vectors
-    unrolled-and-jammed by `blocks` (inner): one iteration covers `blocks` consecutive vectors,
-    consecutive SPM rows on consecutive lines."""
-    split = transform.split(kernel, kernel.vector_var, lanes)
-    pos = next(i for i, lp in enumerate(split.loops) if lp.var == split.vector_var)
-    return transform.unroll_and_jam(split, split.loops[pos - 1].var, blocks, inner=True)
-
-
 def _fusable(kernel: Kernel) -> bool:
     return any(n.op is Op.ACC and kernel.nodes[n.inputs[0]].op is Op.MUL for n in kernel.nodes)
-
-
-def _vectorise_innermost(kernel: Kernel, lanes: int) -> Kernel:
-    """A scalar kernel's innermost loop (a reduction) split by `lanes`, its inner half the
-    vector loop with a lane sum before each accumulation (`transform.vectorise_reduction`)."""
-    var = kernel.loops[-1].var
-    split = transform.split(kernel, var, lanes)
-    return transform.vectorise_reduction(split, split.loops[-1].var)
 
 
 def _lane_sum_candidates(kernel: Kernel, arch: ArchSpec) -> list[KernelSchedule]:
@@ -216,7 +117,7 @@ def _lane_sum_candidates(kernel: Kernel, arch: ArchSpec) -> list[KernelSchedule]
         if len(kernel.loops) < 2 or not lp.is_dense or lp.extent % lanes:
             return []
         try:
-            body, base = _vectorise_innermost(kernel, lanes), lanes
+            body, base = vectorise_innermost(kernel, lanes), lanes
         except DFGError:
             return []
     out = [KernelSchedule(reduce_lanes=base)] if base else []

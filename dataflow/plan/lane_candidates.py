@@ -12,6 +12,7 @@ from dataflow.dfg import block_partials
 from dataflow.dfg.graph import DFGError, Kernel
 from dataflow.dfg.ops import Op
 from dataflow.plan.gemm_schedule import supports
+from dataflow.plan.kernel_schedule import KernelSchedule, apply_kernel_schedule, vectorise_innermost
 
 #: copies asked of the mapper for a row-blocked lane-partials body, besides its own choice
 PARTIAL_ROW_COPIES = (2, 3, 4)
@@ -24,18 +25,16 @@ def _partial_row_candidates(kernel: Kernel, arch: ArchSpec) -> list:
     (`block_partials.block_partial_sums`), the row of A held, source loads late. The body (29
     nodes at k = 64) fits the PEs' issue slots, not one node a PE: the mapper's own copies and
     a few more sharing the PEs at a longer II."""
-    from dataflow.plan import compile  # the schedule type (compile imports this module)
-
     slots = arch.pe_array.num_pes * arch.pe_array.issue_width
     # the partials exist only without `vsum`; a long chunk loop makes a body past the slots
     if supports(arch, "vsum") or not block_partials.applies(kernel) \
             or 3 * kernel.loops[-2].extent > slots:
         return []
     outer, lanes = kernel.loops[-2], arch.pe_array.simd_lanes
-    sched = compile.KernelSchedule(sum_blocks=outer.extent, sum_tree=True, hold=lanes,
+    sched = KernelSchedule(sum_blocks=outer.extent, sum_tree=True, hold=lanes,
                                    late_sources=True)
     try:
-        body = compile.apply_kernel_schedule(kernel, sched)
+        body = apply_kernel_schedule(kernel, sched)
     except DFGError:
         return []
     if not any(n.hold for n in body.nodes) or len(body.nodes) > slots:
@@ -48,8 +47,6 @@ def lane_select_candidates(kernel: Kernel, arch: ArchSpec) -> list:
     with each lane sum done by lane-selecting multiplies (docs/conventions.md#lane-select-sums),
     one kernel instead of the lane partials' two; the mapper's own copies and a few more
     sharing the PEs. A scalar reduction is vectorised first; [] where it does not apply."""
-    from dataflow.plan import compile  # the schedule type (compile imports this module)
-
     if supports(arch, "vsum") or not supports(arch, "mul"):
         return []
     lanes, base, body = arch.pe_array.simd_lanes, 0, kernel
@@ -58,7 +55,7 @@ def lane_select_candidates(kernel: Kernel, arch: ArchSpec) -> list:
         if len(kernel.loops) < 2 or not lp.is_dense or lp.extent % lanes:
             return []
         try:
-            body, base = compile._vectorise_innermost(kernel, lanes), lanes
+            body, base = vectorise_innermost(kernel, lanes), lanes
         except DFGError:
             return []
     if body.vector_var is None or body.loops[-1].var != body.vector_var \
@@ -69,11 +66,11 @@ def lane_select_candidates(kernel: Kernel, arch: ArchSpec) -> list:
     slots = arch.pe_array.num_pes * arch.pe_array.issue_width
     if not outer.is_dense or outer.extent < 2 or 3 * outer.extent > slots:
         return []
-    sched = compile.KernelSchedule(reduce_lanes=base, sum_blocks=outer.extent,
+    sched = KernelSchedule(reduce_lanes=base, sum_blocks=outer.extent,
                                    sum_tree=True, hold=lanes, late_sources=True,
                                    lane_select=True)
     try:
-        blocked = compile.apply_kernel_schedule(kernel, sched)
+        blocked = apply_kernel_schedule(kernel, sched)
     except DFGError:
         return []
     if not any(n.hold for n in blocked.nodes) or len(blocked.nodes) > slots:

@@ -33,7 +33,7 @@ from dataflow.mapper.legality import check_kernel_mapping
 from dataflow.mapper.mapping import KernelMapping, MappingError
 from dataflow.mapper.schedule import issue_copies, rec_mii, res_mii
 from dataflow.pe_array.common import spm_base
-from dataflow.pe_array.fast import run_kernel_fast
+from dataflow.pe_array.fast_run import run_kernel_fast
 from dataflow.plan.gather_lines import ordered_inputs
 from dataflow.plan.line_schedule import LINE_NOTE, line_aware_delays
 from dataflow.spm.lines import line_of_row
