@@ -68,35 +68,39 @@ def find_cover(pos: np.ndarray, crd: np.ndarray, m: int, n: int, lanes: int = 8)
 
 
 def filler_bias(pos: np.ndarray, crd: np.ndarray, m: int, edge: int, bpos: np.ndarray,
-                bcrd: np.ndarray, dtype=np.float32) -> np.ndarray:
-    """The `bias` input (module docstring): blocks in CSC order (by key block, then panel, the
-    sddmm's order of the scores), each edge x edge in strip layout [key k][query row r]; 0
-    where row b tr + r attends key b bcrd + k, -inf elsewhere."""
+                bcrd: np.ndarray, dtype=np.float32) -> tuple[np.ndarray, np.ndarray]:
+    """(table, pattern): the fillers' bias (module docstring) as a table of the distinct
+    blocks' biases, each edge x edge in strip layout [key k][query row r] (0 where row
+    b tr + r attends key b bcrd + k, -inf elsewhere), and each covering block's entry in
+    the table, blocks in CSC order (by key block, then panel: the sddmm's order of the
+    scores). A window's interior panels repeat the same three blocks, so the table is a few
+    blocks, not one per covering block: the softmax gathers its rows through `pattern` as it
+    gathers the scores through `cidx`."""
     npanel = m // edge
     brow = np.repeat(np.arange(npanel, dtype=np.int64), np.diff(bpos))
     csc_keys = np.sort(np.asarray(bcrd, dtype=np.int64) * npanel + brow)
     rows = np.repeat(np.arange(m, dtype=np.int64), np.diff(pos))
     cols = np.asarray(crd, dtype=np.int64)
     q = np.searchsorted(csc_keys, (cols // edge) * npanel + rows // edge)
-    bias = np.full((len(csc_keys), edge, edge), -np.inf, dtype=dtype)
-    bias[q, cols % edge, rows % edge] = 0.0
-    return bias.ravel()
+    attended = np.zeros((len(csc_keys), edge * edge), dtype=bool)
+    attended[q, (cols % edge) * edge + rows % edge] = True
+    distinct, pattern = np.unique(attended, axis=0, return_inverse=True)
+    table = np.where(distinct, 0.0, -np.inf).astype(dtype)
+    return table.ravel(), np.asarray(pattern, dtype=np.int64).ravel()
 
 
-def biased(nodes: list[Node], score: int, addr: Addr, index: int | None = None) -> int:
-    """Append to `nodes` the bias of score node `score` (loaded at `addr`, or gathered through
-    index node `index` as the scores are) and their sum; returns the sum's id."""
+def biased(nodes: list[Node], score: int, index: int, addr: Addr) -> int:
+    """Append to `nodes` the bias of score node `score` (gathered from the table through
+    index node `index`, the block's pattern, at `addr`) and their sum; returns the sum's id."""
     b, s = len(nodes), len(nodes) + 1
-    if index is None:
-        nodes.append(Node(b, Op.LOAD, buffer="bias", addr=addr, name="bias"))
-    else:
-        nodes.append(Node(b, Op.GATHER, (index,), buffer="bias", addr=addr, name="bias"))
-    nodes.append(Node(s, Op.ADD, (score, b), name="s+bias"))
+    nodes += [Node(b, Op.GATHER, (index,), buffer="bias", addr=addr, name="bias"),
+              Node(s, Op.ADD, (score, b), name="s+bias")]
     return s
 
 
-def bias_buffer(size: int) -> Buffer:
-    return Buffer("bias", size)
+def bias_buffers(table: int, blocks: int, index: str) -> list[Buffer]:
+    """The bias table (`table` words) and the blocks' pattern index named `index`."""
+    return [Buffer(index, blocks), Buffer("bias", table)]
 
 
 __all__ = ["COVER_EDGES", "cover_structure", "filler_bias", "find_cover", "useful_fraction"]

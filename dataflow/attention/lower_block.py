@@ -43,7 +43,7 @@ import math
 
 import numpy as np
 
-from dataflow.attention.block_fill import bias_buffer, biased, cover_structure, filler_bias
+from dataflow.attention.block_fill import bias_buffers, biased, cover_structure, filler_bias
 from dataflow.dfg.graph import Addr, Buffer, DFGError, Kernel, Loop, Node, Program
 from dataflow.dfg.lower import run_passes
 from dataflow.dfg.ops import Op
@@ -139,11 +139,12 @@ def _strip_kernel(name: str, m: int, bh: int, bpos: np.ndarray, nodes, buffers,
                   domain_arrays=(("tile_pos", np.asarray(bpos, dtype=np.int64)),))
 
 
-def strip_softmax_kernels(m: int, bh: int, bpos: np.ndarray, scale: float, bias: bool = False):
+def strip_softmax_kernels(m: int, bh: int, bpos: np.ndarray, scale: float, bias: int = 0):
     """`softmax_max` and `softmax_exp` over the strips of each panel (module docstring, steps
     2-3): the scores gathered from their CSC place (`cidx`, one SPM row per gather), the
     probabilities E stored in CSR order (each panel's strips together, for the PV). `bias`:
-    the fillers' bias (`block_fill.py`) gathered as the scores are and added to them."""
+    the words of the fillers' bias table (`block_fill.py`; 0: none), gathered through each
+    block's pattern (`bpat`, CSR order) and added to the scores."""
     blocks = int(bpos[-1])
     size = blocks * bh * bh
     st = Addr((("p", bh * bh), ("k", bh), ("r", 1)))
@@ -153,9 +154,12 @@ def strip_softmax_kernels(m: int, bh: int, bpos: np.ndarray, scale: float, bias:
     def scores():
         nodes = [Node(0, Op.LOAD, buffer="cidx", addr=Addr((("p", 1),)), name="csc[p]"),
                  Node(1, Op.GATHER, (0,), buffer="St", addr=gaddr, name="s")]
-        return nodes, (biased(nodes, 1, gaddr, index=0) if bias else 1)
+        if not bias:
+            return nodes, 1
+        nodes.append(Node(2, Op.LOAD, buffer="bpat", addr=Addr((("p", 1),)), name="pat[p]"))
+        return nodes, biased(nodes, 1, 2, gaddr)
 
-    extra = [bias_buffer(size)] if bias else []
+    extra = bias_buffers(bias, blocks, "bpat") if bias else []
     nodes, s_ = scores()
     mx = len(nodes)
     nodes.append(Node(mx, Op.ACC_MAX, (s_,), buffer="rowmax", addr=row, name="max="))
@@ -183,7 +187,7 @@ def strip_softmax_kernels(m: int, bh: int, bpos: np.ndarray, scale: float, bias:
 LEVEL_WIDTH = 8
 
 
-def strip_max_levels(m: int, bh: int, bpos: np.ndarray, cidx: np.ndarray, bias: bool = False):
+def strip_max_levels(m: int, bh: int, bpos: np.ndarray, cidx: np.ndarray, bias: int = 0):
     """(kernels, inputs): the strips' row maximum without an accmax unit (the MLX preset;
     docs/conventions.md#block-attention), from loads, gathers, `max` and stores. Level 0
     (`softmax_max`) takes each kept block's maximum over its bh key strips (affine: a block's
@@ -196,8 +200,10 @@ def strip_max_levels(m: int, bh: int, bpos: np.ndarray, cidx: np.ndarray, bias: 
     nodes = [Node(k, Op.LOAD, buffer="St", addr=Addr((("o", bh * bh), ("r", 1)), const=k * bh),
                   name=f"s{k}") for k in range(bh)]
     leaves = list(nodes)
-    if bias:  # the fillers' bias, in the scores' order and layout (`block_fill.py`)
-        leaves = [nodes[biased(nodes, k, nodes[k].addr)] for k in range(bh)]
+    if bias:  # the fillers' bias (`block_fill.py`), the blocks' patterns in CSC order
+        nodes.append(Node(bh, Op.LOAD, buffer="bpat_c", addr=Addr((("o", 1),)), name="pat[o]"))
+        leaves = [nodes[biased(nodes, k, bh, Addr((("r", 1),), const=k * bh,
+                                                  index_stride=bh * bh))] for k in range(bh)]
     nodes += _max_tree(leaves, start=len(nodes))
     counts = np.diff(bpos)
     items = int(bpos[-1])
@@ -208,7 +214,7 @@ def strip_max_levels(m: int, bh: int, bpos: np.ndarray, cidx: np.ndarray, bias: 
     kernels = [Kernel(name="softmax_max", loops=(Loop("o", items), Loop("r", bh)),
                       nodes=tuple(nodes),
                       buffers=(Buffer("St", items * bh * bh),
-                               *([bias_buffer(items * bh * bh)] if bias else []),
+                               *(bias_buffers(bias, items, "bpat_c") if bias else []),
                                Buffer(out_buf, out_size, "output", init=-math.inf)),
                       vector_var="r")]
     inputs = []
@@ -381,7 +387,7 @@ def lower_attention_block(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos: np.n
         cover = cover_structure(pos, crd, m, n, edge, lanes)
         if cover is not None:
             got = cover
-            bias = filler_bias(pos, crd, m, edge, *cover, dtype=dtype)
+            bias, pattern = filler_bias(pos, crd, m, edge, *cover, dtype=dtype)
     if got is None:
         raise DFGError("block lowering needs a mask of whole aligned blocks whose edge is a "
                        f"multiple of {BODY_ROWS} (bigbird), or fill=True and a mask whose "
@@ -401,10 +407,13 @@ def lower_attention_block(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos: np.n
     cpos = np.concatenate(([0], np.cumsum(np.bincount(bcrd, minlength=n // bh))))
     scale = 1.0 / math.sqrt(d)
     filled = bias is not None
-    smax, sexp = strip_softmax_kernels(m, bh, bpos, scale, bias=filled)
-    smax, extra = ((smax,), ()) if accmax else strip_max_levels(m, bh, bpos, cidx, filled)
-    if filled:
-        extra = (*extra, ("bias", bias))
+    table = len(bias) if filled else 0
+    smax, sexp = strip_softmax_kernels(m, bh, bpos, scale, bias=table)
+    smax, extra = ((smax,), ()) if accmax else strip_max_levels(m, bh, bpos, cidx, table)
+    if filled:  # the table, the blocks' patterns in CSR order (softmax) and CSC (level 0)
+        extra = (*extra, ("bias", bias), ("bpat", pattern[cidx]))
+        if not accmax:
+            extra = (*extra, ("bpat_c", pattern))
     kernels = (block_sddmm_kernel(m, n, d, bh, cpos), *smax, sexp,
                normalised_pv_kernel(m, n, dv, bh, kpos))
     if on_chip:  # the intermediates never cross the DRAM interface

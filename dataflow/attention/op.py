@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from dataflow.arch import resolve_arch
+from dataflow.attention.block_fill import find_cover, useful_fraction
 from dataflow.attention.lower import lower_attention
 from dataflow.attention.lower_block import find_blocks, held_words, lower_attention_block
 from dataflow.attention.lower_dia import band_offsets, lower_attention_dia
@@ -27,7 +28,7 @@ from dataflow.ust_frontend.tensor import Tensor
 # so its source hash goes into the op name (and thus the plan key): editing it retires old plans.
 _LOWERING_SHA = hashlib.sha256(b"".join(
     (Path(__file__).resolve().parent / f).read_bytes()
-    for f in ("lower.py", "lower_dia.py", "lower_block.py")
+    for f in ("lower.py", "lower_dia.py", "lower_block.py", "block_fill.py")
 )).hexdigest()[:12]
 LOWERINGS = ("csr", "dia", "block", "auto", "default")
 #: SIMD lanes the block lowering's bodies take (one SPM row of a strip: `lower_block.BODY_ROWS`)
@@ -35,6 +36,10 @@ BLOCK_LANES = 8
 #: most of the SPM the block lowering's held intermediates may take (the rest: the kernels'
 #: streamed windows)
 ON_CHIP_FRACTION = 0.75
+#: least useful fraction (attended / covered entries) at which `auto` and `default` run a mask
+#: that is not whole blocks through the block lowering with masked fillers, by whether the
+#: array has an accmax unit (docs/conventions.md#block-attention, "Filler blocks"; measured)
+FILL_THRESHOLD = {"accmax": 0.5, "no_accmax": 0.5}
 
 
 class SparseAttention(_StatefulOp):
@@ -56,6 +61,7 @@ class SparseAttention(_StatefulOp):
         self._lanes = None
         self._capacity = None
         self._accmax = True
+        self._fill = False
         self.requested_lowering = lowering
         self.reset_operands(q, k, v, pos, crd)
 
@@ -75,6 +81,7 @@ class SparseAttention(_StatefulOp):
         self.mask = Tensor(NamedFormats.CSR, shape, [None, self.pos], [None, self.crd],
                            np.ones(len(self.crd), dtype=np.float32))
         self._blocks = None
+        self._fill = False
         self._resolve()
 
     def _resolve(self) -> None:
@@ -84,14 +91,21 @@ class SparseAttention(_StatefulOp):
         self.lowering = self.requested_lowering
         if self.lowering in ("block", "auto", "default") and self._blocks is None:
             self._blocks = find_blocks(self.pos, self.crd, *shape) or ()
+            self._fill = False
+            if not self._blocks:  # covered by the blocks it touches, fillers masked
+                self._blocks = find_cover(self.pos, self.crd, *shape) or ()
+                self._fill = bool(self._blocks)
         lanes_ok = self._lanes in (None, BLOCK_LANES)
         # picked (auto, default) only where some block is left out: a mask of every block
         # (dense) would copy all of K once per panel into K_c
         sparse = bool(self._blocks) and len(self._blocks[2]) < (shape[0] * shape[1]
                                                                   // self._blocks[0] ** 2)
+        if self._fill:  # and, with fillers, only where enough of the blocks is attended
+            sparse = sparse and self.useful_fraction() >= self._fill_threshold()
         if self.lowering == "block" and not (self._blocks and lanes_ok):
             raise UserError("lowering='block' needs a mask of whole aligned blocks whose edge "
-                             f"is a multiple of {BLOCK_LANES} (bigbird) on an array of "
+                             f"is a multiple of {BLOCK_LANES} (bigbird), or one whose touched "
+                             "blocks' rows each attend a key, on an array of "
                              f"{BLOCK_LANES} SIMD lanes; use lowering='csr' or 'auto'")
         if self.lowering == "default":
             self.lowering = "block" if sparse and lanes_ok else "csr"
@@ -102,9 +116,12 @@ class SparseAttention(_StatefulOp):
                                  "diagonals (window, dilated); use lowering='csr' or 'auto'")
             # auto: DIA walks T * seq positions, fillers included; worth it while they are few
             # (a narrow band), not for e.g. the dense mask (2 seq - 1 diagonals, half fillers)
+            # (filler blocks picked are measured faster than dia, `FILL_THRESHOLD`)
             if self.lowering == "auto":
                 few = band is not None and band[2] * shape[0] <= 1.5 * len(self.crd)
-                self.lowering = "dia" if few else "block" if sparse and lanes_ok else "csr"
+                self.lowering = ("block" if sparse and lanes_ok and self._fill
+                                 else "dia" if few
+                                 else "block" if sparse and lanes_ok else "csr")
         # the block lowering hands its intermediates over in the SPM when they fit
         # (`lower_block.held_words`), else through DRAM: part of the plan's name
         where = ""
@@ -112,11 +129,24 @@ class SparseAttention(_StatefulOp):
             where = ":dram"
         self.op = f"attention:{self.lowering}{where}:{_LOWERING_SHA}"
 
+    def useful_fraction(self) -> float:
+        """Attended entries over the block lowering's covered entries (1.0: whole blocks)."""
+        if not self._blocks:
+            return 0.0
+        return useful_fraction(len(self.crd), len(self._blocks[2]), self._blocks[0])
+
+    def _fill_threshold(self) -> float:
+        """The useful fraction from which filler blocks are picked on this array
+        (`FILL_THRESHOLD`, by whether it has an accmax unit)."""
+        return FILL_THRESHOLD["accmax" if self._accmax else "no_accmax"]
+
     def _on_chip(self) -> bool:
         if self._capacity is None or not self._blocks:
             return True
         edge, _, bcrd = self._blocks
         held = held_words(self.q.shape[0], edge, len(bcrd))
+        if not self._accmax:  # St goes by DRAM there (`lower_attention_block`)
+            held -= len(bcrd) * edge * edge
         # beside the widest whole operand: Q (gathered by the sddmm) or V (by the spmm)
         whole = max(self.q.size, self.v.size)
         return held + whole <= ON_CHIP_FRACTION * self._capacity
@@ -141,7 +171,7 @@ class SparseAttention(_StatefulOp):
         if self.lowering == "block":
             return lower_attention_block(self.q, self.k, self.v, self.pos, self.crd,
                                          edge=self._blocks[0], on_chip=self._on_chip(),
-                                         accmax=self._accmax)
+                                         accmax=self._accmax, fill=self._fill)
         low = lower_attention_dia if self.lowering == "dia" else lower_attention
         return low(self.q, self.k, self.v, self.pos, self.crd, lanes=self._lanes or 1)
 
