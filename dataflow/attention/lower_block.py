@@ -317,21 +317,31 @@ def _align(words: int) -> int:
     return -(-words // HELD_ALIGN) * HELD_ALIGN
 
 
-def held_layout(m: int, bh: int, blocks: int) -> dict[str, tuple[int, int]]:
+def held_layout(m: int, bh: int, blocks: int,
+                q_words: int | None = None) -> dict[str, tuple[int, int]]:
     """(size, spm_base) of each buffer handed from kernel to kernel in the SPM
     (docs/conventions.md#moe-buffers-handed-over-in-the-spm): the probabilities E
     (softmax_exp -> spmm) and the row sums from word 0, so the spmm's held words are one run
-    from the bottom; the row maxima, then the scores St (sddmm -> both softmax kernels)."""
+    from the bottom; the row maxima, then the scores St (sddmm -> both softmax kernels).
+    `q_words` (no accmax unit, where V is not loaded early): the sddmm's Q_p held from word
+    0 too (below St, where E and the sums go once it is dead), St and the row maxima above
+    the larger of the two, so no kernel leaves a gap under its held words."""
     st = blocks * bh * bh
     out = {"E": (st, 0), "rowsum": (m, _align(st))}
+    if q_words is not None:
+        out["Q_p"] = (q_words, 0)
+        base = _align(max(q_words, _align(st) + m))
+        out["St"] = (st, base)
+        out["rowmax"] = (m, _align(base + st))
+        return out
     out["rowmax"] = (m, _align(_align(st) + m))
     out["St"] = (st, _align(_align(_align(st) + m) + m))
     return out
 
 
-def held_words(m: int, bh: int, blocks: int) -> int:
+def held_words(m: int, bh: int, blocks: int, q_words: int | None = None) -> int:
     """The SPM words the held buffers span (`held_layout`)."""
-    lay = held_layout(m, bh, blocks)
+    lay = held_layout(m, bh, blocks, q_words)
     return max(base + size for size, base in lay.values())
 
 
@@ -351,7 +361,7 @@ def _early_v(kernels: tuple[Kernel, ...], size: int, base: int) -> tuple[Kernel,
     (docs/conventions.md#block-attention)."""
     out = []
     for kr in kernels:
-        if kr.name in ("softmax_max", "softmax_exp"):
+        if kr.name.startswith("softmax_"):  # the max's levels too (no accmax unit)
             fetch = "keep" if kr.name == "softmax_max" else "on_chip"
             kr = dataclasses.replace(kr, buffers=(*kr.buffers, Buffer("V", size, fetch=fetch,
                                                                         spm_base=base)))
@@ -417,12 +427,18 @@ def lower_attention_block(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos: np.n
     kernels = (block_sddmm_kernel(m, n, d, bh, cpos), *smax, sexp,
                normalised_pv_kernel(m, n, dv, bh, kpos))
     if on_chip:  # the intermediates never cross the DRAM interface
-        layout = held_layout(m, bh, blocks)
-        if not accmax:  # the levels' buffers would land on St's words: St goes by DRAM
-            del layout["St"]
+        layout = held_layout(m, bh, blocks, None if accmax else m * d)
+        if not accmax:  # the levels hold St too (unread), so their buffers land above it
+            kernels = tuple(
+                dataclasses.replace(kr, buffers=(*kr.buffers, Buffer("St", blocks * bh * bh)))
+                if kr.name.startswith("softmax_max_") else kr for kr in kernels)
         kernels = tuple(_hand_over(kr, layout) for kr in kernels)
         if accmax:
             kernels = _early_v(kernels, n * dv, _align(held_words(m, bh, blocks)))
+        else:  # Q_p is loaded whole ("keep") under St; no later kernel reads it
+            kernels = tuple(dataclasses.replace(kr, buffers=tuple(
+                dataclasses.replace(b, fetch="keep") if b.name == "Q_p" else b
+                for b in kr.buffers)) for kr in kernels)
     prog = Program(
         name=f"attention_block{bh}_{m}x{n}x{d}_blocks{blocks}{'_fill' if filled else ''}",
         kernels=kernels,
