@@ -144,9 +144,10 @@ class SparseAttention(_StatefulOp):
         if self._capacity is None or not self._blocks:
             return True
         edge, _, bcrd = self._blocks
+        if not self._accmax:  # Q held under St in the scores' kernel (`held_layout`)
+            held = held_words(self.q.shape[0], edge, len(bcrd), self.q.size)
+            return held <= ON_CHIP_FRACTION * self._capacity
         held = held_words(self.q.shape[0], edge, len(bcrd))
-        if not self._accmax:  # St goes by DRAM there (`lower_attention_block`)
-            held -= len(bcrd) * edge * edge
         # beside the widest whole operand: Q (gathered by the sddmm) or V (by the spmm)
         whole = max(self.q.size, self.v.size)
         return held + whole <= ON_CHIP_FRACTION * self._capacity
