@@ -39,7 +39,7 @@ ON_CHIP_FRACTION = 0.75
 #: least useful fraction (attended / covered entries) at which `auto` and `default` run a mask
 #: that is not whole blocks through the block lowering with masked fillers, by whether the
 #: array has an accmax unit (docs/conventions.md#block-attention, "Filler blocks"; measured)
-FILL_THRESHOLD = {"accmax": 0.5, "no_accmax": 0.5}
+FILL_THRESHOLD = {"accmax": 0.5, "no_accmax": 0.3}
 
 
 class SparseAttention(_StatefulOp):
