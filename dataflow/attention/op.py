@@ -48,9 +48,12 @@ class SparseAttention(_StatefulOp):
     `lowering`: "csr" (any mask: SDDMM, softmax and SpMM over the CSR entries, `lower.py`),
     "dia" (a mask of whole, equally spaced diagonals: affine, gather-free, `lower_dia.py`),
     "block" (a mask of whole aligned blocks of a multiple of 8, bigbird: gathered GEMMs over
-    the kept blocks, `lower_block.py`), "auto" (dia where the mask allows it, else block, else
-    csr) or "default" (block where the mask is whole blocks, not all of them, and the arch has
-    8 lanes, else csr; what the `attention` workload runs). `execute(backend="numpy")` is the dense
+    the kept blocks, `lower_block.py`; or a mask covered by the blocks it touches, the fillers
+    masked by a -inf bias, `block_fill.py`), "auto" (filler blocks where their useful fraction
+    reaches `FILL_THRESHOLD`, else dia where the mask allows it, else block, else csr) or
+    "default" (block where the mask is whole blocks, not all of them, or its covering reaches
+    `FILL_THRESHOLD`, and the arch has 8 lanes, else csr; what the `attention` workload
+    runs). `execute(backend="numpy")` is the dense
     masked reference; `"sim"` runs the planned mapping on the fast engine (`last_result` holds
     the SimResult)."""
 
