@@ -33,7 +33,10 @@ of Q^T (d x b) at words tr d b .. (tr + 1) d b.
 The compiler's generic search (`plan.compile.kernel_candidates`) fuses the products into
 maccs with accumulators in registers over the reduction and blocks the vector loop. The scores,
 probabilities and row statistics are handed from kernel to kernel in the SPM when they fit
-(`held_layout`). Without an accmax unit the row maximum is `strip_max_levels`.
+(`held_layout`). Without an accmax unit the row maximum is `strip_max_levels`. A mask that is
+not whole blocks (a window) runs over the blocks it touches with `fill=True`, the fillers
+masked by a -inf bias added to the scores in both softmax steps (`block_fill.py`;
+docs/conventions.md#filler-blocks).
 """
 
 from __future__ import annotations
