@@ -16,6 +16,7 @@ from dataflow.attention.block_fill import cover_structure, filler_bias, find_cov
 from dataflow.attention.lower_block import lower_attention_block
 from dataflow.attention.op import FILL_THRESHOLD, SparseAttention
 from dataflow.attention.reference import attention_reference
+from dataflow.errors import UserError
 from dataflow.plan.compile import compile_program
 from dataflow.testing import assert_close
 from tests.archs import variant
@@ -133,6 +134,13 @@ def test_cover_bias_and_choice():
         op = SparseAttention(*bargs, lowering="default")
         op.set_arch(arch)
         assert op.useful_fraction() < min(FILL_THRESHOLD.values()) and op.lowering == "csr"
+    # a non-finite K or V value would reach rows that do not attend it through a filler
+    k_inf = x["k"].copy()
+    k_inf[5, 0] = np.inf
+    op = SparseAttention(x["q"], k_inf, x["v"], x["pos"], x["crd"], lowering="default")
+    assert op.lowering == "csr"
+    with pytest.raises(UserError, match="inf or NaN"):
+        SparseAttention(x["q"], k_inf, x["v"], x["pos"], x["crd"], lowering="block")
     # whole blocks (bigbird) take no bias
     g = make_inputs("bigbird", 128, 16, 0, block=16)
     prog = lower_attention_block(g["q"], g["k"], g["v"], g["pos"], g["crd"], fill=True)

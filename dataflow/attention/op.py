@@ -105,6 +105,15 @@ class SparseAttention(_StatefulOp):
                                                                   // self._blocks[0] ** 2)
         if self._fill:  # and, with fillers, only where enough of the blocks is attended
             sparse = sparse and self.useful_fraction() >= self._fill_threshold()
+            # a filler multiplies its key's K and V row too (its E is 0): 0 * inf is NaN, so
+            # a non-finite K or V value would reach rows that do not attend it
+            finite = bool(np.isfinite(self.k).all() and np.isfinite(self.v).all())
+            if not finite and self.lowering == "block":
+                raise UserError("lowering='block' over a mask that is not whole blocks "
+                                 "computes filler entries with every key of a touched block; "
+                                 "K or V holds inf or NaN, which would reach rows that do not "
+                                 "attend it; use lowering='csr'")
+            sparse = sparse and finite
         if self.lowering == "block" and not (self._blocks and lanes_ok):
             raise UserError("lowering='block' needs a mask of whole aligned blocks whose edge "
                              f"is a multiple of {BLOCK_LANES} (bigbird), or one whose touched "
