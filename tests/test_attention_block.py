@@ -136,8 +136,13 @@ def test_block_structure_and_lowering_choice():
     assert SparseAttention(q, k, v, wpos, wcrd, lowering="default").lowering == "csr"
     dpos, dcrd, _ = mask_csr("dense", 128)  # every block: K would be copied per panel
     assert SparseAttention(q, k, v, dpos, dcrd, lowering="default").lowering == "csr"
+    # a window is covered by the blocks it touches (fillers masked, test_attention_block_fill)
+    assert SparseAttention(q, k, v, wpos, wcrd, lowering="block").lowering == "block"
+    lone = np.zeros((128, 128), dtype=np.float32)
+    lone[0, 0] = 1  # rows 1-7 of the touched panel attend nothing: not covered
+    lpos, lcrd, _ = mask_csr(lone, 128)
     with pytest.raises(UserError, match="lowering='block' needs"):
-        SparseAttention(q, k, v, wpos, wcrd, lowering="block")
+        SparseAttention(q, k, v, lpos, lcrd, lowering="block")
     lanes4 = variant(**{"pe_array.simd_lanes": 4})
     op = SparseAttention(q, k, v, pos, crd, lowering="default")
     op.set_arch(lanes4)

@@ -159,8 +159,10 @@ def sparse_attention(q, k, v, pattern="dense", backend: str = "numpy", arch=None
     (lower + map) are cached like the other frontend ops' (`cache`: a PlanCache, None for the
     default memory + disk cache, False to always plan afresh). `lowering` (sim): "csr" for
     any mask, "dia" for banded masks (window, dilated: affine, no gathers), "block" for masks of
-    whole aligned blocks (bigbird: gathered GEMMs, docs/conventions.md#block-attention), "auto"
-    to pick among them, "default" for block where it applies, else csr.
+    whole aligned blocks (bigbird: gathered GEMMs, docs/conventions.md#block-attention) or
+    covered by the blocks they touch, the fillers masked (window; #filler-blocks), "auto" to
+    pick among them, "default" for block where the mask is whole blocks or its covering's
+    useful fraction reaches the measured threshold (`op.FILL_THRESHOLD`), else csr.
     `reference` (sim): `attention_reference(q, k, v, pos, crd)` when the caller has computed it
     already (a model layer keeps it), so the check does not compute it again.
     """
@@ -244,8 +246,9 @@ _PATTERN_PARAMS = (
     Param("nm", str, None, f"N:M kept keys (nm; default {DEFAULTS['nm']})"),
     Param("lowering", str, "default", "attention lowering: csr (any pattern), dia (window, "
           "dilated: affine, no gathers), block (bigbird: gathered GEMMs over the kept "
-          "blocks), auto, default (block where the mask is whole blocks, not all of them, "
-          "else csr)", choices=("csr", "dia", "block", "auto", "default")),
+          "blocks; window: over the blocks it touches, fillers masked), auto, default (block "
+          "where the mask is whole blocks, not all of them, or enough of its touched blocks "
+          "is attended, else csr)", choices=("csr", "dia", "block", "auto", "default")),
 )
 register(Workload("attention", _run, _PATTERN_PARAMS,
                   "masked attention, pattern as a UST mask: SDDMM -> softmax -> SpMM"))

@@ -33,7 +33,10 @@ of Q^T (d x b) at words tr d b .. (tr + 1) d b.
 The compiler's generic search (`plan.compile.kernel_candidates`) fuses the products into
 maccs with accumulators in registers over the reduction and blocks the vector loop. The scores,
 probabilities and row statistics are handed from kernel to kernel in the SPM when they fit
-(`held_layout`). Without an accmax unit the row maximum is `strip_max_levels`.
+(`held_layout`). Without an accmax unit the row maximum is `strip_max_levels`. A mask that is
+not whole blocks (a window) runs over the blocks it touches with `fill=True`, the fillers
+masked by a -inf bias added to the scores in both softmax steps (`block_fill.py`;
+docs/conventions.md#filler-blocks).
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ import math
 
 import numpy as np
 
+from dataflow.attention.block_fill import bias_buffers, biased, cover_structure, filler_bias
 from dataflow.dfg.graph import Addr, Buffer, DFGError, Kernel, Loop, Node, Program
 from dataflow.dfg.lower import run_passes
 from dataflow.dfg.ops import Op
@@ -138,34 +142,47 @@ def _strip_kernel(name: str, m: int, bh: int, bpos: np.ndarray, nodes, buffers,
                   domain_arrays=(("tile_pos", np.asarray(bpos, dtype=np.int64)),))
 
 
-def strip_softmax_kernels(m: int, bh: int, bpos: np.ndarray, scale: float):
+def strip_softmax_kernels(m: int, bh: int, bpos: np.ndarray, scale: float, bias: int = 0):
     """`softmax_max` and `softmax_exp` over the strips of each panel (module docstring, steps
     2-3): the scores gathered from their CSC place (`cidx`, one SPM row per gather), the
-    probabilities E stored in CSR order (each panel's strips together, for the PV)."""
+    probabilities E stored in CSR order (each panel's strips together, for the PV). `bias`:
+    the words of the fillers' bias table (`block_fill.py`; 0: none), gathered through each
+    block's pattern (`bpat`, CSR order) and added to the scores."""
     blocks = int(bpos[-1])
     size = blocks * bh * bh
     st = Addr((("p", bh * bh), ("k", bh), ("r", 1)))
     row = Addr((("tr", bh), ("r", 1)))
-    cidx = Node(0, Op.LOAD, buffer="cidx", addr=Addr((("p", 1),)), name="csc[p]")
-    s_ = Node(1, Op.GATHER, (0,), buffer="St", addr=Addr((("k", bh), ("r", 1)),
-                                                         index_stride=bh * bh), name="s")
+    gaddr = Addr((("k", bh), ("r", 1)), index_stride=bh * bh)
+
+    def scores():
+        nodes = [Node(0, Op.LOAD, buffer="cidx", addr=Addr((("p", 1),)), name="csc[p]"),
+                 Node(1, Op.GATHER, (0,), buffer="St", addr=gaddr, name="s")]
+        if not bias:
+            return nodes, 1
+        nodes.append(Node(2, Op.LOAD, buffer="bpat", addr=Addr((("p", 1),)), name="pat[p]"))
+        return nodes, biased(nodes, 1, 2, gaddr)
+
+    extra = bias_buffers(bias, blocks, "bpat") if bias else []
+    nodes, s_ = scores()
+    mx = len(nodes)
+    nodes.append(Node(mx, Op.ACC_MAX, (s_,), buffer="rowmax", addr=row, name="max="))
     smax = _strip_kernel(
-        "softmax_max", m, bh, bpos,
-        [cidx, s_, Node(2, Op.ACC_MAX, (1,), buffer="rowmax", addr=row, name="max=")],
-        [Buffer("cidx", blocks), Buffer("St", size),
-         Buffer("rowmax", m, "output", init=-math.inf)], ((2, 2, 1),))
+        "softmax_max", m, bh, bpos, nodes,
+        [Buffer("cidx", blocks), Buffer("St", size), *extra,
+         Buffer("rowmax", m, "output", init=-math.inf)], ((mx, mx, 1),))
+    nodes, s_ = scores()
+    i = len(nodes)
+    nodes += [Node(i, Op.LOAD, buffer="rowmax", addr=row, name="max"),
+              Node(i + 1, Op.SUB, (s_, i), name="s-max"),
+              Node(i + 2, Op.CONST, value=scale, name="1/sqrt(d)"),
+              Node(i + 3, Op.MUL, (i + 1, i + 2), name="*scale"),
+              Node(i + 4, Op.EXP, (i + 3,), name="exp"),
+              Node(i + 5, Op.STORE, (i + 4,), buffer="E", addr=st, name="E="),
+              Node(i + 6, Op.ACC, (i + 4,), buffer="rowsum", addr=row, name="sum+=")]
     sexp = _strip_kernel(
-        "softmax_exp", m, bh, bpos,
-        [cidx, s_,
-         Node(2, Op.LOAD, buffer="rowmax", addr=row, name="max"),
-         Node(3, Op.SUB, (1, 2), name="s-max"),
-         Node(4, Op.CONST, value=scale, name="1/sqrt(d)"),
-         Node(5, Op.MUL, (3, 4), name="*scale"),
-         Node(6, Op.EXP, (5,), name="exp"),
-         Node(7, Op.STORE, (6,), buffer="E", addr=st, name="E="),
-         Node(8, Op.ACC, (6,), buffer="rowsum", addr=row, name="sum+=")],
-        [Buffer("cidx", blocks), Buffer("St", size), Buffer("rowmax", m),
-         Buffer("E", size, "output"), Buffer("rowsum", m, "output")], ((8, 8, 1),))
+        "softmax_exp", m, bh, bpos, nodes,
+        [Buffer("cidx", blocks), Buffer("St", size), *extra, Buffer("rowmax", m),
+         Buffer("E", size, "output"), Buffer("rowsum", m, "output")], ((i + 6, i + 6, 1),))
     return smax, sexp
 
 
@@ -173,7 +190,7 @@ def strip_softmax_kernels(m: int, bh: int, bpos: np.ndarray, scale: float):
 LEVEL_WIDTH = 8
 
 
-def strip_max_levels(m: int, bh: int, bpos: np.ndarray, cidx: np.ndarray):
+def strip_max_levels(m: int, bh: int, bpos: np.ndarray, cidx: np.ndarray, bias: int = 0):
     """(kernels, inputs): the strips' row maximum without an accmax unit (the MLX preset;
     docs/conventions.md#block-attention), from loads, gathers, `max` and stores. Level 0
     (`softmax_max`) takes each kept block's maximum over its bh key strips (affine: a block's
@@ -185,7 +202,12 @@ def strip_max_levels(m: int, bh: int, bpos: np.ndarray, cidx: np.ndarray):
     row = Addr((("o", bh), ("r", 1)))
     nodes = [Node(k, Op.LOAD, buffer="St", addr=Addr((("o", bh * bh), ("r", 1)), const=k * bh),
                   name=f"s{k}") for k in range(bh)]
-    nodes += _max_tree(nodes)
+    leaves = list(nodes)
+    if bias:  # the fillers' bias (`block_fill.py`), the blocks' patterns in CSC order
+        nodes.append(Node(bh, Op.LOAD, buffer="bpat_c", addr=Addr((("o", 1),)), name="pat[o]"))
+        leaves = [nodes[biased(nodes, k, bh, Addr((("r", 1),), const=k * bh,
+                                                  index_stride=bh * bh))] for k in range(bh)]
+    nodes += _max_tree(leaves, start=len(nodes))
     counts = np.diff(bpos)
     items = int(bpos[-1])
     final = False  # level 0's blocks are in CSC order: at least one gather level
@@ -195,6 +217,7 @@ def strip_max_levels(m: int, bh: int, bpos: np.ndarray, cidx: np.ndarray):
     kernels = [Kernel(name="softmax_max", loops=(Loop("o", items), Loop("r", bh)),
                       nodes=tuple(nodes),
                       buffers=(Buffer("St", items * bh * bh),
+                               *(bias_buffers(bias, items, "bpat_c") if bias else []),
                                Buffer(out_buf, out_size, "output", init=-math.inf)),
                       vector_var="r")]
     inputs = []
@@ -297,21 +320,31 @@ def _align(words: int) -> int:
     return -(-words // HELD_ALIGN) * HELD_ALIGN
 
 
-def held_layout(m: int, bh: int, blocks: int) -> dict[str, tuple[int, int]]:
+def held_layout(m: int, bh: int, blocks: int,
+                q_words: int | None = None) -> dict[str, tuple[int, int]]:
     """(size, spm_base) of each buffer handed from kernel to kernel in the SPM
     (docs/conventions.md#moe-buffers-handed-over-in-the-spm): the probabilities E
     (softmax_exp -> spmm) and the row sums from word 0, so the spmm's held words are one run
-    from the bottom; the row maxima, then the scores St (sddmm -> both softmax kernels)."""
+    from the bottom; the row maxima, then the scores St (sddmm -> both softmax kernels).
+    `q_words` (no accmax unit, where V is not loaded early): the sddmm's Q_p held from word
+    0 too (below St, where E and the sums go once it is dead), St and the row maxima above
+    the larger of the two, so no kernel leaves a gap under its held words."""
     st = blocks * bh * bh
     out = {"E": (st, 0), "rowsum": (m, _align(st))}
+    if q_words is not None:
+        out["Q_p"] = (q_words, 0)
+        base = _align(max(q_words, _align(st) + m))
+        out["St"] = (st, base)
+        out["rowmax"] = (m, _align(base + st))
+        return out
     out["rowmax"] = (m, _align(_align(st) + m))
     out["St"] = (st, _align(_align(_align(st) + m) + m))
     return out
 
 
-def held_words(m: int, bh: int, blocks: int) -> int:
+def held_words(m: int, bh: int, blocks: int, q_words: int | None = None) -> int:
     """The SPM words the held buffers span (`held_layout`)."""
-    lay = held_layout(m, bh, blocks)
+    lay = held_layout(m, bh, blocks, q_words)
     return max(base + size for size, base in lay.values())
 
 
@@ -331,7 +364,7 @@ def _early_v(kernels: tuple[Kernel, ...], size: int, base: int) -> tuple[Kernel,
     (docs/conventions.md#block-attention)."""
     out = []
     for kr in kernels:
-        if kr.name in ("softmax_max", "softmax_exp"):
+        if kr.name.startswith("softmax_"):  # the max's levels too (no accmax unit)
             fetch = "keep" if kr.name == "softmax_max" else "on_chip"
             kr = dataclasses.replace(kr, buffers=(*kr.buffers, Buffer("V", size, fetch=fetch,
                                                                         spm_base=base)))
@@ -346,22 +379,33 @@ def _early_v(kernels: tuple[Kernel, ...], size: int, base: int) -> tuple[Kernel,
 def lower_attention_block(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos: np.ndarray,
                           crd: np.ndarray, lanes: int = BODY_ROWS, dtype=np.float32,
                           edge: int | None = None, on_chip: bool = True,
-                          accmax: bool = True) -> Program:
+                          accmax: bool = True, fill: bool = False) -> Program:
     """The attention `Program` of a block-sparse mask (module docstring); `edge` the block
     edge (None: the largest the mask is whole blocks of). `on_chip`: the intermediates are
     handed over in the SPM (`held_layout`), else through DRAM. `accmax`: the array has a
-    max-accumulate unit (else `strip_max_levels`). Raises DFGError when the mask is not
-    whole aligned blocks of a multiple of 8 (the lanes of a body row). Output `O` (m x dv)."""
+    max-accumulate unit (else `strip_max_levels`). `fill`: a mask that is not whole blocks
+    runs over the blocks it touches, the fillers masked by a `bias` input (`block_fill.py`;
+    `edge` then the covering's, default 8). Raises DFGError when the mask is not whole
+    aligned blocks of a multiple of 8 (the lanes of a body row) and not `fill` or not
+    covered. Output `O` (m x dv)."""
     (m, d), (n, _), (_, dv) = q.shape, k.shape, v.shape
     pos, crd = np.asarray(pos, dtype=np.int64), np.asarray(crd, dtype=np.int64)
     if lanes != BODY_ROWS:
         raise DFGError(f"block lowering needs {BODY_ROWS} SIMD lanes, got {lanes}")
     got = (find_blocks(pos, crd, m, n) if edge is None
            else block_structure(pos, crd, m, n, edge))
+    bias = None
+    if got is None and fill:
+        edge = BODY_ROWS if edge is None else edge
+        cover = cover_structure(pos, crd, m, n, edge, lanes)
+        if cover is not None:
+            got = cover
+            bias, pattern = filler_bias(pos, crd, m, edge, *cover, dtype=dtype)
     if got is None:
         raise DFGError("block lowering needs a mask of whole aligned blocks whose edge is a "
-                       f"multiple of {BODY_ROWS} (bigbird); use lowering='csr'")
-    if edge is None:
+                       f"multiple of {BODY_ROWS} (bigbird), or fill=True and a mask whose "
+                       "covered panels attend a key in every row; use lowering='csr'")
+    if len(got) == 3:
         edge, bpos, bcrd = got
     else:
         bpos, bcrd = got
@@ -375,19 +419,32 @@ def lower_attention_block(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos: np.n
     cidx[order] = np.arange(blocks)
     cpos = np.concatenate(([0], np.cumsum(np.bincount(bcrd, minlength=n // bh))))
     scale = 1.0 / math.sqrt(d)
-    smax, sexp = strip_softmax_kernels(m, bh, bpos, scale)
-    smax, extra = ((smax,), ()) if accmax else strip_max_levels(m, bh, bpos, cidx)
+    filled = bias is not None
+    table = len(bias) if filled else 0
+    smax, sexp = strip_softmax_kernels(m, bh, bpos, scale, bias=table)
+    smax, extra = ((smax,), ()) if accmax else strip_max_levels(m, bh, bpos, cidx, table)
+    if filled:  # the table, the blocks' patterns in CSR order (softmax) and CSC (level 0)
+        extra = (*extra, ("bias", bias), ("bpat", pattern[cidx]))
+        if not accmax:
+            extra = (*extra, ("bpat_c", pattern))
     kernels = (block_sddmm_kernel(m, n, d, bh, cpos), *smax, sexp,
                normalised_pv_kernel(m, n, dv, bh, kpos))
     if on_chip:  # the intermediates never cross the DRAM interface
-        layout = held_layout(m, bh, blocks)
-        if not accmax:  # the levels' buffers would land on St's words: St goes by DRAM
-            del layout["St"]
+        layout = held_layout(m, bh, blocks, None if accmax else m * d)
+        if not accmax:  # the levels hold St too (unread), so their buffers land above it
+            kernels = tuple(
+                dataclasses.replace(kr, buffers=(*kr.buffers, Buffer("St", blocks * bh * bh)))
+                if kr.name.startswith("softmax_max_") else kr for kr in kernels)
         kernels = tuple(_hand_over(kr, layout) for kr in kernels)
         if accmax:
             kernels = _early_v(kernels, n * dv, _align(held_words(m, bh, blocks)))
+        else:  # Q_p is loaded whole ("keep") under St; no later kernel reads it
+            kernels = tuple(dataclasses.replace(kr, buffers=tuple(
+                dataclasses.replace(b, fetch="keep") if b.name == "Q_p" else b
+                for b in kr.buffers)) for kr in kernels)
     prog = Program(
-        name=f"attention_block{bh}_{m}x{n}x{d}_blocks{blocks}", kernels=kernels,
+        name=f"attention_block{bh}_{m}x{n}x{d}_blocks{blocks}{'_fill' if filled else ''}",
+        kernels=kernels,
         inputs=(("brow", brow_csr[order]), ("Q_p", pack_panels(q, bh, dtype)),
                 ("K_b", pack_panels(k, bh, dtype)), ("cidx", cidx),
                 ("kcrd", np.concatenate((kcrd, np.zeros(SPARE_SLOTS, dtype=np.int64)))),

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from dataflow.arch import resolve_arch
+from dataflow.attention.block_fill import find_cover, useful_fraction
 from dataflow.attention.lower import lower_attention
 from dataflow.attention.lower_block import find_blocks, held_words, lower_attention_block
 from dataflow.attention.lower_dia import band_offsets, lower_attention_dia
@@ -27,7 +28,7 @@ from dataflow.ust_frontend.tensor import Tensor
 # so its source hash goes into the op name (and thus the plan key): editing it retires old plans.
 _LOWERING_SHA = hashlib.sha256(b"".join(
     (Path(__file__).resolve().parent / f).read_bytes()
-    for f in ("lower.py", "lower_dia.py", "lower_block.py")
+    for f in ("lower.py", "lower_dia.py", "lower_block.py", "block_fill.py")
 )).hexdigest()[:12]
 LOWERINGS = ("csr", "dia", "block", "auto", "default")
 #: SIMD lanes the block lowering's bodies take (one SPM row of a strip: `lower_block.BODY_ROWS`)
@@ -35,6 +36,10 @@ BLOCK_LANES = 8
 #: most of the SPM the block lowering's held intermediates may take (the rest: the kernels'
 #: streamed windows)
 ON_CHIP_FRACTION = 0.75
+#: least useful fraction (attended / covered entries) at which `auto` and `default` run a mask
+#: that is not whole blocks through the block lowering with masked fillers, by whether the
+#: array has an accmax unit (docs/conventions.md#block-attention, "Filler blocks"; measured)
+FILL_THRESHOLD = {"accmax": 0.5, "no_accmax": 0.3}
 
 
 class SparseAttention(_StatefulOp):
@@ -43,9 +48,12 @@ class SparseAttention(_StatefulOp):
     `lowering`: "csr" (any mask: SDDMM, softmax and SpMM over the CSR entries, `lower.py`),
     "dia" (a mask of whole, equally spaced diagonals: affine, gather-free, `lower_dia.py`),
     "block" (a mask of whole aligned blocks of a multiple of 8, bigbird: gathered GEMMs over
-    the kept blocks, `lower_block.py`), "auto" (dia where the mask allows it, else block, else
-    csr) or "default" (block where the mask is whole blocks, not all of them, and the arch has
-    8 lanes, else csr; what the `attention` workload runs). `execute(backend="numpy")` is the dense
+    the kept blocks, `lower_block.py`; or a mask covered by the blocks it touches, the fillers
+    masked by a -inf bias, `block_fill.py`), "auto" (filler blocks where their useful fraction
+    reaches `FILL_THRESHOLD`, else dia where the mask allows it, else block, else csr) or
+    "default" (block where the mask is whole blocks, not all of them, or its covering reaches
+    `FILL_THRESHOLD`, and the arch has 8 lanes, else csr; what the `attention` workload
+    runs). `execute(backend="numpy")` is the dense
     masked reference; `"sim"` runs the planned mapping on the fast engine (`last_result` holds
     the SimResult)."""
 
@@ -56,6 +64,7 @@ class SparseAttention(_StatefulOp):
         self._lanes = None
         self._capacity = None
         self._accmax = True
+        self._fill = False
         self.requested_lowering = lowering
         self.reset_operands(q, k, v, pos, crd)
 
@@ -75,6 +84,7 @@ class SparseAttention(_StatefulOp):
         self.mask = Tensor(NamedFormats.CSR, shape, [None, self.pos], [None, self.crd],
                            np.ones(len(self.crd), dtype=np.float32))
         self._blocks = None
+        self._fill = False
         self._resolve()
 
     def _resolve(self) -> None:
@@ -84,14 +94,30 @@ class SparseAttention(_StatefulOp):
         self.lowering = self.requested_lowering
         if self.lowering in ("block", "auto", "default") and self._blocks is None:
             self._blocks = find_blocks(self.pos, self.crd, *shape) or ()
+            self._fill = False
+            if not self._blocks:  # covered by the blocks it touches, fillers masked
+                self._blocks = find_cover(self.pos, self.crd, *shape) or ()
+                self._fill = bool(self._blocks)
         lanes_ok = self._lanes in (None, BLOCK_LANES)
         # picked (auto, default) only where some block is left out: a mask of every block
         # (dense) would copy all of K once per panel into K_c
         sparse = bool(self._blocks) and len(self._blocks[2]) < (shape[0] * shape[1]
                                                                   // self._blocks[0] ** 2)
+        if self._fill:  # and, with fillers, only where enough of the blocks is attended
+            sparse = sparse and self.useful_fraction() >= self._fill_threshold()
+            # a filler multiplies its key's K and V row too (its E is 0): 0 * inf is NaN, so
+            # a non-finite K or V value would reach rows that do not attend it
+            finite = bool(np.isfinite(self.k).all() and np.isfinite(self.v).all())
+            if not finite and self.lowering == "block":
+                raise UserError("lowering='block' over a mask that is not whole blocks "
+                                 "computes filler entries with every key of a touched block; "
+                                 "K or V holds inf or NaN, which would reach rows that do not "
+                                 "attend it; use lowering='csr'")
+            sparse = sparse and finite
         if self.lowering == "block" and not (self._blocks and lanes_ok):
             raise UserError("lowering='block' needs a mask of whole aligned blocks whose edge "
-                             f"is a multiple of {BLOCK_LANES} (bigbird) on an array of "
+                             f"is a multiple of {BLOCK_LANES} (bigbird), or one whose touched "
+                             "blocks' rows each attend a key, on an array of "
                              f"{BLOCK_LANES} SIMD lanes; use lowering='csr' or 'auto'")
         if self.lowering == "default":
             self.lowering = "block" if sparse and lanes_ok else "csr"
@@ -102,9 +128,12 @@ class SparseAttention(_StatefulOp):
                                  "diagonals (window, dilated); use lowering='csr' or 'auto'")
             # auto: DIA walks T * seq positions, fillers included; worth it while they are few
             # (a narrow band), not for e.g. the dense mask (2 seq - 1 diagonals, half fillers)
+            # (filler blocks picked are measured faster than dia, `FILL_THRESHOLD`)
             if self.lowering == "auto":
                 few = band is not None and band[2] * shape[0] <= 1.5 * len(self.crd)
-                self.lowering = "dia" if few else "block" if sparse and lanes_ok else "csr"
+                self.lowering = ("block" if sparse and lanes_ok and self._fill
+                                 else "dia" if few
+                                 else "block" if sparse and lanes_ok else "csr")
         # the block lowering hands its intermediates over in the SPM when they fit
         # (`lower_block.held_words`), else through DRAM: part of the plan's name
         where = ""
@@ -112,10 +141,24 @@ class SparseAttention(_StatefulOp):
             where = ":dram"
         self.op = f"attention:{self.lowering}{where}:{_LOWERING_SHA}"
 
+    def useful_fraction(self) -> float:
+        """Attended entries over the block lowering's covered entries (1.0: whole blocks)."""
+        if not self._blocks:
+            return 0.0
+        return useful_fraction(len(self.crd), len(self._blocks[2]), self._blocks[0])
+
+    def _fill_threshold(self) -> float:
+        """The useful fraction from which filler blocks are picked on this array
+        (`FILL_THRESHOLD`, by whether it has an accmax unit)."""
+        return FILL_THRESHOLD["accmax" if self._accmax else "no_accmax"]
+
     def _on_chip(self) -> bool:
         if self._capacity is None or not self._blocks:
             return True
         edge, _, bcrd = self._blocks
+        if not self._accmax:  # Q held under St in the scores' kernel (`held_layout`)
+            held = held_words(self.q.shape[0], edge, len(bcrd), self.q.size)
+            return held <= ON_CHIP_FRACTION * self._capacity
         held = held_words(self.q.shape[0], edge, len(bcrd))
         # beside the widest whole operand: Q (gathered by the sddmm) or V (by the spmm)
         whole = max(self.q.size, self.v.size)
@@ -141,7 +184,7 @@ class SparseAttention(_StatefulOp):
         if self.lowering == "block":
             return lower_attention_block(self.q, self.k, self.v, self.pos, self.crd,
                                          edge=self._blocks[0], on_chip=self._on_chip(),
-                                         accmax=self._accmax)
+                                         accmax=self._accmax, fill=self._fill)
         low = lower_attention_dia if self.lowering == "dia" else lower_attention
         return low(self.q, self.k, self.v, self.pos, self.crd, lanes=self._lanes or 1)
 

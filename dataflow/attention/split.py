@@ -36,6 +36,7 @@ import numpy as np
 
 from dataflow.arch import ArchSpec
 from dataflow.arch.limits import HOST_BYTES_PER_ITERATION, MAX_KEPT_OUTPUT_BYTES, gib
+from dataflow.attention.block_fill import find_cover
 from dataflow.attention.lower import lower_attention
 from dataflow.attention.lower_block import find_blocks
 from dataflow.attention.op import SparseAttention
@@ -180,7 +181,9 @@ def split_attention(q, k, v, pos, crd, arch: ArchSpec, *, engine: str, workload:
         return None
     # the block lowering where asked (not by "default": split, its row blocks measured slower
     # than the CSR lowering's, docs/conventions.md#block-attention)
-    blocks = find_blocks(pos, crd, m, n) if lowering in ("block", "auto") else None
+    # (or over the blocks a mask touches, fillers masked: docs/conventions.md#block-attention)
+    blocks = ((find_blocks(pos, crd, m, n) or find_cover(pos, crd, m, n))
+              if lowering in ("block", "auto") else None)
     if blocks is not None and split.rows >= 2 * blocks[0]:
         # whole panels per row block: each block's mask (packed keys) is whole blocks too
         split = AttentionSplit(m, split.rows // blocks[0] * blocks[0])
