@@ -101,12 +101,16 @@ def test_ramp_steps_and_when_the_dma_keeps_up():
 
 
 
-def test_sample_cycles_memo_is_keyed_on_content(monkeypatch):
+def test_sample_cycles_memo_is_keyed_on_content(monkeypatch, tmp_path):
     """A warm re-plan takes the ramp's measured tile from the memo (no second run of the
-    tile); a program with any array changed is measured afresh, so a hit is the same run."""
+    tile), a new process from the file on disk; a program with any array changed is measured
+    afresh, so a hit is the same run; a damaged file is measured again."""
     import dataclasses
 
+    from dataflow import cachefiles
     from dataflow.plan import retime
+
+    monkeypatch.setenv(cachefiles.ENV_VAR, str(tmp_path))
 
     prog, _ = _spmm(m=512, k=512, density=0.04)
     mapping, _ = choose_schedule(prog, DEFAULT)
@@ -122,3 +126,12 @@ def test_sample_cycles_memo_is_keyed_on_content(monkeypatch):
                                                    (name, np.asarray(x) + 1)))
     retime.sample_cycles(km, DEFAULT, changed)
     assert len(runs) == 2
+    # a new process: the memory memo empty, the file on disk serves
+    monkeypatch.setattr(retime, "_SAMPLES", {})
+    assert retime.sample_cycles(km, DEFAULT, program) == first and len(runs) == 2
+    files = sorted((tmp_path / "tile_samples").glob("*.sample"))
+    assert len(files) >= 2  # the candidates choose_schedule measured, too
+    for f in files:
+        f.write_bytes(f.read_bytes()[:-3] + b"zzz")  # damaged: checksum fails
+    monkeypatch.setattr(retime, "_SAMPLES", {})
+    assert retime.sample_cycles(km, DEFAULT, program) == first and len(runs) == 3

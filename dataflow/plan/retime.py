@@ -23,8 +23,10 @@ from dataflow.cachefiles import (
     CacheEntryError,
     atomic_write_bytes,
     frame_entry,
+    read_entry,
     resolve_cache_dir,
     unframe_entry,
+    write_entry,
 )
 from dataflow.dfg.domain import enumerate_domain
 from dataflow.dfg.graph import Kernel, Program
@@ -290,15 +292,39 @@ def _sample_key(first: KernelMapping, arch: ArchSpec, program: Program) -> str:
 
 def sample_cycles(km: KernelMapping, arch: ArchSpec, program: Program) -> float:
     """Cycles per iteration of the kernel's first tile on the fast engine (stalls included):
-    the measured score of a schedule. Memoised by content (`_sample_key`)."""
+    the measured score of a schedule. Memoised by content (`_sample_key`), in this process and
+    on disk."""
     first = dataclasses.replace(km, tiles=km.tiles[:1])
     key = _sample_key(first, arch, program)
     hit = _SAMPLES.get(key)
     if hit is None:
-        hit = _SAMPLES[key] = _measure(first, arch, program)
+        path = resolve_cache_dir() / "tile_samples" / f"{key[:32]}.sample"
+        hit = read_entry(path, SAMPLES_KIND, SAMPLES_VERSION,
+                         lambda payload: _sample_of(json.loads(payload), key))
+        if hit is None:
+            hit = _measure(first, arch, program)
+            write_entry(path, SAMPLES_KIND, SAMPLES_VERSION,
+                        json.dumps({"key": key, "cycles_per_iteration": hit}).encode())
+        _SAMPLES[key] = hit
         while len(_SAMPLES) > SAMPLES_KEPT:
             _SAMPLES.pop(next(iter(_SAMPLES)))
     return hit
+
+
+#: measured tiles on disk (`<cache dir>/tile_samples/`), framed with the code fingerprint, so a
+#: new process planning a program it planned before runs no tile (nor the line order it needs)
+SAMPLES_KIND, SAMPLES_VERSION = "tile-sample", 1
+
+
+def _sample_of(record, key: str) -> float:
+    """The measurement of a sample file's record; ValueError unless it is the one for `key` (a
+    damaged or foreign file is then measured again and rewritten)."""
+    if not (isinstance(record, dict) and record.get("key") == key):
+        raise ValueError("the sample of another tile")
+    got = record.get("cycles_per_iteration")
+    if not isinstance(got, (int, float)) or not got >= 0:
+        raise ValueError("not a measurement")
+    return float(got)
 
 
 def _measure(first: KernelMapping, arch: ArchSpec, program: Program) -> float:
