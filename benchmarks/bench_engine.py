@@ -175,8 +175,8 @@ def sweep_scaling(quick: bool) -> dict:
 
     cores = os.cpu_count() or 1
     counts = sorted({1, *range(2, cores + 1, max(1, cores // 4)), cores})
-    result = bench_dse.measure(counts, 24 if quick else 48)
-    print(f"\nsweep: {result['points']} points (gemm and spmm on 12 architectures), "
+    result = bench_dse.measure(counts, 24 if quick else 96)
+    print(f"\nsweep: {result['points']} points (gemm and spmm on 12 architectures, seeds), "
           f"{cores} cores, load average {result['load_average']:.2f}")
     print(bench_dse.table(result))
     return result
