@@ -142,8 +142,9 @@ WORKLOAD_TABLE: tuple[WorkloadInfo, ...] = (
         Param("nm", str, None, "N:M kept keys (nm; default 2:4)"),
         Param("lowering", str, "default", "attention lowering: csr (any pattern), dia (window, "
               "dilated: affine, no gathers), block (bigbird: gathered GEMMs over the kept "
-              "blocks), auto, default (block where the mask is whole blocks, not all of them, "
-              "else csr)", choices=("csr", "dia", "block", "auto", "default")))),
+              "blocks; window: over the blocks it touches, fillers masked), auto, default (block "
+              "where the mask is whole blocks, not all of them, or enough of its touched blocks "
+              "is attended, else csr)", choices=("csr", "dia", "block", "auto", "default")))),
     WorkloadInfo("dynamic-spmm", "dataflow.dynamic.workloads",
                  "C = A @ B, A's sparsity found at run time (PIT micro-tiles vs block-sparse)", (
         _M, _K, _N,

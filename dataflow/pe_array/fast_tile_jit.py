@@ -37,7 +37,10 @@ _SCALAR, _ACTIVE, _SPAN = 0, 1, 2
 def _compiled():
     import numba
 
-    return numba.njit(cache=True, error_model="numpy")(_batch_loops)
+    g = globals()  # callees first, so the caller compiles against them (as gather_lines._jit)
+    for name in ("_memory_node", "_lane_sum_node", "_arith_node", "_batch_loops"):
+        g[name] = numba.njit(cache=True, error_model="numpy")(g[name])
+    return g["_batch_loops"]
 
 
 def program(ctx, shape_of) -> dict | None:
@@ -246,7 +249,7 @@ def _commit_loops(order, slot, row, at, kind, wbuf, width, stride, mkind, span, 
                 img[a] = x
 
 
-def _batch_loops(op, ins, lane, cval, cneg, width, mterm, mconst,  # noqa: C901
+def _batch_loops(op, ins, lane, cval, cneg, width, mterm, mconst,
                  istride, lstride, mkind, span, bufid, slot, accmax, macc, aff, active, copy,
                  tile_end, img, offs, lanes, vals, sel, cnt, a0w, v, a0, j0,
                  j1):  # pragma: no cover - compiled by numba
@@ -263,125 +266,146 @@ def _batch_loops(op, ins, lane, cval, cneg, width, mterm, mconst,  # noqa: C901
                 v[j, e, 0] = cval[j]
             continue
         if o == 1 or o == 11 or o == 12:  # a memory node: its lane-0 words first
-            t, c, st = mterm[j], mconst[j], istride[j]
-            for e in range(n):
-                a0[j, e] = aff[t, e] + c
-            if st != 0:
-                base = offs[bufid[i0]]
-                for e in range(n):
-                    a0[j, e] += st * np.int64(img[base + a0[i0, e]])
-            if o == 1:
-                base, ls, mk, sp = offs[bufid[j]], lstride[j], mkind[j], span[j]
-                for e in range(n):
-                    live = 1 if mk == 0 else (active[e] if mk == 1 else sp)
-                    a = base + a0[j, e]
-                    if live >= wj:
-                        for ln in range(wj):
-                            v[j, e, ln] = np.float32(img[a + ln * ls])
-                    else:
-                        for ln in range(wj):
-                            v[j, e, ln] = np.float32(img[a + ln * ls]) if ln < live else 0.0
-                continue
-            s = slot[j]
-            for e in range(n):
-                a0w[s, e] = a0[j, e]
-            last = i2 if i2 >= 0 else (i1 if i1 >= 0 else i0)
-            lw = width[last]
-            if o == 12:
-                for e in range(n):
-                    for ln in range(wj):
-                        vals[s, e, ln] = v[last, e, ln if lw > 1 else 0]
-                continue
-            ident = -np.inf if accmax[j] else 0.0
-            lj, sl = lane[j], 1 if lw > 1 else 0
-            s0 = 1 if width[i0] > 1 else 0
-            s1 = 1 if (i1 >= 0 and width[i1] > 1) else 0
-            reg = np.full(wj, ident, dtype=np.float32)
-            c = 0
-            for e in range(n):
-                if e > 0 and (tile_end[e - 1] or copy[e] != copy[e - 1]
-                              or a0[j, e] != a0[j, e - 1]):
-                    for ln in range(wj):
-                        vals[s, c, ln] = reg[ln]
-                        reg[ln] = ident
-                    sel[s, c] = e - 1
-                    c += 1
-                if macc[j]:
-                    for ln in range(wj):
-                        x0 = v[i0, e, lj] if lj >= 0 else v[i0, e, ln * s0]
-                        p = np.float32(x0 * v[i1, e, ln * s1])
-                        reg[ln] = np.float32(reg[ln] + p)
-                elif accmax[j]:
-                    for ln in range(wj):
-                        x = v[last, e, ln * sl]
-                        r = reg[ln]
-                        if not (r >= x or r != r):
-                            reg[ln] = x
-                else:
-                    for ln in range(wj):
-                        reg[ln] = np.float32(reg[ln] + v[last, e, ln * sl])
-            if n > 0:
-                for ln in range(wj):
-                    vals[s, c, ln] = reg[ln]
-                sel[s, c] = n - 1
-                c += 1
-            cnt[s] = c
+            _memory_node(j, o, wj, i0, i1, i2, ins, lane, width, mterm, mconst, istride,
+                         lstride, mkind, span, bufid, slot, accmax, macc, aff, active, copy,
+                         tile_end, img, offs, vals, sel, cnt, a0w, v, a0, n)
             continue
-        if o == 8:  # lanes summed in lane order
-            w0 = width[i0]
-            for e in range(n):
-                s_ = v[i0, e, 0]
-                for ln in range(1, w0):
-                    s_ = np.float32(s_ + v[i0, e, ln])
-                v[j, e, 0] = s_
+        if o == 8:
+            _lane_sum_node(j, i0, width, v, n)
             continue
-        # an operand of one lane is read at lane 0 for every lane (its step 0)
-        s0 = 1 if width[i0] > 1 else 0
-        s1 = 1 if (i1 >= 0 and width[i1] > 1) else 0
-        s2 = 1 if (i2 >= 0 and width[i2] > 1) else 0
-        lj = lane[j]
-        if lj >= 0:  # input 0 is one lane of a vector, broadcast
-            for e in range(n):
-                x = v[i0, e, lj]
+        _arith_node(j, o, wj, i0, i1, i2, lane, cval, cneg, width, v, n)
+
+
+def _memory_node(j, o, wj, i0, i1, i2, ins, lane, width, mterm, mconst, istride, lstride,  # noqa: C901
+                 mkind, span, bufid, slot, accmax, macc, aff, active, copy, tile_end, img, offs,
+                 vals, sel, cnt, a0w, v, a0, n):  # pragma: no cover - compiled by numba
+    """A load, accumulation or store node of `_batch_loops`: its lane-0 words, then a load's
+    lanes, a store's values, or an accumulation's register runs flushed where its word, copy
+    or tile changes (`fast._flushes`)."""
+    t, c, st = mterm[j], mconst[j], istride[j]
+    for e in range(n):
+        a0[j, e] = aff[t, e] + c
+    if st != 0:
+        base = offs[bufid[i0]]
+        for e in range(n):
+            a0[j, e] += st * np.int64(img[base + a0[i0, e]])
+    if o == 1:
+        base, ls, mk, sp = offs[bufid[j]], lstride[j], mkind[j], span[j]
+        for e in range(n):
+            live = 1 if mk == 0 else (active[e] if mk == 1 else sp)
+            a = base + a0[j, e]
+            if live >= wj:
                 for ln in range(wj):
-                    v[j, e, ln] = x
-            i0, s0 = j, 1  # ... read from this node's own row, then overwritten in order
-        if o == 9:
-            for e in range(n):
+                    v[j, e, ln] = np.float32(img[a + ln * ls])
+            else:
                 for ln in range(wj):
-                    v[j, e, ln] = v[i0, e, ln * s0]
-        elif o == 2:
-            for e in range(n):
-                for ln in range(wj):
-                    v[j, e, ln] = np.float32(v[i0, e, ln * s0] * v[i1, e, ln * s1])
-        elif o == 3:
-            for e in range(n):
-                for ln in range(wj):
-                    v[j, e, ln] = np.float32(v[i0, e, ln * s0] + v[i1, e, ln * s1])
-        elif o == 4:
-            for e in range(n):
-                for ln in range(wj):
-                    v[j, e, ln] = np.float32(v[i0, e, ln * s0] - v[i1, e, ln * s1])
-        elif o == 5:
-            neg = cneg[j]
-            for e in range(n):
-                for ln in range(wj):
-                    p = np.float32(v[i0, e, ln * s0] * v[i1, e, ln * s1])
-                    z = v[i2, e, ln * s2]
-                    v[j, e, ln] = np.float32(z - p) if neg else np.float32(p + z)
-        elif o == 6:
-            for e in range(n):
-                for ln in range(wj):
-                    x = v[i0, e, ln * s0]
-                    y = v[i1, e, ln * s1]
-                    v[j, e, ln] = x if (x >= y or x != x) else y
-        elif o == 7:
-            for e in range(n):
-                for ln in range(wj):
-                    v[j, e, ln] = np.float32(v[i0, e, ln * s0] / v[i1, e, ln * s1])
-        else:  # butterfly: a + s*b, s = +-1
-            sign = cval[j]
-            for e in range(n):
-                for ln in range(wj):
-                    v[j, e, ln] = np.float32(v[i0, e, ln * s0] + np.float32(sign
-                                                                           * v[i1, e, ln * s1]))
+                    v[j, e, ln] = np.float32(img[a + ln * ls]) if ln < live else 0.0
+        return
+    s = slot[j]
+    for e in range(n):
+        a0w[s, e] = a0[j, e]
+    last = i2 if i2 >= 0 else (i1 if i1 >= 0 else i0)
+    lw = width[last]
+    if o == 12:
+        for e in range(n):
+            for ln in range(wj):
+                vals[s, e, ln] = v[last, e, ln if lw > 1 else 0]
+        return
+    ident = -np.inf if accmax[j] else 0.0
+    lj, sl = lane[j], 1 if lw > 1 else 0
+    s0 = 1 if width[i0] > 1 else 0
+    s1 = 1 if (i1 >= 0 and width[i1] > 1) else 0
+    reg = np.full(wj, ident, dtype=np.float32)
+    c = 0
+    for e in range(n):
+        if e > 0 and (tile_end[e - 1] or copy[e] != copy[e - 1]
+                      or a0[j, e] != a0[j, e - 1]):
+            for ln in range(wj):
+                vals[s, c, ln] = reg[ln]
+                reg[ln] = ident
+            sel[s, c] = e - 1
+            c += 1
+        if macc[j]:
+            for ln in range(wj):
+                x0 = v[i0, e, lj] if lj >= 0 else v[i0, e, ln * s0]
+                p = np.float32(x0 * v[i1, e, ln * s1])
+                reg[ln] = np.float32(reg[ln] + p)
+        elif accmax[j]:
+            for ln in range(wj):
+                x = v[last, e, ln * sl]
+                r = reg[ln]
+                if not (r >= x or r != r):
+                    reg[ln] = x
+        else:
+            for ln in range(wj):
+                reg[ln] = np.float32(reg[ln] + v[last, e, ln * sl])
+    if n > 0:
+        for ln in range(wj):
+            vals[s, c, ln] = reg[ln]
+        sel[s, c] = n - 1
+        c += 1
+    cnt[s] = c
+
+
+def _lane_sum_node(j, i0, width, v, n):  # pragma: no cover - compiled by numba
+    """A `vsum` node of `_batch_loops`: lanes summed in lane order."""
+    w0 = width[i0]
+    for e in range(n):
+        s_ = v[i0, e, 0]
+        for ln in range(1, w0):
+            s_ = np.float32(s_ + v[i0, e, ln])
+        v[j, e, 0] = s_
+
+
+def _arith_node(j, o, wj, i0, i1, i2, lane, cval, cneg, width, v, n):  # noqa: C901  # pragma: no cover
+    """An arithmetic node of `_batch_loops` over every iteration and lane (compiled by numba)."""
+    # an operand of one lane is read at lane 0 for every lane (its step 0)
+    s0 = 1 if width[i0] > 1 else 0
+    s1 = 1 if (i1 >= 0 and width[i1] > 1) else 0
+    s2 = 1 if (i2 >= 0 and width[i2] > 1) else 0
+    lj = lane[j]
+    if lj >= 0:  # input 0 is one lane of a vector, broadcast
+        for e in range(n):
+            x = v[i0, e, lj]
+            for ln in range(wj):
+                v[j, e, ln] = x
+        i0, s0 = j, 1  # ... read from this node's own row, then overwritten in order
+    if o == 9:
+        for e in range(n):
+            for ln in range(wj):
+                v[j, e, ln] = v[i0, e, ln * s0]
+    elif o == 2:
+        for e in range(n):
+            for ln in range(wj):
+                v[j, e, ln] = np.float32(v[i0, e, ln * s0] * v[i1, e, ln * s1])
+    elif o == 3:
+        for e in range(n):
+            for ln in range(wj):
+                v[j, e, ln] = np.float32(v[i0, e, ln * s0] + v[i1, e, ln * s1])
+    elif o == 4:
+        for e in range(n):
+            for ln in range(wj):
+                v[j, e, ln] = np.float32(v[i0, e, ln * s0] - v[i1, e, ln * s1])
+    elif o == 5:
+        neg = cneg[j]
+        for e in range(n):
+            for ln in range(wj):
+                p = np.float32(v[i0, e, ln * s0] * v[i1, e, ln * s1])
+                z = v[i2, e, ln * s2]
+                v[j, e, ln] = np.float32(z - p) if neg else np.float32(p + z)
+    elif o == 6:
+        for e in range(n):
+            for ln in range(wj):
+                x = v[i0, e, ln * s0]
+                y = v[i1, e, ln * s1]
+                v[j, e, ln] = x if (x >= y or x != x) else y
+    elif o == 7:
+        for e in range(n):
+            for ln in range(wj):
+                v[j, e, ln] = np.float32(v[i0, e, ln * s0] / v[i1, e, ln * s1])
+    else:  # butterfly: a + s*b, s = +-1
+        sign = cval[j]
+        for e in range(n):
+            for ln in range(wj):
+                v[j, e, ln] = np.float32(v[i0, e, ln * s0] + np.float32(sign
+                                                                       * v[i1, e, ln * s1]))
