@@ -473,4 +473,5 @@ def lower_attention_block(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos: np.n
     return run_passes(prog)
 
 
-__all__ = ["BLOCK_KERNELS", "block_structure", "find_blocks", "lower_attention_block"]
+__all__ = ["BLOCK_KERNELS", "block_structure", "find_blocks", "key_block_order",
+           "lower_attention_block"]
