@@ -13,7 +13,8 @@ of Q^T (d x b) at words tr d b .. (tr + 1) d b.
 
 1. `sddmm`, over key blocks bj and the kept blocks q of that block column (CSC order, so K
    streams by blocks with affine addresses; a span load, one SPM row whose lanes are the
-   operand, needs one), query vector r and c < d:
+   operand, needs one; the blocks every panel keeps last, `key_block_order`, K packed in
+   that order), query vector r and c < d:
 
        a_h = K_b[(bj d + c) b + 8 h : +8]              one SPM row: 8 keys at dimension c
        x   = Q_p[(brow[q] d + c) b + r]                the panel's query rows (gathered vector)
@@ -92,6 +93,18 @@ def pack_panels(q: np.ndarray, bh: int, dtype=np.float32) -> np.ndarray:
     m, d = q.shape
     return np.ascontiguousarray(q.reshape(m // bh, bh, d).transpose(0, 2, 1),
                                 dtype=dtype).ravel()
+
+
+def key_block_order(bcrd: np.ndarray, panels: int, nbj: int) -> np.ndarray:
+    """The key blocks in the order the `sddmm` streams them: those every query panel keeps
+    (BigBird's global key blocks) last, the others in key order. A global block is the
+    heaviest column of the scores (every panel's Q gathered), so the kernel's last tile is
+    long and the DMA's load of V (`_early_v`, issued once the scores' last load has landed,
+    `pe_array.system.run_system`) hides behind it (docs/conventions.md#block-attention)."""
+    counts = np.bincount(np.asarray(bcrd, dtype=np.int64), minlength=nbj)
+    full = counts >= panels
+    keys = np.arange(nbj, dtype=np.int64)
+    return np.concatenate((keys[~full], keys[full]))
 
 
 def block_sddmm_kernel(m: int, n: int, d: int, bh: int, cpos: np.ndarray) -> Kernel:
@@ -412,12 +425,17 @@ def lower_attention_block(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos: np.n
     bh, blocks = edge, len(bcrd)
     kpos = bpos * bh
     kcrd = (bcrd[:, None] * bh + np.arange(bh)[None, :]).ravel()
-    # the kept blocks in CSC order (by key block, then panel): the sddmm's
+    # the kept blocks in CSC order (by key block in the sddmm's order, then panel): the
+    # sddmm's; the fillers' bias patterns (`block_fill.py`) are in the natural order
     brow_csr = np.repeat(np.arange(m // bh, dtype=np.int64), np.diff(bpos))
-    order = np.lexsort((brow_csr, bcrd))
+    korder = (np.arange(n // bh, dtype=np.int64) if bias is not None
+              else key_block_order(bcrd, m // bh, n // bh))
+    rank = np.empty_like(korder)
+    rank[korder] = np.arange(len(korder))
+    order = np.lexsort((brow_csr, rank[bcrd]))
     cidx = np.empty(blocks, dtype=np.int64)
     cidx[order] = np.arange(blocks)
-    cpos = np.concatenate(([0], np.cumsum(np.bincount(bcrd, minlength=n // bh))))
+    cpos = np.concatenate(([0], np.cumsum(np.bincount(bcrd, minlength=n // bh)[korder])))
     scale = 1.0 / math.sqrt(d)
     filled = bias is not None
     table = len(bias) if filled else 0
@@ -442,11 +460,12 @@ def lower_attention_block(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos: np.n
             kernels = tuple(dataclasses.replace(kr, buffers=tuple(
                 dataclasses.replace(b, fetch="keep") if b.name == "Q_p" else b
                 for b in kr.buffers)) for kr in kernels)
+    kperm = (korder[:, None] * bh + np.arange(bh)[None, :]).ravel()  # K's rows, reordered
     prog = Program(
         name=f"attention_block{bh}_{m}x{n}x{d}_blocks{blocks}{'_fill' if filled else ''}",
         kernels=kernels,
         inputs=(("brow", brow_csr[order]), ("Q_p", pack_panels(q, bh, dtype)),
-                ("K_b", pack_panels(k, bh, dtype)), ("cidx", cidx),
+                ("K_b", pack_panels(np.asarray(k)[kperm], bh, dtype)), ("cidx", cidx),
                 ("kcrd", np.concatenate((kcrd, np.zeros(SPARE_SLOTS, dtype=np.int64)))),
                 ("V", np.ascontiguousarray(v, dtype=dtype).ravel()), *extra),
         outputs=(("O", (m, dv)),), dtype=np.dtype(dtype).name, macs=len(crd) * (d + dv),
@@ -454,4 +473,5 @@ def lower_attention_block(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos: np.n
     return run_passes(prog)
 
 
-__all__ = ["BLOCK_KERNELS", "block_structure", "find_blocks", "lower_attention_block"]
+__all__ = ["BLOCK_KERNELS", "block_structure", "find_blocks", "key_block_order",
+           "lower_attention_block"]
