@@ -9,7 +9,7 @@ is used (`_EXPORTS`), so a command that needs one workload does not wait for the
 (start-up, issue 14).
 """
 
-import importlib
+from dataflow.lazy_exports import lazy_exports
 
 __version__ = "0.1.0"
 #: name -> the module it comes from
@@ -24,15 +24,4 @@ _EXPORTS = {
 }
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'dataflow' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # the next use finds it without coming here
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

@@ -19,7 +19,8 @@ from dataflow import cachefiles
 
 PACKAGE = Path(cachefiles.__file__).resolve().parent
 
-LEAVES = ("dataflow.errors", "dataflow.testing", "dataflow.cachefiles", "dataflow.dfg.ops")
+LEAVES = ("dataflow.errors", "dataflow.testing", "dataflow.cachefiles", "dataflow.dfg.ops",
+          "dataflow.lazy_exports")
 #: (layer number, module prefixes); a module belongs to the longest prefix that matches
 LAYERS = (
     (1, ("dataflow.arch",)),

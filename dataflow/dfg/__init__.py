@@ -5,7 +5,7 @@ the first time it is used, so `dataflow.dfg.ops` (the op table the arch validato
 no numpy (start-up, issue 14; docs/conventions.md#timing-only).
 """
 
-import importlib
+from dataflow.lazy_exports import lazy_exports
 
 #: name -> the module it comes from
 _EXPORTS = {
@@ -16,15 +16,4 @@ _EXPORTS = {
 }
 __all__ = ["Addr", "Buffer", "DFGError", "Kernel", "Loop", "Node", "Op", "Program"]
 
-
-def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'dataflow.dfg' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # the next use finds it without coming here
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

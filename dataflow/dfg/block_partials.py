@@ -110,12 +110,7 @@ def block_partial_sums(kernel: Kernel, var: str, factor: int) -> Kernel:
         emit[members[-1].id] = new
     if dropped & touched:
         raise DFGError(f"{where}: a loop-carried edge touches a merged accumulation")
-    body: list[Node] = []
-    for n in k1.nodes:
-        if n.id in emit:
-            body.extend(emit[n.id])
-        elif n.id not in dropped:
-            body.append(n)
+    body = transform.merged_body(k1.nodes, emit, dropped)
     kept = {n.id for n in body}
     carried = tuple(e for e in k1.carried if e[0] in kept and e[1] in kept)
     out = transform._renumber(k1, body, carried)

@@ -396,6 +396,18 @@ def _merge_lane_sums(members: list[Node], nodes: dict, users: dict, next_id: int
     return new, dropped, next_id
 
 
+def merged_body(nodes, emit: dict[int, list[Node]], dropped: set[int]) -> list[Node]:
+    """`nodes` in order with each merged accumulation's last member replaced by its new nodes
+    (`emit`) and the other members and their terms (`dropped`) left out."""
+    body: list[Node] = []
+    for n in nodes:
+        if n.id in emit:
+            body.extend(emit[n.id])
+        elif n.id not in dropped:
+            body.append(n)
+    return body
+
+
 def block_lane_sums(kernel: Kernel, var: str, factor: int, tree: bool = False) -> Kernel:
     """Register blocking of a lane-sum reduction (docs/conventions.md#sparse-line-model): loop
     `var` (dense, outside the vector loop) unrolled-and-jammed by `factor` (neighbouring
@@ -435,12 +447,7 @@ def block_lane_sums(kernel: Kernel, var: str, factor: int, tree: bool = False) -
         emit[members[-1].id] = new
     if dropped & touched:
         raise DFGError(f"{where}: a loop-carried edge touches a merged accumulation")
-    body: list[Node] = []
-    for n in k1.nodes:
-        if n.id in emit:
-            body.extend(emit[n.id])
-        elif n.id not in dropped:
-            body.append(n)
+    body = merged_body(k1.nodes, emit, dropped)
     carried = tuple(e for e in k1.carried if e[0] not in dropped)
     out = _renumber(k1, body, carried)
     out.verify()

@@ -52,7 +52,7 @@ from dataflow.plan.gemm_schedule import (
 from dataflow.plan.kernel_schedule import (
     KernelSchedule,
     apply_kernel_schedule,
-    vectorise_innermost,
+    vector_reduction_body,
 )
 from dataflow.plan.lane_candidates import _partial_row_candidates, lane_select_candidates
 from dataflow.plan.retime import (
@@ -111,15 +111,11 @@ def _lane_sum_candidates(kernel: Kernel, arch: ArchSpec) -> list[KernelSchedule]
     body fits the PEs (docs/conventions.md#sparse-line-model)."""
     if not (supports(arch, "vsum") and supports(arch, "mac")):
         return []
-    lanes, base, body = arch.pe_array.simd_lanes, 0, kernel
-    if kernel.vector_var is None:
-        lp = kernel.loops[-1]
-        if len(kernel.loops) < 2 or not lp.is_dense or lp.extent % lanes:
-            return []
-        try:
-            body, base = vectorise_innermost(kernel, lanes), lanes
-        except DFGError:
-            return []
+    lanes = arch.pe_array.simd_lanes
+    got = vector_reduction_body(kernel, lanes)
+    if got is None:
+        return []
+    body, base = got
     out = [KernelSchedule(reduce_lanes=base)] if base else []
     if body.loops[-1].var != body.vector_var or len(body.loops) < 2 \
             or not any(n.op is Op.VSUM for n in body.nodes):

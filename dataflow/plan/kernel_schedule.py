@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dataflow.dfg import block_partials, transform
-from dataflow.dfg.graph import Kernel
+from dataflow.dfg.graph import DFGError, Kernel
 from dataflow.dfg.lane_select import lane_select_sums, store_once
 from dataflow.dfg.ops import Op
 
@@ -116,3 +116,18 @@ def vectorise_innermost(kernel: Kernel, lanes: int) -> Kernel:
     var = kernel.loops[-1].var
     split = transform.split(kernel, var, lanes)
     return transform.vectorise_reduction(split, split.loops[-1].var)
+
+
+def vector_reduction_body(kernel: Kernel, lanes: int) -> tuple[Kernel, int] | None:
+    """(the kernel with its reduction over the lanes, the lanes it was vectorised over -- 0
+    when it already was a vector kernel); None when a scalar kernel's innermost loop is not a
+    dense reduction `lanes` divides."""
+    if kernel.vector_var is not None:
+        return kernel, 0
+    lp = kernel.loops[-1]
+    if len(kernel.loops) < 2 or not lp.is_dense or lp.extent % lanes:
+        return None
+    try:
+        return vectorise_innermost(kernel, lanes), lanes
+    except DFGError:
+        return None

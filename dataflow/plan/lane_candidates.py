@@ -12,7 +12,11 @@ from dataflow.dfg import block_partials
 from dataflow.dfg.graph import DFGError, Kernel
 from dataflow.dfg.ops import Op
 from dataflow.plan.gemm_schedule import supports
-from dataflow.plan.kernel_schedule import KernelSchedule, apply_kernel_schedule, vectorise_innermost
+from dataflow.plan.kernel_schedule import (
+    KernelSchedule,
+    apply_kernel_schedule,
+    vector_reduction_body,
+)
 
 #: copies asked of the mapper for a row-blocked lane-partials body, besides its own choice
 PARTIAL_ROW_COPIES = (2, 3, 4)
@@ -49,15 +53,11 @@ def lane_select_candidates(kernel: Kernel, arch: ArchSpec) -> list:
     sharing the PEs. A scalar reduction is vectorised first; [] where it does not apply."""
     if supports(arch, "vsum") or not supports(arch, "mul"):
         return []
-    lanes, base, body = arch.pe_array.simd_lanes, 0, kernel
-    if kernel.vector_var is None:
-        lp = kernel.loops[-1]
-        if len(kernel.loops) < 2 or not lp.is_dense or lp.extent % lanes:
-            return []
-        try:
-            body, base = vectorise_innermost(kernel, lanes), lanes
-        except DFGError:
-            return []
+    lanes = arch.pe_array.simd_lanes
+    got = vector_reduction_body(kernel, lanes)
+    if got is None:
+        return []
+    body, base = got
     if body.vector_var is None or body.loops[-1].var != body.vector_var \
             or body.vector_extent != lanes or len(body.loops) < 2 \
             or not any(n.op is Op.VSUM for n in body.nodes):

@@ -4,7 +4,7 @@ The names below are imported from their modules when first used (`_EXPORTS`): a 
 needs the tensor and the matmul lowering does not wait for the other ops (start-up, issue 14).
 """
 
-import importlib
+from dataflow.lazy_exports import lazy_exports
 
 #: name -> the module it comes from
 _EXPORTS = {
@@ -35,15 +35,4 @@ _EXPORTS = {
 }
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'dataflow.ust_frontend' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # the next use finds it without coming here
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)
