@@ -58,7 +58,8 @@ from dataflow.mapper.routing import (
 
 # Deferred imports: networkx is imported in `rec_mii`, its one user (start-up).
 
-__all__ = ["DEFAULT_EFFORT", "HARD_EFFORT", "Effort", "Link", "anneal", "delay_sources", "hop", "hop_distance", "is_immediate",
+__all__ = ["DEFAULT_EFFORT", "HARD_EFFORT", "Effort", "Link", "anneal", "delay_sources", "hop",
+           "hop_distance", "is_immediate",
            "issue_copies", "op_latency", "rec_mii", "res_mii", "schedule_kernel",
            "shortest_path", "unit_busy", "value_flits"]
 
