@@ -79,8 +79,8 @@ def map_stage_kernel(kernel: Kernel, arch: ArchSpec, tile_rows: int,
             # the list scheduler sometimes needs II well above MII for these wide bodies
             km = map_kernel(kernel, arch, max_tile_rows=tile_rows, max_ii_slack=RETRY_II_SLACK)
         km = _late_sources(kernel, arch, tile_rows, km)
-        km = _harder_links(kernel, arch, tile_rows, km)
         km = _more_copies(kernel, arch, tile_rows, km, budget)
+        km = _harder_links(kernel, arch, tile_rows, km)
         _SHAPES.put(key, km)
         _stage_disk_put(key, km)
         return km
@@ -151,12 +151,17 @@ def _harder_links(kernel: Kernel, arch: ArchSpec, tile_rows: int,
                   km: KernelMapping) -> KernelMapping:
     """`km`, or a schedule at a lower II found with `schedule.HARD_EFFORT` (more placement
     attempts on the congestion history, longer PathFinder negotiation), plain then with late
-    sources. A stage body is mapped once and runs every tile of every stage kernel that
-    shares it, so a second or two more is cheap beside the cycles: FNet seq 1024 on mlx_4x4,
-    the sequence pass's two radix-8 kernels (142 nodes, MII 3, links over capacity at II 3
-    with the default effort) go from II 4 to 3, pass 2 from 2,161 to ~2,020 cycles a tile
-    (docs/conventions.md#fnet-pass-boundaries)."""
-    if km.ii <= km.mii:
+    sources, with as many copies as `km` (after `_more_copies`; the orchestrator checks the
+    co-resident kernels' instruction entries, as for `_late_sources`). A stage body is mapped
+    once and runs every tile of every stage kernel that shares it, so a second or two of
+    planning is cheap beside the cycles: FNet seq 1024 on mlx_4x4, the sequence pass's two
+    radix-8 kernels (142 nodes, MII 3, links over capacity at II 3 with the default effort)
+    go from II 4 to 3, pass 2 from 2,161 to 1,982 cycles a tile
+    (docs/conventions.md#fnet-pass-boundaries). Only within the mapper effort (copies x nodes
+    x PEs <= MAPPER_EFFORT): the default array's 4-copy radix-4 bodies (II 5 for MII 4;
+    4 x 54 x 64) are beyond it, and trying their one-copy schedules (before `_more_copies`)
+    doubled FNet's cold planning there (8.8 -> 17.7 s) for nothing."""
+    if km.ii <= km.mii or km.copies * len(kernel.nodes) * arch.pe_array.num_pes > MAPPER_EFFORT:
         return km
     slack = min(km.ii - km.mii, HARDER_IIS) - 1
     for late in (False, True):
