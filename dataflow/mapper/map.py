@@ -41,9 +41,10 @@ def body_key(kernel: Kernel) -> tuple:
 def _schedule(kernel: Kernel, arch: ArchSpec, copies: int, ii: int, diag: list[str],
               effort: Effort = DEFAULT_EFFORT):
     """`schedule_kernel`, memoised on (arch, `body_key`, copies, II, effort). It is
-    deterministic (its random moves are seeded), so a hit returns what the call would: the stage bodies a
-    butterfly repeats across layers, FNet's sequence and hidden FFTs, and the copy counts
-    `stage_mapping._more_copies` and a retry with more slack probe again are scheduled once."""
+    deterministic (its random moves are seeded), so a hit returns what the call would: the
+    stage bodies a butterfly repeats across layers, FNet's sequence and hidden FFTs, and the
+    copy counts `stage_mapping._more_copies` and a retry with more slack probe again are
+    scheduled once."""
     key = (arch, body_key(kernel), copies, ii, effort)
     hit = SCHEDULES.get(key)
     if hit is None:
