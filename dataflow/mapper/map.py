@@ -10,6 +10,8 @@ from dataflow.dfg.graph import Kernel, Program, vector_nodes
 from dataflow.mapper.legality import check_kernel_mapping, check_mapping
 from dataflow.mapper.mapping import KernelMapping, Mapping, MappingError, SystolicMapping
 from dataflow.mapper.schedule import (
+    DEFAULT_EFFORT,
+    Effort,
     anneal,
     delay_sources,
     issue_copies,
@@ -36,16 +38,18 @@ def body_key(kernel: Kernel) -> tuple:
     return tuple((n.op, n.inputs, n.id in vec) for n in kernel.nodes)
 
 
-def _schedule(kernel: Kernel, arch: ArchSpec, copies: int, ii: int, diag: list[str]):
-    """`schedule_kernel`, memoised on (arch, `body_key`, copies, II). It is deterministic (its
-    random moves are seeded), so a hit returns what the call would: the stage bodies a
-    butterfly repeats across layers, FNet's sequence and hidden FFTs, and the copy counts
-    `stage_mapping._more_copies` and a retry with more slack probe again are scheduled once."""
-    key = (arch, body_key(kernel), copies, ii)
+def _schedule(kernel: Kernel, arch: ArchSpec, copies: int, ii: int, diag: list[str],
+              effort: Effort = DEFAULT_EFFORT):
+    """`schedule_kernel`, memoised on (arch, `body_key`, copies, II, effort). It is
+    deterministic (its random moves are seeded), so a hit returns what the call would: the
+    stage bodies a butterfly repeats across layers, FNet's sequence and hidden FFTs, and the
+    copy counts `stage_mapping._more_copies` and a retry with more slack probe again are
+    scheduled once."""
+    key = (arch, body_key(kernel), copies, ii, effort)
     hit = SCHEDULES.get(key)
     if hit is None:
         why: list[str] = []
-        got = schedule_kernel(kernel, arch, copies, ii, why)
+        got = schedule_kernel(kernel, arch, copies, ii, why, effort)
         if got is not None:
             got = (tuple(got[0]), tuple(got[1]))
         hit = (got, why[-1] if why else None)
@@ -68,12 +72,13 @@ IMPROVERS = (None, "anneal")
 def map_kernel(kernel: Kernel, arch: ArchSpec, copies: int | None = None,
                max_ii_slack: int = 8, max_tile_rows: int | None = None,
                improve: str | None = None, seed: int = 0,
-               late_sources: bool = False) -> KernelMapping:
+               late_sources: bool = False, effort: Effort = DEFAULT_EFFORT) -> KernelMapping:
     """Modulo-schedule `kernel`, choosing the number of body copies that maximises throughput
     (copies / II). `improve="anneal"` runs simulated annealing on the chosen schedule (shorter
     schedule, fewer link hops; same II). `late_sources`: each source load issued as late as
     its consumers allow (`schedule.delay_sources`: shorter register lifetimes, so a body
-    whose operands wait on a long chain fits the registers). Raises MappingError naming the
+    whose operands wait on a long chain fits the registers). `effort`:
+    `schedule_kernel`'s placement attempts and negotiation limits. Raises MappingError naming the
     resource that ran out, with the numbers, when nothing fits."""
     if improve not in IMPROVERS:
         raise MappingError(f"unknown improvement pass {improve!r}; choose one of {IMPROVERS}")
@@ -95,7 +100,7 @@ def map_kernel(kernel: Kernel, arch: ArchSpec, copies: int | None = None,
     # as many copies as issue at II 1 (docs/architecture.md#issue-width), down to one
     candidates = [copies] if copies else list(range(max(1, issue_copies(kernel, arch)), 0, -1))
     best, why = _best_schedule(kernel, arch, candidates, rec, max_ii_slack, allocs, tiles,
-                               late_sources)
+                               late_sources, effort)
     if best is None:
         u = min(why) if why else 1
         raise MappingError(f"kernel {kernel.name!r}: no legal modulo schedule found up to "
@@ -116,7 +121,7 @@ def map_kernel(kernel: Kernel, arch: ArchSpec, copies: int | None = None,
 
 
 def _best_schedule(kernel, arch, candidates, rec, max_ii_slack, allocs, tiles,
-                   late_sources=False):
+                   late_sources=False, effort=DEFAULT_EFFORT):
     """(the best legal mapping or None, copies -> last reason an attempt failed).
 
     Best first: (copies, II) pairs are tried in falling `_score` order, each copy count from
@@ -136,7 +141,7 @@ def _best_schedule(kernel, arch, candidates, rec, max_ii_slack, allocs, tiles,
         if ii < mii + max_ii_slack:
             heapq.heappush(heap, (tuple(-x for x in _score(u, ii + 1)), u, ii + 1, mii, res))
         diag: list[str] = []
-        got = _schedule(kernel, arch, u, ii, diag)
+        got = _schedule(kernel, arch, u, ii, diag, effort)
         if got is None:
             why[u] = f"at II = {ii}: {diag[-1]}" if diag else f"at II = {ii}"
             continue

@@ -58,7 +58,8 @@ from dataflow.mapper.routing import (
 
 # Deferred imports: networkx is imported in `rec_mii`, its one user (start-up).
 
-__all__ = ["Link", "anneal", "delay_sources", "hop", "hop_distance", "is_immediate",
+__all__ = ["DEFAULT_EFFORT", "HARD_EFFORT", "Effort", "Link", "anneal", "delay_sources", "hop",
+           "hop_distance", "is_immediate",
            "issue_copies", "op_latency", "rec_mii", "res_mii", "schedule_kernel",
            "shortest_path", "unit_busy", "value_flits"]
 
@@ -217,8 +218,27 @@ class ScheduleFailure:
 PLACEMENT_ATTEMPTS = 2
 
 
+@dataclass(frozen=True)
+class Effort:
+    """How hard `schedule_kernel` tries before it gives up an II: placement attempts (each
+    after the first negotiated on the history before it) and PathFinder's iteration limits."""
+
+    attempts: int = PLACEMENT_ATTEMPTS
+    iterations: int = NEGOTIATION_ITERATIONS
+    stale_limit: int = NEGOTIATION_STALE_LIMIT
+
+
+#: the default: a body that misses its II here usually maps one II up in a fraction of the time
+DEFAULT_EFFORT = Effort()
+#: for a body that missed its MII by links alone and runs many times (a butterfly stage
+#: kernel, `plan.stage_mapping._harder_links`): the sequence pass's radix-8 kernels of FNet
+#: seq 1024 on mlx_4x4 (142 nodes) map at II 3 = MII with 6 attempts of up to 60 iterations,
+#: not with 2 of 24 (II 4); ~1.4 s a body, once (docs/conventions.md#fnet-pass-boundaries)
+HARD_EFFORT = Effort(attempts=6, iterations=60, stale_limit=15)
+
+
 def schedule_kernel(kernel: Kernel, arch: ArchSpec, copies: int, ii: int,
-                    diag: list[str] | None = None):
+                    diag: list[str] | None = None, effort: Effort = DEFAULT_EFFORT):
     """Place and route `copies` copies at `ii`; return (placements, routes) or None.
 
     Up to PLACEMENT_ATTEMPTS attempts: a failed attempt's congestion history (PathFinder's
@@ -226,8 +246,8 @@ def schedule_kernel(kernel: Kernel, arch: ArchSpec, copies: int, ii: int,
     routes cross the least congested (link, slot)s (negotiated placement). On failure a
     sentence naming the resource that ran out (with the numbers) is appended to `diag`."""
     history: Counter = Counter()
-    for attempt in range(PLACEMENT_ATTEMPTS):
-        got = _Attempt(kernel, arch, copies, ii, history, attempt).run()
+    for attempt in range(effort.attempts):
+        got = _Attempt(kernel, arch, copies, ii, history, attempt, effort).run()
         if not isinstance(got, ScheduleFailure):
             return got
         if got.cause is not FailureCause.LINKS:
@@ -240,9 +260,10 @@ def schedule_kernel(kernel: Kernel, arch: ArchSpec, copies: int, ii: int,
 class _Attempt:
     """One placement attempt: list scheduling of every copy, then negotiation of the links."""
 
-    def __init__(self, kernel, arch, copies, ii, history: Counter, attempt: int):
+    def __init__(self, kernel, arch, copies, ii, history: Counter, attempt: int,
+                 effort: Effort = DEFAULT_EFFORT):
         self.kernel, self.arch, self.copies, self.ii = kernel, arch, copies, ii
-        self.history, self.attempt = history, attempt
+        self.history, self.attempt, self.effort = history, attempt, effort
         self.st = RouteState(kernel, arch, ii)
         self.st.history = history
         self.limit = arch.pe_array.instruction_entries
@@ -391,7 +412,7 @@ class _Attempt:
         """Negotiate, then repair, overused links; a LINKS failure (history raised) if both
         fail."""
         st = self.st
-        if not st.overused() or _negotiate(st, self.where, self.routes) \
+        if not st.overused() or _negotiate(st, self.where, self.routes, self.effort) \
                 or repair_placement(st, self.where, self.routes, random.Random(self.attempt)):
             return None
         over = st.overused()
@@ -527,18 +548,18 @@ def _place_with_overuse(st: RouteState, near, preds, node, ready, horizon, limit
     return None
 
 
-def _negotiate(st: RouteState, where, routes) -> bool:
+def _negotiate(st: RouteState, where, routes, effort: Effort = DEFAULT_EFFORT) -> bool:
     """PathFinder: rip up routes through overused (link, slot)s, raise history and present
     costs, reroute; True once nothing is over capacity. Gives up after NEGOTIATION_ITERATIONS
-    or NEGOTIATION_STALE_LIMIT iterations without progress."""
+    or NEGOTIATION_STALE_LIMIT iterations without progress (`effort`'s limits)."""
     best, stale = math.inf, 0
-    for _ in range(NEGOTIATION_ITERATIONS):
+    for _ in range(effort.iterations):
         over = st.overused()
         if not over:
             return True
         total = sum(over.values())
         best, stale = (total, 0) if total < best else (best, stale + 1)
-        if stale >= NEGOTIATION_STALE_LIMIT:
+        if stale >= effort.stale_limit:
             return False
         for k, n in over.items():
             st.history[k] += n

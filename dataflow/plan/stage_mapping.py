@@ -34,11 +34,14 @@ from dataflow.dfg.graph import Kernel
 from dataflow.mapper.legality import check_kernel_mapping
 from dataflow.mapper.map import body_key, map_kernel
 from dataflow.mapper.mapping import KernelMapping, MappingError
-from dataflow.mapper.schedule import rec_mii, res_mii
+from dataflow.mapper.schedule import HARD_EFFORT, rec_mii, res_mii
 from dataflow.mapper.tiling import tile_and_allocate
 
 MAPPER_EFFORT = 4096  # largest nodes x PEs we modulo-schedule (minutes beyond, on 2 cores)
 RETRY_II_SLACK = 48
+# IIs below a missed one that `_harder_links` tries (from the MII up): each failed II costs
+# HARD_EFFORT's attempts (~1-2 s on a 142-node body)
+HARDER_IIS = 2
 MORE_COPIES_II_SLACK = 8  # map_kernel's default: extra copies are scheduled up to MII + 8
 MAX_COPIES = 8
 # extra copies are mapped while copies x nodes x PEs <= COPIES_EFFORT: 5 copies of a 54-node
@@ -77,6 +80,7 @@ def map_stage_kernel(kernel: Kernel, arch: ArchSpec, tile_rows: int,
             km = map_kernel(kernel, arch, max_tile_rows=tile_rows, max_ii_slack=RETRY_II_SLACK)
         km = _late_sources(kernel, arch, tile_rows, km)
         km = _more_copies(kernel, arch, tile_rows, km, budget)
+        km = _harder_links(kernel, arch, tile_rows, km)
         _SHAPES.put(key, km)
         _stage_disk_put(key, km)
         return km
@@ -140,6 +144,35 @@ def _late_sources(kernel: Kernel, arch: ArchSpec, tile_rows: int,
     if (cand.copies * km.ii, -cand.schedule_length) > (km.copies * cand.ii, -km.schedule_length):
         return dataclasses.replace(cand, notes=cand.notes + (
             f"sources issued late: II {km.ii} -> {cand.ii}",))
+    return km
+
+
+def _harder_links(kernel: Kernel, arch: ArchSpec, tile_rows: int,
+                  km: KernelMapping) -> KernelMapping:
+    """`km`, or a schedule at a lower II found with `schedule.HARD_EFFORT` (more placement
+    attempts on the congestion history, longer PathFinder negotiation), plain then with late
+    sources, with as many copies as `km` (after `_more_copies`; the orchestrator checks the
+    co-resident kernels' instruction entries, as for `_late_sources`). A stage body is mapped
+    once and runs every tile of every stage kernel that shares it, so a second or two of
+    planning is cheap beside the cycles: FNet seq 1024 on mlx_4x4, the sequence pass's two
+    radix-8 kernels (142 nodes, MII 3, links over capacity at II 3 with the default effort)
+    go from II 4 to 3, pass 2 from 2,161 to 1,982 cycles a tile
+    (docs/conventions.md#fnet-pass-boundaries). Only within the mapper effort (copies x nodes
+    x PEs <= MAPPER_EFFORT): the default array's 4-copy radix-4 bodies (II 5 for MII 4;
+    4 x 54 x 64) are beyond it, and trying their one-copy schedules (before `_more_copies`)
+    doubled FNet's cold planning there (8.8 -> 17.7 s) for nothing."""
+    if km.ii <= km.mii or km.copies * len(kernel.nodes) * arch.pe_array.num_pes > MAPPER_EFFORT:
+        return km
+    slack = min(km.ii - km.mii, HARDER_IIS) - 1
+    for late in (False, True):
+        try:
+            cand = map_kernel(kernel, arch, copies=km.copies, max_tile_rows=tile_rows,
+                              max_ii_slack=slack, late_sources=late, effort=HARD_EFFORT)
+        except MappingError:
+            continue
+        if cand.ii < km.ii:
+            return dataclasses.replace(cand, notes=cand.notes + (
+                f"links negotiated harder: II {km.ii} -> {cand.ii}",))
     return km
 
 
