@@ -59,8 +59,8 @@ from dataflow.mapper.routing import (
 # Deferred imports: networkx is imported in `rec_mii`, its one user (start-up).
 
 __all__ = ["DEFAULT_EFFORT", "HARD_EFFORT", "Effort", "Link", "anneal", "delay_sources", "hop",
-           "hop_distance", "is_immediate",
-           "issue_copies", "op_latency", "rec_mii", "res_mii", "schedule_kernel",
+           "hop_distance", "ii1_copies",
+           "is_immediate", "issue_copies", "op_latency", "rec_mii", "res_mii", "schedule_kernel",
            "shortest_path", "unit_busy", "value_flits"]
 
 NEGOTIATION_ITERATIONS = 24
@@ -103,12 +103,9 @@ def res_mii(kernel: Kernel, arch: ArchSpec, copies: int) -> int:
     pes = arch.pe_array.num_pes
     # issue_width issues per PE per cycle (docs/architecture.md#issue-width)
     bound = math.ceil(copies * len(kernel.nodes) / (pes * arch.pe_array.issue_width))
-    busy = Counter()
-    for n in kernel.nodes:
-        fu = arch.fu_for(n.op.value)
-        busy[fu.name] += fu.issue_interval_cycles
-        bound = max(bound, fu.issue_interval_cycles)  # the FU must be free again next II
-    for cycles in busy.values():
+    for n in kernel.nodes:  # the FU must be free again next II
+        bound = max(bound, arch.fu_for(n.op.value).issue_interval_cycles)
+    for cycles in unit_busy(kernel, arch).values():
         bound = max(bound, math.ceil(copies * cycles / pes))
     # a held load reads once per run of its address (docs/conventions.md#held-loads)
     streaming = [n for n in kernel.nodes if not (_flushes_per_run(kernel, n) or n.hold)]
@@ -131,16 +128,20 @@ def unit_busy(kernel: Kernel, arch: ArchSpec) -> Counter:
 
 
 def issue_copies(kernel: Kernel, arch: ArchSpec) -> int:
-    """The most copies of `kernel` the PEs can issue at II = 1 (0: not one): PEs // nodes on a
-    single-issue PE; with `issue_width` > 1 PEs x width // nodes, and no more than each unit
-    admits (docs/architecture.md#issue-width)."""
+    """The most copies of `kernel` the PEs can issue at II = 1 (`ii1_copies` of its nodes and
+    units)."""
+    return ii1_copies(len(kernel.nodes), tuple(unit_busy(kernel, arch).values()), arch)
+
+
+def ii1_copies(nodes: int, units: tuple[int, ...], arch: ArchSpec) -> int:
+    """Copies of a body of `nodes` nodes whose units are busy `units` slots per copy that the
+    PEs issue at II = 1 (0: not one): PEs // nodes on a single-issue PE; with `issue_width` > 1
+    PEs x width // nodes, and no more than each unit admits (docs/architecture.md#issue-width).
+    The compiler's GEMM model asks it of bodies it has not built (`gemm_schedule`)."""
     pes, width = arch.pe_array.num_pes, arch.pe_array.issue_width
     if width == 1:
-        return pes // len(kernel.nodes)
-    most = pes * width // len(kernel.nodes)
-    for cycles in unit_busy(kernel, arch).values():
-        most = min(most, pes // cycles)
-    return most
+        return pes // nodes
+    return min([pes * width // nodes] + [pes // u for u in units if u])
 
 
 def _flushes_per_run(kernel: Kernel, node) -> bool:

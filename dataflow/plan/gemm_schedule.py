@@ -28,6 +28,7 @@ from dataflow.dfg import layout, transform
 from dataflow.dfg.graph import Program
 from dataflow.mapper import map_program
 from dataflow.mapper.mapping import Mapping, MappingError
+from dataflow.mapper.schedule import ii1_copies
 from dataflow.plan.retime import (
     best_candidate,
     choice_key,
@@ -151,16 +152,6 @@ def body_units(rows: int, cols: int, fuse: bool, arch: ArchSpec) -> tuple[int, .
             continue
         busy[fu.name] = busy.get(fu.name, 0) + count * fu.issue_interval_cycles
     return tuple(busy.values()) or (0,)
-
-
-def ii1_copies(nodes: int, units: tuple[int, ...], arch: ArchSpec) -> int:
-    """Copies of a body the PEs issue at II 1 (0: not one), as `schedule.issue_copies`: PEs //
-    nodes on a single-issue PE, PEs x issue_width // nodes and no more than each unit admits
-    on a multi-issue one (docs/architecture.md#issue-width)."""
-    pes, width = arch.pe_array.num_pes, arch.pe_array.issue_width
-    if width == 1:
-        return pes // nodes
-    return min([pes * width // nodes] + [pes // u for u in units if u])
 
 
 def best_copies(nodes: int, maccs: int, loads: int, arch: ArchSpec,
