@@ -29,23 +29,41 @@ from dataflow.dfg.ops import Op
 COVER_EDGES = (8, 16, 32, 64)
 
 
+def touched_blocks(pos: np.ndarray, crd: np.ndarray, m: int, n: int, edge: int,
+                   lanes: int = 8) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(panel, block column, attended entries) of every edge x edge block the CSR mask (m x n)
+    touches, in CSR order; None unless edge is a multiple of `lanes` dividing m and n and the
+    mask has entries. Shared by the whole-block test (`lower_block.block_structure`) and the
+    covering (`cover_structure`)."""
+    if edge % lanes or m % edge or n % edge or len(crd) == 0:
+        return None
+    rows = np.repeat(np.arange(m, dtype=np.int64), np.diff(pos))
+    nbj = n // edge
+    blocks, counts = np.unique((rows // edge) * nbj + np.asarray(crd, dtype=np.int64) // edge,
+                               return_counts=True)
+    return blocks // nbj, blocks % nbj, counts
+
+
+def panel_blocks(bi: np.ndarray, bj: np.ndarray, panels: int) -> tuple[np.ndarray, np.ndarray]:
+    """(bpos, bcrd): the blocks `touched_blocks` found, as offsets per query panel and their
+    block columns."""
+    bpos = np.concatenate(([0], np.cumsum(np.bincount(bi, minlength=panels))))
+    return bpos.astype(np.int64), bj.astype(np.int64)
+
+
 def cover_structure(pos: np.ndarray, crd: np.ndarray, m: int, n: int, edge: int,
                     lanes: int = 8) -> tuple[np.ndarray, np.ndarray] | None:
     """(bpos, bcrd): the edge x edge blocks the CSR mask (m x n) touches, per query panel
     (CSR order), when edge is a multiple of `lanes` dividing m and n and every row of a
     touched panel attends some key; else None."""
-    if edge % lanes or m % edge or n % edge or len(crd) == 0:
+    got = touched_blocks(pos, crd, m, n, edge, lanes)
+    if got is None:
         return None
-    counts = np.diff(pos)
-    rows = np.repeat(np.arange(m, dtype=np.int64), counts)
-    nbj = n // edge
-    blocks = np.unique((rows // edge) * nbj + np.asarray(crd, dtype=np.int64) // edge)
-    bi, bj = blocks // nbj, blocks % nbj
-    panel_rows = counts.reshape(m // edge, edge)[np.unique(bi)]
+    bi, bj, _ = got
+    panel_rows = np.diff(pos).reshape(m // edge, edge)[np.unique(bi)]
     if (panel_rows == 0).any():  # a row of only fillers: max -inf, exp(-inf + inf)
         return None
-    bpos = np.concatenate(([0], np.cumsum(np.bincount(bi, minlength=m // edge))))
-    return bpos.astype(np.int64), bj.astype(np.int64)
+    return panel_blocks(bi, bj, m // edge)
 
 
 def useful_fraction(nnz: int, blocks: int, edge: int) -> float:

@@ -47,7 +47,14 @@ import math
 
 import numpy as np
 
-from dataflow.attention.block_fill import bias_buffers, biased, cover_structure, filler_bias
+from dataflow.attention.block_fill import (
+    bias_buffers,
+    biased,
+    cover_structure,
+    filler_bias,
+    panel_blocks,
+    touched_blocks,
+)
 from dataflow.dfg.graph import Addr, Buffer, DFGError, Kernel, Loop, Node, Program
 from dataflow.dfg.lower import run_passes
 from dataflow.dfg.ops import Op
@@ -64,17 +71,11 @@ def block_structure(pos: np.ndarray, crd: np.ndarray, m: int, n: int, edge: int,
     """(bpos, bcrd): the kept edge x edge blocks of the CSR mask (m x n) per query panel, when
     the mask is exactly whole aligned blocks and edge is a multiple of `lanes` dividing m and
     n; else None."""
-    if edge % lanes or m % edge or n % edge or len(crd) == 0:
+    got = touched_blocks(pos, crd, m, n, edge, lanes)
+    # csr has no repeats, so a full block has edge^2 entries
+    if got is None or (got[2] != edge * edge).any():
         return None
-    rows = np.repeat(np.arange(m, dtype=np.int64), np.diff(pos))
-    nbj = n // edge
-    blocks, counts = np.unique((rows // edge) * nbj + np.asarray(crd) // edge,
-                               return_counts=True)
-    if (counts != edge * edge).any():  # csr has no repeats, so a full block has edge^2 entries
-        return None
-    bi, bj = blocks // nbj, blocks % nbj
-    bpos = np.concatenate(([0], np.cumsum(np.bincount(bi, minlength=m // edge))))
-    return bpos.astype(np.int64), bj.astype(np.int64)
+    return panel_blocks(got[0], got[1], m // edge)
 
 
 def find_blocks(pos: np.ndarray, crd: np.ndarray, m: int, n: int, lanes: int = BODY_ROWS):
