@@ -17,3 +17,11 @@ def assert_engines_identical(mapping):
     assert r1.to_dict() | {"engine": 0} == r2.to_dict() | {"engine": 0}
     assert np.array_equal(r1.output, r2.output)
     return r2
+
+
+def assert_within_roofline(res, arch):
+    """Never fewer cycles than the roofline allows: MACs / peak, DRAM bytes / bandwidth, and
+    the compute plus reconfiguration cycles."""
+    assert res.cycles >= res.macs / res.peak_macs_per_cycle
+    assert res.cycles >= res.dram_bytes / arch.dram.bytes_per_cycle
+    assert res.cycles >= res.compute_cycles + res.stall_cycles_reconfiguration

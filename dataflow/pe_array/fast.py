@@ -301,7 +301,7 @@ class _TimingMemo:
     Then every access touches the same rows up to the shift, in the same cycles, and the
     per-(cycle, line) port counts, stalls and counters are identical. The check costs O(n)
     per memory node (lane 0 only) against the O(n * lanes) sort and count it saves.
-    `tests/test_fidelity.py` runs kernels with the memo on and off and against the reference
+    `tests/test_fast_shortcuts.py` runs kernels with the memo on and off and against the reference
     stepper. At most `KEEP` patterns are held (host memory stays a few tiles' lane-0 words),
     besides `prior`: the entry each tile index left in an earlier run of a kernel mapping the
     timing cannot tell apart (`_RunMemo`), tried first and updated as tiles run."""

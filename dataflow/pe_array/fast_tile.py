@@ -22,7 +22,7 @@ a run of consecutive memo-hit tiles is computed as one tile of all their iterati
   of the cycle.
 
 Every counter comes from the memo as before; tile results, output bits and memo statistics
-equal the tile-by-tile path. Off with DATAFLOW_TILE_BATCH=0. `tests/test_fidelity.py::
+equal the tile-by-tile path. Off with DATAFLOW_TILE_BATCH=0. `tests/test_fast_shortcuts.py::
 test_batched_memo_hits_are_exact` (reference stepper, on against off, and a kernel whose
 accumulator runs reach across tile boundaries, which fails when the pass forgets the tile
 ends). docs/architecture.md#batched-memo-hits.
