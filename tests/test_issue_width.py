@@ -22,8 +22,8 @@ import scipy.sparse as sp
 from dataflow.arch import ArchError, arch_from_dict, arch_to_dict, load_arch
 from dataflow.dfg.lower import lower_spmm_csr
 from dataflow.mapper import MappingError, map_program
+from dataflow.mapper.bounds import issue_copies, res_mii, unit_busy
 from dataflow.mapper.legality import check_kernel_mapping
-from dataflow.mapper.schedule import issue_copies, res_mii, unit_busy
 from dataflow.matmul_split import spmm_issue
 from dataflow.pe_array.simulate import run_array
 from dataflow.testing import assert_close

@@ -15,6 +15,7 @@ import dataflow.mapper.map as map_module
 from dataflow.arch.limits import MAX_RECONFIGURABLE_SIDE
 from dataflow.dfg.lower import gemm_kernel
 from dataflow.mapper import routing
+from dataflow.mapper.bounds import rec_mii, res_mii
 from dataflow.mapper.legality import check_kernel_mapping
 from dataflow.mapper.mapping import Placement
 from dataflow.mapper.routing import RouteState, hop, hop_distance, line_hops, shortest_path
@@ -23,8 +24,6 @@ from dataflow.mapper.schedule import (
     _Attempt,
     _Candidates,
     _NearPEs,
-    rec_mii,
-    res_mii,
     schedule_kernel,
 )
 from dataflow.mapper.tiling import tile_and_allocate

@@ -187,7 +187,7 @@ def test_rec_mii_shortcut_is_the_cycle_enumeration():
 
     import networkx as nx
 
-    from dataflow.mapper.schedule import op_latency, rec_mii
+    from dataflow.mapper.bounds import op_latency, rec_mii
     from tests.archs import variant
     from tests.programs import random_program
 

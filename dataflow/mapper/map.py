@@ -7,6 +7,7 @@ import heapq
 from dataflow.arch.spec import ArchSpec, PEKind
 from dataflow.cachefiles import BoundedCache
 from dataflow.dfg.graph import Kernel, Program, vector_nodes
+from dataflow.mapper.bounds import issue_copies, rec_mii, res_mii
 from dataflow.mapper.legality import check_kernel_mapping, check_mapping
 from dataflow.mapper.mapping import KernelMapping, Mapping, MappingError, SystolicMapping
 from dataflow.mapper.schedule import (
@@ -14,9 +15,6 @@ from dataflow.mapper.schedule import (
     Effort,
     anneal,
     delay_sources,
-    issue_copies,
-    rec_mii,
-    res_mii,
     schedule_kernel,
 )
 from dataflow.mapper.tiling import tile_and_allocate

@@ -37,10 +37,10 @@ from dataflow.dfg.lower import gemm_kernel
 from dataflow.dfg.ops import Op
 from dataflow.dfg.row_max import has_accmax, lower_row_max
 from dataflow.mapper import map_program
+from dataflow.mapper.bounds import issue_copies, unit_busy
 from dataflow.mapper.legality import check_mapping
 from dataflow.mapper.map import map_kernel
 from dataflow.mapper.mapping import KernelMapping, Mapping, MappingError
-from dataflow.mapper.schedule import issue_copies, unit_busy
 from dataflow.plan import gather_lines, tile_ramp
 from dataflow.plan.gemm_schedule import (
     GemmSchedule,

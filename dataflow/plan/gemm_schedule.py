@@ -27,8 +27,8 @@ from dataflow.arch.spec import ArchSpec
 from dataflow.dfg import layout, transform
 from dataflow.dfg.graph import Program
 from dataflow.mapper import map_program
+from dataflow.mapper.bounds import ii1_copies
 from dataflow.mapper.mapping import Mapping, MappingError
-from dataflow.mapper.schedule import ii1_copies
 from dataflow.plan.retime import (
     best_candidate,
     choice_key,
@@ -140,7 +140,7 @@ def body_nodes(rows: int, cols: int, fuse: bool) -> int:
 
 def body_units(rows: int, cols: int, fuse: bool, arch: ArchSpec) -> tuple[int, ...]:
     """Slots each functional unit is busy per copy of an r x s body (`body_nodes`'s ops: the
-    loads, the products and, unfused, their accumulations), as `schedule.unit_busy`."""
+    loads, the products and, unfused, their accumulations), as `bounds.unit_busy`."""
     ops = [("load", 1 + cols), ("macc" if fuse else "mul", rows * cols)]
     if not fuse:
         ops.append(("acc", rows * cols))
@@ -163,7 +163,7 @@ def best_copies(nodes: int, maccs: int, loads: int, arch: ArchSpec,
     16 PEs, 6 idle); at a longer II the copies share PEs and fill them (19 copies at II 3 on
     64 PEs, 8 at II 5 on 16). Of equal rates the shorter II
     (docs/conventions.md#register-blocking). `units`: the slots each functional unit is busy
-    per copy (`schedule.unit_busy`); given, a PE issues `issue_width` ops a cycle, each unit
+    per copy (`bounds.unit_busy`); given, a PE issues `issue_width` ops a cycle, each unit
     at most one (docs/architecture.md#issue-width); absent, one op a PE a cycle."""
     pes = arch.pe_array.num_pes
     width = arch.pe_array.issue_width if units else 1

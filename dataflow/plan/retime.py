@@ -31,9 +31,9 @@ from dataflow.cachefiles import (
 from dataflow.dfg.domain import enumerate_domain
 from dataflow.dfg.graph import Kernel, Program
 from dataflow.dfg.ops import Op
+from dataflow.mapper.bounds import issue_copies, rec_mii, res_mii
 from dataflow.mapper.legality import check_kernel_mapping
 from dataflow.mapper.mapping import KernelMapping, MappingError
-from dataflow.mapper.schedule import issue_copies, rec_mii, res_mii
 from dataflow.pe_array.common import spm_base
 from dataflow.pe_array.fast_run import run_kernel_fast
 from dataflow.plan.gather_lines import ordered_inputs

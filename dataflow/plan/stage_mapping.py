@@ -31,10 +31,11 @@ from dataflow.cachefiles import (
     write_entry,
 )
 from dataflow.dfg.graph import Kernel
+from dataflow.mapper.bounds import rec_mii, res_mii
 from dataflow.mapper.legality import check_kernel_mapping
 from dataflow.mapper.map import body_key, map_kernel
 from dataflow.mapper.mapping import KernelMapping, MappingError
-from dataflow.mapper.schedule import HARD_EFFORT, rec_mii, res_mii
+from dataflow.mapper.schedule import HARD_EFFORT
 from dataflow.mapper.tiling import tile_and_allocate
 
 MAPPER_EFFORT = 4096  # largest nodes x PEs we modulo-schedule (minutes beyond, on 2 cores)
