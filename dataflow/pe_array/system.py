@@ -178,7 +178,7 @@ def run_system(kernel_tiles: list[tuple[str, tuple[TileResult, ...]]],
 
     `buffers[k]` (`tile_buffer_counts`): kernel k's SPM slots per streamed input, n >= 2. A
     tile's loads are issued once a slot is free (the array frees one when it has computed a
-    tile) and at most n - 1 tiles' loads are in flight at once; n = 2 (None: every kernel) is
+    tile), with at most n - 1 tiles' loads in flight at once; n = 2 (None: every kernel) is
     double buffering, each tile's loads issued once the previous tile's have landed.
 
     The timeline is a function of exactly these inputs: per kernel its name and per tile its
