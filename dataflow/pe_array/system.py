@@ -1,11 +1,11 @@
 """System level: DMA, DRAM and the array at tile granularity, as a SimPy discrete-event model.
 
 Each kernel starts with a reconfiguration; each tile's inputs are loaded by DMA into one half of
-its double buffers while the array computes the previous tile; outputs are written back behind
-the compute. DMA engines and DRAM channels are SimPy resources (see `run_system`). With
-`dram.prefetch_next_kernel` the DMA loads the next kernel's first-tile program inputs while
-the current kernel still runs, where the SPM has room (`prefetch_sets`;
-docs/conventions.md#system-level).
+its double buffers (or one of more slots, `dram.tile_buffers`: `tile_buffer_counts`) while the
+array computes the previous tile; outputs are written back behind the compute. DMA engines and
+DRAM channels are SimPy resources (see `run_system`). With `dram.prefetch_next_kernel` the DMA
+loads the next kernel's first-tile program inputs while the current kernel still runs, where
+the SPM has room (`prefetch_sets`; docs/conventions.md#system-level).
 """
 
 from __future__ import annotations
