@@ -128,13 +128,17 @@ class SPMSpec:
 class DRAMSpec:
     """Off-chip memory as seen by the DMA engines: `bytes_per_cycle` at the array clock.
     `prefetch_next_kernel`: the DMA loads the next kernel's first-tile program inputs while the
-    current kernel runs, where the SPM has room (docs/conventions.md#system-level)."""
+    current kernel runs, where the SPM has room (docs/conventions.md#system-level).
+    `tile_buffers`: SPM slots per streamed input, where the SPM has room for them: 2 is double
+    buffering (one tile's loads in flight while the array computes on the other slot); n > 2
+    keeps up to n - 1 tiles' loads in flight at once (docs/conventions.md#deeper-tile-buffers)."""
 
     bytes_per_cycle: float
     latency_cycles: int = 100
     channels: int = 1
     dma_engines: int = 1
     prefetch_next_kernel: bool = True
+    tile_buffers: int = 2
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,9 @@ from dataflow.dfg.ops import Op
 PE_KINDS = tuple(k.value for k in PEKind)
 TOPOLOGIES = tuple(t.value for t in Topology)
 ADDRESS_MAPPINGS = tuple(m.value for m in AddressMapping)
+#: most SPM slots per streamed input (`dram.tile_buffers`): beyond a few the DMA is never the
+#: reason a tile waits, and each slot is a tile's inputs more in the SPM
+MAX_TILE_BUFFERS = 8
 DTYPES = {"float32": 4, "float16": 2, "float64": 8, "int32": 4, "int8": 1}
 
 
@@ -60,6 +63,9 @@ def validate_arch(spec: ArchSpec) -> None:
     c.non_negative("dram.latency_cycles", spec.dram.latency_cycles)
     c.positive("dram.channels", spec.dram.channels)
     c.positive("dram.dma_engines", spec.dram.dma_engines)
+    if not 2 <= spec.dram.tile_buffers <= MAX_TILE_BUFFERS:
+        c.fail("dram.tile_buffers",
+               f"must be 2 (double buffering) to {MAX_TILE_BUFFERS}, got {spec.dram.tile_buffers}")
     c.positive("clock_ghz", spec.clock_ghz)
     if spec.dtype not in DTYPES:
         c.fail("dtype", f"must be one of {sorted(DTYPES)}, got {spec.dtype!r}")

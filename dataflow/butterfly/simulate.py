@@ -26,7 +26,7 @@ from dataflow.pe_array.simulate import (
     run_array,
     sequence_results,
 )
-from dataflow.pe_array.system import run_system
+from dataflow.pe_array.system import run_system, tile_buffer_counts
 from dataflow.plan.orchestrate import OrchestratedMapping, roofline
 
 # the system model takes per-buffer DMA transfers when TileResult carries them
@@ -107,6 +107,39 @@ def _occupied(mapping, seg) -> int:
                    default=0) for i in seg)
 
 
+def _slot_words(mapping, seg) -> int:
+    """SPM words of one slot of a residency's streamed inputs: the data that enters it from
+    DRAM each tile (its resident tables and the buffers its kernels hand over excluded)."""
+    bufs = [b for i in seg for b in mapping.kernels[i].kernel.buffers]
+    made = {b.name for b in bufs if b.role == BufferRole.OUTPUT}
+    enters = {b.name for b in bufs if b.role == BufferRole.INPUT} - made
+    return sum(a.words for i in seg for a in mapping.kernels[i].allocations
+               if a.streamed and a.buffer in enters)
+
+
+def _buffers(seg_tiles, arch, occupied, slots, prefetch) -> list[int] | None:
+    """`run_system`'s slots per residency (`tile_buffer_counts`): a residency's extra slots fit
+    beside the words it occupies and the next residency's tables, when those load early
+    (`_first_loads`; docs/conventions.md#deeper-tile-buffers). None: double buffering."""
+    if arch.dram.tile_buffers <= 2 or len(slots) != len(seg_tiles) or not occupied:
+        return None
+    taken = []
+    for k, words in enumerate(occupied):
+        early = 0
+        if prefetch and k + 1 < len(seg_tiles) and TABLES in prefetch[k + 1]:
+            early = sum(n for b, kind, n in seg_tiles[k + 1][1][0].dram_transfers
+                        if b == TABLES and kind == "read") // arch.word_bytes
+        taken.append(words + early)
+    return tile_buffer_counts(list(zip(slots, taken)), arch)
+
+
+def _system(seg_tiles, arch, occupied, slots):
+    """`run_system` over the residencies with their prefetch sets and slots."""
+    prefetch = _first_loads(seg_tiles, arch, occupied)
+    return run_system(seg_tiles, arch, prefetch,
+                      _buffers(seg_tiles, arch, occupied, slots, prefetch))
+
+
 @dataclass(frozen=True, eq=False)
 class OrchestratedRun:
     """`result`: the SimResult (its `output` is the program's first output, flat);
@@ -122,6 +155,8 @@ class OrchestratedRun:
     system: tuple = ()
     #: SPM words each residency occupies (`_occupied`), in the order of `system`
     occupied: tuple = ()
+    #: SPM words of one slot of each residency's streamed inputs (`_slot_words`), same order
+    slots: tuple = ()
 
 
 def simulate_orchestrated(om: OrchestratedMapping, engine: str = "fast",
@@ -169,7 +204,8 @@ def simulate_orchestrated(om: OrchestratedMapping, engine: str = "fast",
                                      dram_bytes_read=rd, dram_bytes_written=wr, **extra))
         seg_tiles.append((f"residency{si}", tuple(merged)))
     occupied = tuple(_occupied(mapping, seg) for seg in om.segments)
-    tl = run_system(seg_tiles, arch, _first_loads(seg_tiles, arch, occupied))
+    slots = tuple(_slot_words(mapping, seg) for seg in om.segments)
+    tl = _system(seg_tiles, arch, occupied, slots)
     rd = sum(t.dram_bytes_read for _, ts in seg_tiles for t in ts)
     wr = sum(t.dram_bytes_written for _, ts in seg_tiles for t in ts)
     spans: list[StageSpan] = []
@@ -214,7 +250,7 @@ def simulate_orchestrated(om: OrchestratedMapping, engine: str = "fast",
         output=outputs[mapping.program.outputs[0][0]], notes=notes, mapping_summary=om.summary(),
         roofline=program_roofline(mapping.program, arch, arrays, dram_bytes=(rd, wr)))
     return OrchestratedRun(result=res, outputs=outputs, spans=tuple(spans), bounds=bounds,
-                           spec=spec, system=tuple(seg_tiles), occupied=occupied)
+                           spec=spec, system=tuple(seg_tiles), occupied=occupied, slots=slots)
 
 
 def back_to_back(runs: list[OrchestratedRun], arch) -> tuple[int, int, int, list[int]] | None:
@@ -228,12 +264,13 @@ def back_to_back(runs: list[OrchestratedRun], arch) -> tuple[int, int, int, list
     first-tile loads go with its configuration."""
     if not runs or any(not r.system for r in runs):
         return None
-    tiles, first, occupied = [], [], []
+    tiles, first, occupied, slots = [], [], [], []
     for j, r in enumerate(runs):
         first.append(len(tiles))
         tiles += [(f"p{j}.{name}", ts) for name, ts in r.system]
         occupied += r.occupied or [arch.spm.capacity_words] * len(r.system)
-    tl = run_system(tiles, arch, _first_loads(tiles, arch, occupied))
+        slots += r.slots if len(r.slots) == len(r.system) else [0] * len(r.system)
+    tl = _system(tiles, arch, occupied, slots)
     began = {(name, i): t0 for name, i, t0, _ in tl.tile_spans}
     starts = [began[(tiles[k][0], 0)] for k in first]
     return tl.cycles, tl.stall_cycles_dram, tl.stall_cycles_reconfiguration, starts
@@ -292,6 +329,9 @@ def chain_runs(runs: list[OrchestratedRun], workload: str, outputs: dict, spec=N
         if all(r.system for r in runs) else ()
     occupied = tuple(w for r in runs for w in r.occupied) \
         if all(len(r.occupied) == len(r.system) for r in runs) else ()
+    slots = tuple(w for r in runs for w in r.slots) \
+        if all(len(r.slots) == len(r.system) for r in runs) else ()
     return OrchestratedRun(result=res, outputs=outputs, spans=tuple(spans), bounds=bounds,
                            spec=spec if spec is not None else runs[-1].spec, system=system,
-                           occupied=occupied if system else ())
+                           occupied=occupied if system else (),
+                           slots=slots if system else ())

@@ -155,6 +155,27 @@ def _prefetch(mapping: Mapping):
     return prefetch_sets(kernels, arch.spm.capacity_words)
 
 
+def _buffers(mapping: Mapping, prefetch) -> list[int] | None:
+    """`system.tile_buffer_counts` from the kernels' SPM allocations (None while
+    `dram.tile_buffers` is 2): a slot is one half of each streamed input's allocation; a kernel
+    holds up to its highest allocated word plus what the next kernel prefetches beside it."""
+    from dataflow.pe_array.system import tile_buffer_counts
+
+    if mapping.arch.dram.tile_buffers <= 2:
+        return None
+    kernels = []
+    for k, km in enumerate(mapping.kernels):
+        allocs = km.allocations
+        loaded = {b.name for b in km.kernel.buffers if b.role == BufferRole.INPUT and not b.on_chip}
+        slot = sum(a.words for a in allocs if a.streamed and a.buffer in loaded)
+        taken = max((max(a.base, a.base_alt or 0) + a.words for a in allocs), default=0)
+        if prefetch and k + 1 < len(mapping.kernels):
+            taken += sum(a.words for a in mapping.kernels[k + 1].allocations
+                         if a.buffer in prefetch[k + 1])
+        kernels.append((slot, taken))
+    return tile_buffer_counts(kernels, mapping.arch)
+
+
 def simulate_mapping(mapping: Mapping, engine: str = "fast", trace: bool = False,
                      workload: str | None = None, reload: tuple[str, ...] = (),
                      values: bool = True) -> SimResult:
@@ -179,8 +200,9 @@ def simulate_mapping(mapping: Mapping, engine: str = "fast", trace: bool = False
     else:
         from dataflow.pe_array.system import run_system
 
-        timeline = run_system([(a.kernel, a.tiles) for a in arrays], arch,
-                              prefetch=_prefetch(mapping))
+        prefetch = _prefetch(mapping)
+        timeline = run_system([(a.kernel, a.tiles) for a in arrays], arch, prefetch=prefetch,
+                              buffers=_buffers(mapping, prefetch))
         rd = sum(t.dram_bytes_read for a in arrays for t in a.tiles)
         wr = sum(t.dram_bytes_written for a in arrays for t in a.tiles)
     cycles = timeline.cycles

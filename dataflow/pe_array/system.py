@@ -1,11 +1,11 @@
 """System level: DMA, DRAM and the array at tile granularity, as a SimPy discrete-event model.
 
 Each kernel starts with a reconfiguration; each tile's inputs are loaded by DMA into one half of
-its double buffers while the array computes the previous tile; outputs are written back behind
-the compute. DMA engines and DRAM channels are SimPy resources (see `run_system`). With
-`dram.prefetch_next_kernel` the DMA loads the next kernel's first-tile program inputs while
-the current kernel still runs, where the SPM has room (`prefetch_sets`;
-docs/conventions.md#system-level).
+its double buffers (or one of more slots, `dram.tile_buffers`: `tile_buffer_counts`) while the
+array computes the previous tile; outputs are written back behind the compute. DMA engines and
+DRAM channels are SimPy resources (see `run_system`). With `dram.prefetch_next_kernel` the DMA
+loads the next kernel's first-tile program inputs while the current kernel still runs, where
+the SPM has room (`prefetch_sets`; docs/conventions.md#system-level).
 """
 
 from __future__ import annotations
@@ -86,6 +86,34 @@ def _on_every_channel(env: simpy.Environment, channels: list, cycles: float):
         c.release(req)
 
 
+def _tile_load(load, i, tile, loaded, fetched, ahead=None):
+    """Tile i's loads (`load(i, tile)`), then, for the first tile, the prefetch `fetched`;
+    a token back to `ahead`, then `loaded[i]` fires."""
+    yield from load(i, tile)
+    if i == 0 and fetched is not None:
+        yield fetched
+    if ahead is not None:
+        yield ahead.put(1)
+    loaded[i].succeed()
+
+
+def _loader(env: simpy.Environment, load, tiles, loaded, free: simpy.Container, fetched):
+    """A kernel's tile loads, each once a slot of `free` is free: with two slots (double
+    buffering) one tile's after another's have landed; with n > 2 up to n - 1 tiles' at once
+    (`run_system`'s `buffers`). Done once every load has landed."""
+    slots = free.capacity
+    ahead = simpy.Container(env, capacity=slots - 1, init=slots - 1) if slots > 2 else None
+    for i, t in enumerate(tiles):
+        yield free.get(1)  # a free slot (one half of the double buffer)
+        if ahead is None:  # double buffering: this tile's loads, then the next's
+            yield from _tile_load(load, i, t, loaded, fetched)
+            continue
+        yield ahead.get(1)  # at most slots - 1 tiles' loads in flight
+        env.process(_tile_load(load, i, t, loaded, fetched, ahead))
+    if ahead is not None:  # every load landed (the next kernel's prefetch waits for that)
+        yield ahead.get(slots - 1)
+
+
 def prefetch_sets(kernels: Sequence[tuple[Sequence[str], Sequence[str], dict[str, int], int]],
                   capacity_words: int) -> list[frozenset[str]]:
     """Per kernel, the inputs its first tile may load while the previous kernel runs.
@@ -109,9 +137,25 @@ def prefetch_sets(kernels: Sequence[tuple[Sequence[str], Sequence[str], dict[str
     return out
 
 
+def tile_buffer_counts(kernels: Sequence[tuple[int, int]], arch: ArchSpec) -> list[int] | None:
+    """Per kernel, the SPM slots of its streamed inputs (`run_system`'s `buffers`): up to
+    `dram.tile_buffers`, the two of double buffering plus as many more as fit in the SPM beside
+    what the kernel already holds. `kernels`: (words of one slot, i.e. one tile's streamed
+    inputs, SPM words taken: the kernel's allocations, double buffers counted, and what the
+    next kernel prefetches into the room beside it). None when `dram.tile_buffers` is 2: every
+    kernel double-buffered, the schedule without this parameter cycle for cycle
+    (docs/conventions.md#deeper-tile-buffers)."""
+    most = arch.dram.tile_buffers
+    if most <= 2:
+        return None
+    room = arch.spm.capacity_words
+    return [2 + max(0, min(most - 2, (room - taken) // slot)) if slot > 0 else 2
+            for slot, taken in kernels]
+
+
 def run_system(kernel_tiles: list[tuple[str, tuple[TileResult, ...]]],
-               arch: ArchSpec, prefetch: Sequence[frozenset[str]] | None = None
-               ) -> SystemTimeline:
+               arch: ArchSpec, prefetch: Sequence[frozenset[str]] | None = None,
+               buffers: Sequence[int] | None = None) -> SystemTimeline:
     """Schedule the kernels' tiles; the array waits only for data or reconfiguration.
 
     Memory system: `dram.channels` channels share the aggregate `bytes_per_cycle` equally.
@@ -132,32 +176,39 @@ def run_system(kernel_tiles: list[tuple[str, tuple[TileResult, ...]]],
     reconfiguration. None or empty sets: every load is issued after the kernel's
     reconfiguration, as without prefetch.
 
+    `buffers[k]` (`tile_buffer_counts`): kernel k's SPM slots per streamed input, n >= 2. A
+    tile's loads are issued once a slot is free (the array frees one when it has computed a
+    tile), with at most n - 1 tiles' loads in flight at once; n = 2 (None: every kernel) is
+    double buffering, each tile's loads issued once the previous tile's have landed.
+
     The timeline is a function of exactly these inputs: per kernel its name and per tile its
-    compute cycles and DMA transfers, the arch's DRAM and reconfiguration cycles, and the
-    prefetch sets. A run whose inputs equal an earlier one's (a warm rerun of a planned
-    workload) gets that run's timeline (the `MEMO_KEEP` most recent are held;
+    compute cycles and DMA transfers, the arch's DRAM and reconfiguration cycles, the
+    prefetch sets and the slots. A run whose inputs equal an earlier one's (a warm rerun of a
+    planned workload) gets that run's timeline (the `MEMO_KEEP` most recent are held;
     DATAFLOW_SYSTEM_MEMO=0 simulates every time).
     """
     MEMO_STATS["runs"] += 1
     if os.environ.get(MEMO_ENV, "1").strip().lower() in ("0", "false", "no", "off"):
-        return _simulate(kernel_tiles, arch, prefetch)
+        return _simulate(kernel_tiles, arch, prefetch, buffers)
     key = (tuple((name, tuple((t.compute_cycles, t.dram_bytes_read, t.dram_bytes_written,
                                t.dram_transfers) for t in tiles))
                  for name, tiles in kernel_tiles),
-           arch.dram, arch.reconfiguration_cycles, tuple(prefetch) if prefetch else None)
+           arch.dram, arch.reconfiguration_cycles, tuple(prefetch) if prefetch else None,
+           tuple(buffers) if buffers else None)
     timeline = _TIMELINES.get(key)
     if timeline is not None:
         MEMO_STATS["hits"] += 1
         _TIMELINES.move_to_end(key)
         return timeline
-    timeline = _TIMELINES[key] = _simulate(kernel_tiles, arch, prefetch)
+    timeline = _TIMELINES[key] = _simulate(kernel_tiles, arch, prefetch, buffers)
     while len(_TIMELINES) > MEMO_KEEP:
         _TIMELINES.popitem(last=False)
     return timeline
 
 
 def _simulate(kernel_tiles: list[tuple[str, tuple[TileResult, ...]]], arch: ArchSpec,
-              prefetch: Sequence[frozenset[str]] | None) -> SystemTimeline:
+              prefetch: Sequence[frozenset[str]] | None,
+              buffers: Sequence[int] | None = None) -> SystemTimeline:
     """`run_system`'s discrete-event simulation."""
     env = simpy.Environment()
     dram = arch.dram
@@ -191,12 +242,8 @@ def _simulate(kernel_tiles: list[tuple[str, tuple[TileResult, ...]]], arch: Arch
             yield from _one(transfer, name, reads)
 
     def loader(name, tiles, loaded, free, early=frozenset(), fetched=None):
-        for i, t in enumerate(tiles):
-            yield free.get(1)  # one half of the double buffer
-            yield from load(name, _transfers(t, "read", skip=early if i == 0 else frozenset()))
-            if i == 0 and fetched is not None:
-                yield fetched
-            loaded[i].succeed()
+        yield from _loader(env, lambda i, t: load(name, _transfers(
+            t, "read", skip=early if i == 0 else frozenset())), tiles, loaded, free, fetched)
 
     def prefetcher(after, name, tile, early):
         yield after  # the previous kernel's loads have landed
@@ -217,7 +264,8 @@ def _simulate(kernel_tiles: list[tuple[str, tuple[TileResult, ...]]], arch: Arch
                 yield env.timeout(arch.reconfiguration_cycles)
                 waits["reconf"] += arch.reconfiguration_cycles
             loaded = [env.event() for _ in tiles]
-            free = simpy.Container(env, capacity=2, init=2)
+            slots = buffers[k] if buffers else 2
+            free = simpy.Container(env, capacity=slots, init=slots)
             ld = env.process(loader(name, tiles, loaded, free, early, fetched))
             nxt = _next_early(kernel_tiles, early_of, k)
             early, fetched = (nxt[2], env.process(prefetcher(ld, *nxt))) if nxt else (
