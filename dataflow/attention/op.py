@@ -28,7 +28,8 @@ from dataflow.ust_frontend.tensor import Tensor
 # so its source hash goes into the op name (and thus the plan key): editing it retires old plans.
 _LOWERING_SHA = hashlib.sha256(b"".join(
     (Path(__file__).resolve().parent / f).read_bytes()
-    for f in ("lower.py", "lower_dia.py", "lower_block.py", "block_fill.py")
+    for f in ("lower.py", "lower_dia.py", "lower_block.py", "block_fill.py",
+              "row_softmax.py")
 )).hexdigest()[:12]
 LOWERINGS = ("csr", "dia", "block", "auto", "default")
 #: SIMD lanes the block lowering's bodies take (one SPM row of a strip: `lower_block.BODY_ROWS`)
@@ -185,8 +186,12 @@ class SparseAttention(_StatefulOp):
             return lower_attention_block(self.q, self.k, self.v, self.pos, self.crd,
                                          edge=self._blocks[0], on_chip=self._on_chip(),
                                          accmax=self._accmax, fill=self._fill)
-        low = lower_attention_dia if self.lowering == "dia" else lower_attention
-        return low(self.q, self.k, self.v, self.pos, self.crd, lanes=self._lanes or 1)
+        if self.lowering == "dia":
+            return lower_attention_dia(self.q, self.k, self.v, self.pos, self.crd,
+                                       lanes=self._lanes or 1)
+        return lower_attention(self.q, self.k, self.v, self.pos, self.crd,
+                               lanes=self._lanes or 1, row_bodies=not self._accmax,
+                               on_chip=True)
 
     def _reference(self) -> np.ndarray:
         return attention_reference(self.q, self.k, self.v, self.pos, self.crd)
