@@ -26,8 +26,7 @@ import numpy as np
 
 from dataflow.attention.row_softmax import (
     hand_over,
-    row_exp_kernel,
-    row_max_kernel,
+    row_softmax_kernel,
     row_width,
 )
 from dataflow.dfg.graph import Addr, Buffer, DFGError, Kernel, Loop, Node, Program
@@ -153,11 +152,11 @@ def lower_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos: np.ndarray
     sddmm = rename_buffers(sddmm_csr_vector_kernel(m, dp, n, pos, lanes),
                            {"A": "Q", "BT": "K", "C_val": "S"}, "sddmm")
     width = row_width(pos) if row_bodies else None
-    softmax = ((row_max_kernel(m, width), row_exp_kernel(m, width, scale)) if width
+    softmax = ((row_softmax_kernel(m, width, scale),) if width
                else (softmax_max_kernel(m, pos), softmax_exp_kernel(m, pos, scale)))
     kernels = (sddmm, *softmax, normalised_spmm_kernel(m, n, dv, pos))
     if width and on_chip:
-        kernels = hand_over(kernels, m, nnz, n * dv)
+        kernels = hand_over(kernels, m, nnz)
     prog = Program(
         name=f"attention_{m}x{n}x{d}_nnz{nnz}", kernels=kernels,
         inputs=(("M_crd", crd), ("Q", qp.ravel()), ("K", kp.ravel()),

@@ -18,6 +18,8 @@ from dataflow.attention.lower import lower_attention
 from dataflow.attention.lower_block import find_blocks, held_words, lower_attention_block
 from dataflow.attention.lower_dia import band_offsets, lower_attention_dia
 from dataflow.attention.reference import attention_reference
+from dataflow.attention.row_softmax import held_words as row_held_words
+from dataflow.attention.row_softmax import row_width
 from dataflow.errors import UserError
 from dataflow.plan.gemm_schedule import supports
 from dataflow.ust_frontend.named import NamedFormats
@@ -140,6 +142,8 @@ class SparseAttention(_StatefulOp):
         where = ""
         if self.lowering == "block" and not self._on_chip():
             where = ":dram"
+        if self.lowering == "csr" and self._row_bodies():  # docs/conventions.md#row-softmax
+            where = ":rows" if self._rows_on_chip() else ":rows:dram"
         self.op = f"attention:{self.lowering}{where}:{_LOWERING_SHA}"
 
     def useful_fraction(self) -> float:
@@ -163,6 +167,21 @@ class SparseAttention(_StatefulOp):
         held = held_words(self.q.shape[0], edge, len(bcrd))
         # beside the widest whole operand: Q (gathered by the sddmm) or V (by the spmm)
         whole = max(self.q.size, self.v.size)
+        return held + whole <= ON_CHIP_FRACTION * self._capacity
+
+    def _row_bodies(self) -> bool:
+        """The CSR lowering's row-body softmax (`row_softmax.py`): rows of one width on an
+        array without accmax (with one, the row maximum folds into the scores' kernel)."""
+        return not self._accmax and row_width(self.pos) is not None
+
+    def _rows_on_chip(self) -> bool:
+        """Whether the row-body program's S, E and rowsum fit the SPM beside the widest whole
+        operand (K for the sddmm, V for the spmm), within `ON_CHIP_FRACTION`."""
+        if self._capacity is None:
+            return True
+        lanes = self._lanes or 1
+        whole = self.k.shape[0] * max(-(-self.k.shape[1] // lanes) * lanes, self.v.shape[1])
+        held = row_held_words(self.q.shape[0], len(self.crd))
         return held + whole <= ON_CHIP_FRACTION * self._capacity
 
     def _operands(self):
@@ -190,8 +209,8 @@ class SparseAttention(_StatefulOp):
             return lower_attention_dia(self.q, self.k, self.v, self.pos, self.crd,
                                        lanes=self._lanes or 1)
         return lower_attention(self.q, self.k, self.v, self.pos, self.crd,
-                               lanes=self._lanes or 1, row_bodies=not self._accmax,
-                               on_chip=True)
+                               lanes=self._lanes or 1, row_bodies=self._row_bodies(),
+                               on_chip=self._rows_on_chip())
 
     def _reference(self) -> np.ndarray:
         return attention_reference(self.q, self.k, self.v, self.pos, self.crd)

@@ -54,26 +54,13 @@ def _loads(nodes: list[Node], buffer: str, width: int) -> list[int]:
     return list(range(len(nodes) - width, len(nodes)))
 
 
-def row_max_kernel(m: int, width: int) -> Kernel:
-    """rowmax[i] = max_t S[i * width + t]: one iteration per row, a tree of `max`."""
-    nodes: list[Node] = []
-    root = _tree(nodes, _loads(nodes, "S", width), Op.MAX, "max")
-    nodes.append(Node(len(nodes), Op.STORE, (root,), buffer="rowmax", addr=Addr((("i", 1),)),
-                      name="rowmax="))
-    return Kernel(name="softmax_max", loops=(Loop("i", m),), nodes=tuple(nodes),
-                  buffers=(Buffer("S", m * width), Buffer("rowmax", m, "output")))
-
-
-def row_exp_kernel(m: int, width: int, scale: float) -> Kernel:
-    """E[i * width + t] = exp(scale * (S[i * width + t] - rowmax[i])); rowsum[i] = their
-    sum (a tree of adds, stored once): one iteration per row. (Measured against one kernel
-    that takes the maximum too, in registers: the two run 194 cycles faster on `mlx_4x4`,
-    seq 1024; the maximum's short kernel runs while V loads.)"""
+def row_softmax_kernel(m: int, width: int, scale: float) -> Kernel:
+    """One iteration per row: its maximum a tree of `max` over the row's `width` scores (in
+    registers, never stored), E[i * width + t] = exp(scale * (S[i * width + t] - max)) and
+    rowsum[i] their sum, a tree of adds stored once."""
     nodes: list[Node] = []
     s = _loads(nodes, "S", width)
-    nodes.append(Node(len(nodes), Op.LOAD, buffer="rowmax", addr=Addr((("i", 1),)),
-                      name="max"))
-    mx = len(nodes) - 1
+    mx = _tree(nodes, s, Op.MAX, "max")
     nodes.append(Node(len(nodes), Op.CONST, value=scale, name="1/sqrt(d)"))
     sc = len(nodes) - 1
     exps = []
@@ -88,8 +75,8 @@ def row_exp_kernel(m: int, width: int, scale: float) -> Kernel:
     root = _tree(nodes, exps, Op.ADD, "sum")
     nodes.append(Node(len(nodes), Op.STORE, (root,), buffer="rowsum", addr=Addr((("i", 1),)),
                       name="rowsum="))
-    return Kernel(name="softmax_exp", loops=(Loop("i", m),), nodes=tuple(nodes),
-                  buffers=(Buffer("S", m * width), Buffer("rowmax", m),
+    return Kernel(name="softmax", loops=(Loop("i", m),), nodes=tuple(nodes),
+                  buffers=(Buffer("S", m * width),
                            Buffer("E", m * width, "output"), Buffer("rowsum", m, "output")))
 
 
@@ -97,47 +84,34 @@ def row_exp_kernel(m: int, width: int, scale: float) -> Kernel:
 ALIGN = 128
 
 
-#: the kernel that loads V for the spmm (its load overlaps that kernel, not the spmm)
-KEEPS_V = "softmax_exp"
-
-
 def _align(words: int) -> int:
     return -(-words // ALIGN) * ALIGN
 
 
-def held_layout(m: int, entries: int, v_words: int) -> dict[str, tuple[int, int]]:
-    """(size, spm_base) of the buffers handed from kernel to kernel in the SPM: the scores
-    S (sddmm -> both softmax kernels), the row maxima, the probabilities E and the row sums
-    (softmax_exp -> spmm), then V (loaded by softmax_max, read by the spmm)."""
+def held_layout(m: int, entries: int) -> dict[str, tuple[int, int]]:
+    """(size, spm_base) of the buffers handed from kernel to kernel in the SPM: the scores S
+    (sddmm -> softmax), then the probabilities E and the row sums (softmax -> spmm)."""
     out, base = {}, 0
-    for name, size in (("S", entries), ("rowmax", m), ("E", entries), ("rowsum", m),
-                       ("V", v_words)):
+    for name, size in (("S", entries), ("E", entries), ("rowsum", m)):
         out[name] = (size, base)
         base = _align(base + size)
     return out
 
 
-def held_words(m: int, entries: int, v_words: int) -> int:
-    return max(base + size for size, base in held_layout(m, entries, v_words).values())
+def held_words(m: int, entries: int) -> int:
+    """The SPM words the held buffers span (`held_layout`)."""
+    return max(base + size for size, base in held_layout(m, entries).values())
 
 
-def hand_over(kernels: tuple[Kernel, ...], m: int, entries: int,
-              v_words: int) -> tuple[Kernel, ...]:
-    """The kernels with S, rowmax, E and rowsum held in the SPM between them (`held_layout`)
-    and V loaded whole by `softmax_max` ("keep") and left there through `softmax_exp` to the
-    spmm, so its load overlaps the softmax instead of holding the spmm's first tile."""
-    lay = held_layout(m, entries, v_words)
-    out = []
-    for kr in kernels:
-        bufs = list(kr.buffers)
-        if kr.name == KEEPS_V:
-            bufs.append(Buffer("V", v_words))
-        bufs = [dataclasses.replace(
-            b, fetch="keep" if (b.name, kr.name) == ("V", KEEPS_V) else "on_chip",
-            spm_base=lay[b.name][1]) if b.name in lay else b for b in bufs]
-        out.append(dataclasses.replace(kr, buffers=tuple(bufs)))
-    return tuple(out)
+def hand_over(kernels: tuple[Kernel, ...], m: int, entries: int) -> tuple[Kernel, ...]:
+    """The kernels with S, E and rowsum held in the SPM between them (`held_layout`): no
+    kernel streams them, so the softmax streams nothing and runs as one tile, and the DMA
+    loads the spmm's V during it (`mapper.tiling.tile_and_allocate`, `pe_array.system`)."""
+    lay = held_layout(m, entries)
+    return tuple(dataclasses.replace(kr, buffers=tuple(
+        dataclasses.replace(b, fetch="on_chip", spm_base=lay[b.name][1]) if b.name in lay
+        else b for b in kr.buffers)) for kr in kernels)
 
 
-__all__ = ["MAX_ROW_WIDTH", "hand_over", "held_layout", "held_words", "row_exp_kernel",
-           "row_max_kernel", "row_width"]
+__all__ = ["MAX_ROW_WIDTH", "hand_over", "held_layout", "held_words", "row_softmax_kernel",
+           "row_width"]
