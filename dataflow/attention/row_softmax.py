@@ -1,16 +1,18 @@
 """The CSR attention's softmax over rows of one width (docs/conventions.md#row-softmax).
 
 A mask whose rows all attend the same number T of keys (butterfly: the key itself and one per
-power-of-two stride, T = 1 + log2 seq; N:M) has its row i's scores at S[i * T + t], t < T: an
+power-of-two stride, T = 1 + log2 seq; N:M) has row i's scores at S[i * T + t], t < T: an
 affine address. On an array without an accmax unit the CSR softmax's row maximum would be
-levels of `max` kernels over the entries (`dfg/row_max.py`, four kernels at T = 11); here it
-is one kernel over the rows whose body loads the T scores of a row and reduces them by a tree
-of `max` (exact: the same maximum), and the exp kernel likewise takes a whole row per
-iteration (T loads, subtractions, exps and stores, the row sum a tree of adds stored once).
+levels of `max` kernels over the entries (`dfg/row_max.py`: four kernels at T = 11, each
+level's buffer through DRAM); here the softmax is one kernel over the rows whose body loads the
+T scores of a row, reduces them by a tree of `max` (exact: the same maximum; in registers,
+never stored), and stores E = exp(scale * (S - max)) and the row sum (a tree of adds).
 
-`lower_attention(row_bodies=True)` takes them where `row_width` finds one width;
-`SparseAttention` asks for them on an array without accmax (on one with it, the accmax kernel
-folds into the scores' kernel instead, docs/conventions.md#attention-fold).
+`lower_attention(row_bodies=True)` takes it where `row_width` finds one width;
+`SparseAttention` asks for it on an array without accmax (on one with it, the accmax kernel
+folds into the scores' kernel instead, docs/conventions.md#attention-fold). With
+`on_chip=True`, S, E and the row sums stay in the SPM (`hand_over`): the softmax then streams
+nothing and runs as one tile, so the DMA loads the spmm's V during it.
 """
 
 from __future__ import annotations
