@@ -1,8 +1,8 @@
 """The CSR attention's row-body softmax (docs/conventions.md#row-softmax): a mask whose rows
 all attend the same number of keys (butterfly, N:M) runs, on an array without accmax, the scores
 with lane-select sums (no lane partials through DRAM), one softmax kernel that takes a whole row
-per iteration (the row maximum a tree of `max`, no max levels) and the normalised SpMM, S, E
-and the row sums handed over in the SPM. Values equal numpy (fast engine; the reference
+per iteration (the row maximum a tree of `max`, no max levels, the probabilities normalised)
+and the CSR SpMM, S and P handed over in the SPM. Values equal numpy (fast engine; the reference
 stepper on a small case), cycles stay above the roofline, the default lowering takes it by
 itself on `mlx_4x4`, and it moves fewer DRAM bytes in fewer cycles than the CSR program with
 the max levels it replaces."""
@@ -77,14 +77,14 @@ def test_row_softmax_engines_identical():
     prog = lower_attention(x["q"], x["k"], x["v"], x["pos"], x["crd"], lanes=8,
                            row_bodies=True, on_chip=True)
     held = {b.name for kr in prog.kernels for b in kr.buffers if b.fetch == BufferFetch.ON_CHIP}
-    assert held == {"S", "E", "rowsum"}
+    assert held == {"S", "P"}
     res = assert_engines_identical(compile_program(prog, MLX))
     assert_close(np.asarray(res.output).reshape(32, 8), ref)
 
 
 def test_row_softmax_through_dram_values_equal_numpy():
     """Without the hand-over (a mask whose intermediates do not fit) the same kernels run
-    with S, E and the row sums through DRAM."""
+    with S and P through DRAM."""
     x, ref = _inputs("butterfly", 64, 16, 5)
     prog = lower_attention(x["q"], x["k"], x["v"], x["pos"], x["crd"], lanes=8,
                            row_bodies=True, on_chip=False)
@@ -147,4 +147,4 @@ def test_row_softmax_kernel_shape():
     loads = [n for n in k.nodes if n.buffer == "S"]
     assert len(loads) == 5 and [n.addr.const for n in loads] == list(range(5))
     assert not any(n.op.value == "accmax" for n in k.nodes)
-    assert {b.name for b in k.buffers if b.role == "output"} == {"E", "rowsum"}
+    assert {b.name for b in k.buffers if b.role == "output"} == {"P"}

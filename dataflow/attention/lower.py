@@ -126,9 +126,9 @@ def lower_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos: np.ndarray
     """The attention `Program` for Q (m x d), K (n x d), V (n x dv) and a CSR mask (pos, crd)
     of shape m x n. `lanes` is the SIMD width the reduction is vectorised over (the arch's
     `pe_array.simd_lanes`). `row_bodies`: where every row attends the same number of keys,
-    the softmax takes a whole row per iteration (`row_softmax.py`, no accmax). Output `O`
-    (m x dv). `on_chip` (with row bodies): the intermediates and V handed over in the SPM
-    (`row_softmax.hand_over`)."""
+    the softmax takes a whole row per iteration (`row_softmax.py`, no accmax) and writes the
+    probabilities P, and the SpMM is the plain CSR SpMM over them; `on_chip` (with row
+    bodies): S and P handed over in the SPM (`row_softmax.hand_over`). Output `O` (m x dv)."""
     for nm, x in (("q", q), ("k", k), ("v", v)):
         if np.ndim(x) != 2:
             raise DFGError(f"attention takes matrices; {nm} has shape {np.shape(x)}")
@@ -154,7 +154,11 @@ def lower_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos: np.ndarray
     width = row_width(pos) if row_bodies else None
     softmax = ((row_softmax_kernel(m, width, scale),) if width
                else (softmax_max_kernel(m, pos), softmax_exp_kernel(m, pos, scale)))
-    kernels = (sddmm, *softmax, normalised_spmm_kernel(m, n, dv, pos))
+    spmm = (rename_buffers(spmm_csr_kernel(m, n, dv, pos), {"A_val": "P", "A_crd": "M_crd",
+                                                           "B": "V", "C": "O",
+                                                           "A_pos": "M_pos"}, "spmm")
+            if width else normalised_spmm_kernel(m, n, dv, pos))
+    kernels = (sddmm, *softmax, spmm)
     if width and on_chip:
         kernels = hand_over(kernels, m, nnz)
     prog = Program(

@@ -175,7 +175,7 @@ class SparseAttention(_StatefulOp):
         return not self._accmax and row_width(self.pos) is not None
 
     def _rows_on_chip(self) -> bool:
-        """Whether the row-body program's S, E and rowsum fit the SPM beside the widest whole
+        """Whether the row-body program's S and P fit the SPM beside the widest whole
         operand (K for the sddmm, V for the spmm), within `ON_CHIP_FRACTION`."""
         if self._capacity is None:
             return True

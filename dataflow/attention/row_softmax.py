@@ -6,12 +6,15 @@ affine address. On an array without an accmax unit the CSR softmax's row maximum
 levels of `max` kernels over the entries (`dfg/row_max.py`: four kernels at T = 11, each
 level's buffer through DRAM); here the softmax is one kernel over the rows whose body loads the
 T scores of a row, reduces them by a tree of `max` (exact: the same maximum; in registers,
-never stored), and stores E = exp(scale * (S - max)) and the row sum (a tree of adds).
+never stored), sums E = exp(scale * (S - max)) by a tree of adds and stores the
+probabilities P = E / sum: the normalisation is the softmax's here, not the SpMM's
+(docs/conventions.md#attention-fold), since the row's sum is in the same body; the SpMM is
+the plain CSR SpMM over P.
 
 `lower_attention(row_bodies=True)` takes it where `row_width` finds one width;
 `SparseAttention` asks for it on an array without accmax (on one with it, the accmax kernel
 folds into the scores' kernel instead, docs/conventions.md#attention-fold). With
-`on_chip=True`, S, E and the row sums stay in the SPM (`hand_over`): the softmax then streams
+`on_chip=True`, S and P stay in the SPM (`hand_over`): the softmax then streams
 nothing and runs as one tile, so the DMA loads the spmm's V during it.
 """
 
@@ -59,27 +62,26 @@ def _loads(nodes: list[Node], buffer: str, width: int) -> list[int]:
 def row_softmax_kernel(m: int, width: int, scale: float) -> Kernel:
     """One iteration per row: its maximum a tree of `max` over the row's `width` scores (in
     registers, never stored), E[i * width + t] = exp(scale * (S[i * width + t] - max)) and
-    rowsum[i] their sum, a tree of adds stored once."""
+    their sum a tree of adds; P[i * width + t] = E / sum, the division the CSR program's SpMM
+    makes as it loads E (docs/conventions.md#attention-fold)."""
     nodes: list[Node] = []
     s = _loads(nodes, "S", width)
     mx = _tree(nodes, s, Op.MAX, "max")
     nodes.append(Node(len(nodes), Op.CONST, value=scale, name="1/sqrt(d)"))
     sc = len(nodes) - 1
     exps = []
-    for t, x in enumerate(s):
+    for x in s:
         nodes.append(Node(len(nodes), Op.SUB, (x, mx), name="s-max"))
         nodes.append(Node(len(nodes), Op.MUL, (len(nodes) - 1, sc), name="*scale"))
         nodes.append(Node(len(nodes), Op.EXP, (len(nodes) - 1,), name="exp"))
-        e = len(nodes) - 1
-        nodes.append(Node(len(nodes), Op.STORE, (e,), buffer="E",
-                          addr=Addr((("i", width),), t), name=f"E[{t}]="))
-        exps.append(e)
+        exps.append(len(nodes) - 1)
     root = _tree(nodes, exps, Op.ADD, "sum")
-    nodes.append(Node(len(nodes), Op.STORE, (root,), buffer="rowsum", addr=Addr((("i", 1),)),
-                      name="rowsum="))
+    for t, e in enumerate(exps):
+        nodes.append(Node(len(nodes), Op.DIV, (e, root), name="e/sum"))
+        nodes.append(Node(len(nodes), Op.STORE, (len(nodes) - 1,), buffer="P",
+                          addr=Addr((("i", width),), t), name=f"P[{t}]="))
     return Kernel(name="softmax", loops=(Loop("i", m),), nodes=tuple(nodes),
-                  buffers=(Buffer("S", m * width),
-                           Buffer("E", m * width, "output"), Buffer("rowsum", m, "output")))
+                  buffers=(Buffer("S", m * width), Buffer("P", m * width, "output")))
 
 
 #: SPM words a held buffer's base is aligned to (as `lower_block.HELD_ALIGN`)
@@ -92,9 +94,9 @@ def _align(words: int) -> int:
 
 def held_layout(m: int, entries: int) -> dict[str, tuple[int, int]]:
     """(size, spm_base) of the buffers handed from kernel to kernel in the SPM: the scores S
-    (sddmm -> softmax), then the probabilities E and the row sums (softmax -> spmm)."""
+    (sddmm -> softmax), then the probabilities P (softmax -> spmm)."""
     out, base = {}, 0
-    for name, size in (("S", entries), ("E", entries), ("rowsum", m)):
+    for name, size in (("S", entries), ("P", entries)):
         out[name] = (size, base)
         base = _align(base + size)
     return out
@@ -106,7 +108,7 @@ def held_words(m: int, entries: int) -> int:
 
 
 def hand_over(kernels: tuple[Kernel, ...], m: int, entries: int) -> tuple[Kernel, ...]:
-    """The kernels with S, E and rowsum held in the SPM between them (`held_layout`): no
+    """The kernels with S and P held in the SPM between them (`held_layout`): no
     kernel streams them, so the softmax streams nothing and runs as one tile, and the DMA
     loads the spmm's V during it (`mapper.tiling.tile_and_allocate`, `pe_array.system`)."""
     lay = held_layout(m, entries)
