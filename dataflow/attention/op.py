@@ -48,7 +48,8 @@ FILL_THRESHOLD = {"accmax": 0.5, "no_accmax": 0.3}
 class SparseAttention(_StatefulOp):
     """O = softmax(mask(Q K^T / sqrt(d))) V with `mask` given by its CSR arrays (pos, crd).
 
-    `lowering`: "csr" (any mask: SDDMM, softmax and SpMM over the CSR entries, `lower.py`),
+    `lowering`: "csr" (any mask: SDDMM, softmax and SpMM over the CSR entries, `lower.py`;
+    rows of one width on an array without accmax: a row-body softmax, `row_softmax.py`),
     "dia" (a mask of whole, equally spaced diagonals: affine, gather-free, `lower_dia.py`),
     "block" (a mask of whole aligned blocks of a multiple of 8, bigbird: gathered GEMMs over
     the kept blocks, `lower_block.py`; or a mask covered by the blocks it touches, the fillers
