@@ -1,11 +1,11 @@
 """The CSR attention's row-body softmax (docs/conventions.md#row-softmax): a mask whose rows
-all attend the same number of keys (butterfly, N:M) runs, on an array without accmax, the scores
-with lane-select sums (no lane partials through DRAM), one softmax kernel that takes a whole row
-per iteration (the row maximum a tree of `max`, no max levels, the probabilities normalised)
-and the CSR SpMM, S and P handed over in the SPM. Values equal numpy (fast engine; the reference
-stepper on a small case), cycles stay above the roofline, the default lowering takes it by
-itself on `mlx_4x4`, and it moves fewer DRAM bytes in fewer cycles than the CSR program with
-the max levels it replaces."""
+all attend the same number of keys (butterfly, N:M) runs the scores (with lane-select sums on
+an array without vsum: no lane partials through DRAM), one softmax kernel that takes a whole
+row per iteration (the row maximum a tree of `max`, no max levels, the probabilities
+normalised) and the CSR SpMM, S and P handed over in the SPM. Values equal numpy (fast engine;
+the reference stepper on a small case), cycles stay above the roofline, the default lowering
+takes it by itself (on `default.yaml` too), and on `mlx_4x4` it moves fewer DRAM bytes in
+fewer cycles than the CSR program with the max levels it replaces."""
 
 import numpy as np
 import pytest
@@ -105,21 +105,34 @@ def test_row_max_is_exact_with_large_scores():
     assert_close(out, attention_reference(q, k, v, pos, crd))
 
 
-def test_default_takes_row_softmax_on_mlx_only():
-    """Chosen by itself: on `mlx_4x4` (no accmax) the default lowering is the CSR program with
-    the row-body softmax held on chip; on `default.yaml` (accmax: the maximum folds into the
-    scores' kernel instead) the CSR program keeps its softmax kernels."""
-    x, _ = _inputs("butterfly", 1024, 64)
+def test_default_takes_row_softmax_by_itself():
+    """Chosen by itself, on both presets (measured faster on each): the default lowering is
+    the CSR program with the row-body softmax held on chip; rows of different widths keep the
+    CSR softmax."""
+    x = make_inputs("butterfly", 1024, 64)
     op = SparseAttention(x["q"], x["k"], x["v"], x["pos"], x["crd"], lowering="default")
-    op.set_arch(MLX)
-    assert op.lowering == "csr" and op.op.startswith("attention:csr:rows:")
-    op.set_arch(DEFAULT)
-    assert ":rows" not in op.op
+    for arch in (MLX, DEFAULT):
+        op.set_arch(arch)
+        assert op.lowering == "csr" and op.op.startswith("attention:csr:rows:")
     window = make_inputs("window", 1024, 64)  # rows of different widths at the edges
     op = SparseAttention(window["q"], window["k"], window["v"], window["pos"], window["crd"],
                          lowering="csr")
     op.set_arch(MLX)
     assert ":rows" not in op.op
+
+
+def test_butterfly_default_preset_beats_the_folded_csr_program():
+    """On `default.yaml` (accmax, vsum) the row-body program against the CSR program with the
+    row maximum folded into the scores (docs/conventions.md#attention-fold): fewer cycles."""
+    x, ref = _inputs("butterfly", 1024, 64)
+    out, res = _run(x, DEFAULT)
+    assert_close(out, ref)
+    assert [kr.kernel for kr in res.kernels] == ["sddmm", "softmax", "spmm"]
+    old = simulate_mapping(compile_program(
+        lower_attention(x["q"], x["k"], x["v"], x["pos"], x["crd"], lanes=8), DEFAULT),
+        engine="fast")
+    assert res.cycles >= res.roofline_cycles
+    assert res.cycles < old.cycles
 
 
 def test_butterfly_mlx_beats_max_levels_and_reaches_half_the_roofline():

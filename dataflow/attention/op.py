@@ -49,7 +49,7 @@ class SparseAttention(_StatefulOp):
     """O = softmax(mask(Q K^T / sqrt(d))) V with `mask` given by its CSR arrays (pos, crd).
 
     `lowering`: "csr" (any mask: SDDMM, softmax and SpMM over the CSR entries, `lower.py`;
-    rows of one width on an array without accmax: a row-body softmax, `row_softmax.py`),
+    rows of one width: a row-body softmax, `row_softmax.py`),
     "dia" (a mask of whole, equally spaced diagonals: affine, gather-free, `lower_dia.py`),
     "block" (a mask of whole aligned blocks of a multiple of 8, bigbird: gathered GEMMs over
     the kept blocks, `lower_block.py`; or a mask covered by the blocks it touches, the fillers
@@ -171,9 +171,10 @@ class SparseAttention(_StatefulOp):
         return held + whole <= ON_CHIP_FRACTION * self._capacity
 
     def _row_bodies(self) -> bool:
-        """The CSR lowering's row-body softmax (`row_softmax.py`): rows of one width on an
-        array without accmax (with one, the row maximum folds into the scores' kernel)."""
-        return not self._accmax and row_width(self.pos) is not None
+        """The CSR lowering's row-body softmax (`row_softmax.py`): rows of one width, on any
+        array (measured faster than the CSR softmax with and without an accmax unit,
+        docs/conventions.md#row-softmax)."""
+        return row_width(self.pos) is not None
 
     def _rows_on_chip(self) -> bool:
         """Whether the row-body program's S and P fit the SPM beside the widest whole

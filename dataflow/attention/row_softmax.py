@@ -12,8 +12,9 @@ probabilities P = E / sum: the normalisation is the softmax's here, not the SpMM
 the plain CSR SpMM over P.
 
 `lower_attention(row_bodies=True)` takes it where `row_width` finds one width;
-`SparseAttention` asks for it on an array without accmax (on one with it, the accmax kernel
-folds into the scores' kernel instead, docs/conventions.md#attention-fold). With
+`SparseAttention` asks for it on every array (measured faster than the CSR softmax with and
+without an accmax unit, where the maximum would fold into the scores'
+kernel, docs/conventions.md#attention-fold). With
 `on_chip=True`, S and P stay in the SPM (`hand_over`): the softmax then streams
 nothing and runs as one tile, so the DMA loads the spmm's V during it.
 """
