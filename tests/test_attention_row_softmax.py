@@ -21,6 +21,7 @@ from dataflow.dfg.graph import BufferFetch
 from dataflow.pe_array.simulate import simulate_mapping
 from dataflow.plan.compile import compile_program
 from dataflow.testing import assert_close
+from tests.archs import variant
 from tests.engine_checks import assert_engines_identical
 
 DEFAULT = resolve_arch("arch_configs/default.yaml")
@@ -91,6 +92,19 @@ def test_row_softmax_through_dram_values_equal_numpy():
     assert not any(b.held for kr in prog.kernels for b in kr.buffers)
     res = simulate_mapping(compile_program(prog, MLX), engine="fast")
     assert_close(np.asarray(res.output).reshape(64, 16), ref)
+
+
+def test_row_softmax_through_dram_where_the_spm_is_small():
+    """The default lowering on a 16 k-word SPM: S and P with K (8 k words) exceed three
+    quarters of it, so they go through DRAM (the plan's name says so); values as numpy."""
+    small = variant(**{"spm.capacity_words_per_line": 1024})
+    x, ref = _inputs("butterfly", 256, 32, 7)
+    op = SparseAttention(x["q"], x["k"], x["v"], x["pos"], x["crd"], lowering="default")
+    op.set_arch(small)
+    assert ":rows:dram:" in op.op
+    out, res = _run(x, small)
+    assert [kr.kernel for kr in res.kernels] == ["sddmm", "softmax", "spmm"]
+    assert_close(out, ref)
 
 
 def test_row_max_is_exact_with_large_scores():
