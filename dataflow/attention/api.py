@@ -162,7 +162,9 @@ def sparse_attention(q, k, v, pattern="dense", backend: str = "numpy", arch=None
     whole aligned blocks (bigbird: gathered GEMMs, docs/conventions.md#block-attention) or
     covered by the blocks they touch, the fillers masked (window; #filler-blocks), "auto" to
     pick among them, "default" for block where the mask is whole blocks or its covering's
-    useful fraction reaches the measured threshold (`op.FILL_THRESHOLD`), else csr.
+    useful fraction reaches the measured threshold (`op.FILL_THRESHOLD`), else csr. Over
+    rows of one width (butterfly, N:M) csr takes a row-body softmax
+    (docs/conventions.md#row-softmax).
     `reference` (sim): `attention_reference(q, k, v, pos, crd)` when the caller has computed it
     already (a model layer keeps it), so the check does not compute it again.
     """

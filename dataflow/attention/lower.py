@@ -24,6 +24,11 @@ import math
 
 import numpy as np
 
+from dataflow.attention.row_softmax import (
+    hand_over,
+    row_softmax_kernel,
+    row_width,
+)
 from dataflow.dfg.graph import Addr, Buffer, DFGError, Kernel, Loop, Node, Program
 from dataflow.dfg.lower import run_passes, spmm_csr_kernel
 from dataflow.dfg.lower_sddmm import sddmm_csr_vector_kernel
@@ -116,10 +121,14 @@ def normalised_spmm_kernel(m: int, n: int, dv: int, pos: np.ndarray) -> Kernel:
 
 
 def lower_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos: np.ndarray,
-                    crd: np.ndarray, lanes: int = 8, dtype=np.float32) -> Program:
+                    crd: np.ndarray, lanes: int = 8, dtype=np.float32,
+                    row_bodies: bool = False, on_chip: bool = False) -> Program:
     """The attention `Program` for Q (m x d), K (n x d), V (n x dv) and a CSR mask (pos, crd)
     of shape m x n. `lanes` is the SIMD width the reduction is vectorised over (the arch's
-    `pe_array.simd_lanes`). Output `O` (m x dv)."""
+    `pe_array.simd_lanes`). `row_bodies`: where every row attends the same number of keys,
+    the softmax takes a whole row per iteration (`row_softmax.py`, no accmax) and writes the
+    probabilities P, and the SpMM is the plain CSR SpMM over them; `on_chip` (with row
+    bodies): S and P handed over in the SPM (`row_softmax.hand_over`). Output `O` (m x dv)."""
     for nm, x in (("q", q), ("k", k), ("v", v)):
         if np.ndim(x) != 2:
             raise DFGError(f"attention takes matrices; {nm} has shape {np.shape(x)}")
@@ -142,8 +151,16 @@ def lower_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos: np.ndarray
     scale = 1.0 / math.sqrt(d)
     sddmm = rename_buffers(sddmm_csr_vector_kernel(m, dp, n, pos, lanes),
                            {"A": "Q", "BT": "K", "C_val": "S"}, "sddmm")
-    kernels = (sddmm, softmax_max_kernel(m, pos), softmax_exp_kernel(m, pos, scale),
-               normalised_spmm_kernel(m, n, dv, pos))
+    width = row_width(pos) if row_bodies else None
+    softmax = ((row_softmax_kernel(m, width, scale),) if width
+               else (softmax_max_kernel(m, pos), softmax_exp_kernel(m, pos, scale)))
+    spmm = (rename_buffers(spmm_csr_kernel(m, n, dv, pos), {"A_val": "P", "A_crd": "M_crd",
+                                                           "B": "V", "C": "O",
+                                                           "A_pos": "M_pos"}, "spmm")
+            if width else normalised_spmm_kernel(m, n, dv, pos))
+    kernels = (sddmm, *softmax, spmm)
+    if width and on_chip:
+        kernels = hand_over(kernels, m, nnz)
     prog = Program(
         name=f"attention_{m}x{n}x{d}_nnz{nnz}", kernels=kernels,
         inputs=(("M_crd", crd), ("Q", qp.ravel()), ("K", kp.ravel()),

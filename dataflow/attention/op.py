@@ -18,6 +18,8 @@ from dataflow.attention.lower import lower_attention
 from dataflow.attention.lower_block import find_blocks, held_words, lower_attention_block
 from dataflow.attention.lower_dia import band_offsets, lower_attention_dia
 from dataflow.attention.reference import attention_reference
+from dataflow.attention.row_softmax import held_words as row_held_words
+from dataflow.attention.row_softmax import row_width
 from dataflow.errors import UserError
 from dataflow.plan.gemm_schedule import supports
 from dataflow.ust_frontend.named import NamedFormats
@@ -28,7 +30,8 @@ from dataflow.ust_frontend.tensor import Tensor
 # so its source hash goes into the op name (and thus the plan key): editing it retires old plans.
 _LOWERING_SHA = hashlib.sha256(b"".join(
     (Path(__file__).resolve().parent / f).read_bytes()
-    for f in ("lower.py", "lower_dia.py", "lower_block.py", "block_fill.py")
+    for f in ("lower.py", "lower_dia.py", "lower_block.py", "block_fill.py",
+              "row_softmax.py")
 )).hexdigest()[:12]
 LOWERINGS = ("csr", "dia", "block", "auto", "default")
 #: SIMD lanes the block lowering's bodies take (one SPM row of a strip: `lower_block.BODY_ROWS`)
@@ -45,7 +48,8 @@ FILL_THRESHOLD = {"accmax": 0.5, "no_accmax": 0.3}
 class SparseAttention(_StatefulOp):
     """O = softmax(mask(Q K^T / sqrt(d))) V with `mask` given by its CSR arrays (pos, crd).
 
-    `lowering`: "csr" (any mask: SDDMM, softmax and SpMM over the CSR entries, `lower.py`),
+    `lowering`: "csr" (any mask: SDDMM, softmax and SpMM over the CSR entries, `lower.py`;
+    rows of one width: a row-body softmax, `row_softmax.py`),
     "dia" (a mask of whole, equally spaced diagonals: affine, gather-free, `lower_dia.py`),
     "block" (a mask of whole aligned blocks of a multiple of 8, bigbird: gathered GEMMs over
     the kept blocks, `lower_block.py`; or a mask covered by the blocks it touches, the fillers
@@ -139,6 +143,8 @@ class SparseAttention(_StatefulOp):
         where = ""
         if self.lowering == "block" and not self._on_chip():
             where = ":dram"
+        if self.lowering == "csr" and self._row_bodies():  # docs/conventions.md#row-softmax
+            where = ":rows" if self._rows_on_chip() else ":rows:dram"
         self.op = f"attention:{self.lowering}{where}:{_LOWERING_SHA}"
 
     def useful_fraction(self) -> float:
@@ -164,6 +170,22 @@ class SparseAttention(_StatefulOp):
         whole = max(self.q.size, self.v.size)
         return held + whole <= ON_CHIP_FRACTION * self._capacity
 
+    def _row_bodies(self) -> bool:
+        """The CSR lowering's row-body softmax (`row_softmax.py`): rows of one width, on any
+        array (measured faster than the CSR softmax with and without an accmax unit,
+        docs/conventions.md#row-softmax)."""
+        return row_width(self.pos) is not None
+
+    def _rows_on_chip(self) -> bool:
+        """Whether the row-body program's S and P fit the SPM beside the widest whole
+        operand (K for the sddmm, V for the spmm), within `ON_CHIP_FRACTION`."""
+        if self._capacity is None:
+            return True
+        lanes = self._lanes or 1
+        whole = self.k.shape[0] * max(-(-self.k.shape[1] // lanes) * lanes, self.v.shape[1])
+        held = row_held_words(self.q.shape[0], len(self.crd))
+        return held + whole <= ON_CHIP_FRACTION * self._capacity
+
     def _operands(self):
         return (as_tensor(self.q), as_tensor(self.k), as_tensor(self.v), self.mask)
 
@@ -185,8 +207,12 @@ class SparseAttention(_StatefulOp):
             return lower_attention_block(self.q, self.k, self.v, self.pos, self.crd,
                                          edge=self._blocks[0], on_chip=self._on_chip(),
                                          accmax=self._accmax, fill=self._fill)
-        low = lower_attention_dia if self.lowering == "dia" else lower_attention
-        return low(self.q, self.k, self.v, self.pos, self.crd, lanes=self._lanes or 1)
+        if self.lowering == "dia":
+            return lower_attention_dia(self.q, self.k, self.v, self.pos, self.crd,
+                                       lanes=self._lanes or 1)
+        return lower_attention(self.q, self.k, self.v, self.pos, self.crd,
+                               lanes=self._lanes or 1, row_bodies=self._row_bodies(),
+                               on_chip=self._rows_on_chip())
 
     def _reference(self) -> np.ndarray:
         return attention_reference(self.q, self.k, self.v, self.pos, self.crd)

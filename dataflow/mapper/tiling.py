@@ -120,7 +120,10 @@ def tile_and_allocate(kernel: Kernel, arch: ArchSpec, max_tile_rows: int | None 
     windows = _row_windows(kernel, lanes, streamed)
     extent = kernel.loops[0].extent
     if max_tile_rows is None:
-        max_tile_rows = max(1, -(-extent // MIN_TILES))
+        # nothing streams (every buffer resident or held on chip): one tile, so the DMA may
+        # start the next kernel's prefetch at once (`pe_array.system.run_system`)
+        max_tile_rows = (max(1, -(-extent // MIN_TILES)) if any(streamed.values())
+                         else extent)
     budget = capacity - resident_words
     tiles: list[Tile] = []
     peak = {name: 0 for name in windows}
