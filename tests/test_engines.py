@@ -102,15 +102,16 @@ def test_sparse_engine_sees_the_data():
 @pytest.mark.parametrize("shape", ["mixed", "one-length", "long-runs", "few-long-runs",
                                    "many-runs"])
 def test_segment_fold_equals_in_order_accumulation(shape):
-    """`fast.segment_fold` (accumulator runs folded per run length) gives the bits of folding
-    each run left to right with `ufunc.at`, signed zeros, NaNs and maxima included, on each of
-    its paths (numpy: gathered groups, one reshaped block, per-position loop, accumulate; the
-    compiled loops)."""
-    from dataflow.pe_array import fast
+    """`fast_fold.segment_fold` (accumulator runs folded per run length) gives the bits of
+    folding each run left to right with `ufunc.at`, signed zeros, NaNs and maxima included, on
+    each of its paths (numpy: gathered groups, one reshaped block, per-position loop,
+    accumulate; the compiled loops)."""
+    from dataflow.pe_array import fast_fold
 
     def compiled(ufunc, ident, src, ends, dtype):
         out = np.empty((len(ends), src.shape[1]), dtype=dtype)
-        fast._compiled_fold()(src, ends, np.dtype(dtype).type(ident), ufunc is np.maximum, out)
+        fast_fold._compiled_fold()(src, ends, np.dtype(dtype).type(ident), ufunc is np.maximum,
+                                   out)
         return out
 
     rng = np.random.default_rng(len(shape))
@@ -137,7 +138,7 @@ def test_segment_fold_equals_in_order_accumulation(shape):
         for ufunc, ident in ((np.add, 0.0), (np.maximum, -np.inf)):
             want = np.full((len(ends), lanes), ident, np.float32)
             ufunc.at(want, run, src)
-            for fold in (fast._segment_fold_numpy, compiled, fast.segment_fold):
+            for fold in (fast_fold._segment_fold_numpy, compiled, fast_fold.segment_fold):
                 got = fold(ufunc, ident, src, ends, np.float32)
                 assert np.array_equal(want.view(np.int32), got.view(np.int32)), fold
 

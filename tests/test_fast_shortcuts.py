@@ -223,7 +223,7 @@ def test_engines_identical_on_line_aware_schedules():
 @pytest.mark.parametrize("preset", ["default", "2x2-1port", "lanes4-torus"])
 @pytest.mark.parametrize("prog", ["gemm-macc", "spmm", "random"])
 def test_compiled_fold_is_exact(preset, prog, monkeypatch):
-    """The compiled loops (`fast._fold_loops`, `_macc_fold_loops` with the product fused, and
+    """The compiled loops (`fast_fold._fold_loops`, `_macc_fold_loops` with the product fused, and
     `_read_count_loops`, reads per (cycle, line) with one access per row and cycle) against
     the reference stepper, and the same result and bits as numpy's."""
     from dataflow.plan.compile import compile_program
@@ -297,10 +297,10 @@ def test_accumulators_of_two_term_sets_flush_apart():
 @pytest.mark.parametrize("preset", ["default", "lanes4-torus"])
 def test_grouped_macc_fold_is_exact(preset, monkeypatch):
     """The planned GEMM's MACCs (one lane of A each, times B's lanes) fold as one group in one
-    compiled call (`fast._group_macc_fold`): equal to the reference stepper, and to the fast
-    engine folding them one by one (DATAFLOW_MACC_GROUPS=0), every field and bit; the group
-    path is really taken."""
-    from dataflow.pe_array import fast
+    compiled call (`fast_fold.group_macc_fold`, called from `fast`): equal to the reference
+    stepper, and to the fast engine folding them one by one (DATAFLOW_MACC_GROUPS=0), every
+    field and bit; the group path is really taken."""
+    from dataflow.pe_array import fast, fast_fold
     from dataflow.plan.compile import compile_program
 
     rng = np.random.default_rng(19)
@@ -308,19 +308,19 @@ def test_grouped_macc_fold_is_exact(preset, monkeypatch):
     mapping = compile_program(lower_matmul(
         a, as_tensor(rng.standard_normal((40, 20), dtype=np.float32))), arch(preset))
     calls = []
-    group_fold = fast._group_macc_fold
+    group_fold = fast.group_macc_fold
 
     def counted(*args):
         calls.append(args[3].id)
         return group_fold(*args)
 
-    monkeypatch.setattr(fast, "_group_macc_fold", counted)
+    monkeypatch.setattr(fast, "group_macc_fold", counted)
     monkeypatch.setenv(fast_policy.FOLD_JIT_ENV, "always")
-    monkeypatch.setenv(fast.MACC_GROUPS_ENV, "1")
+    monkeypatch.setenv(fast_fold.MACC_GROUPS_ENV, "1")
     monkeypatch.setenv("DATAFLOW_TILE_BATCH", "0")  # memo hits tile by tile (`fast_tile.py`)
     on = assert_engines_identical(mapping)
     assert len(set(calls)) > 1, "no MACC group folded: this test would not see it go wrong"
-    monkeypatch.setenv(fast.MACC_GROUPS_ENV, "0")
+    monkeypatch.setenv(fast_fold.MACC_GROUPS_ENV, "0")
     off = simulate_mapping(mapping, "fast")
     assert on.to_dict() == off.to_dict()
     assert np.array_equal(np.asarray(on.output).view(np.int32),

@@ -37,7 +37,7 @@ from collections import OrderedDict
 import numpy as np
 
 from dataflow.dfg.ops import Op
-from dataflow.pe_array import fast, fast_tile_jit
+from dataflow.pe_array import fast, fast_fold, fast_tile_jit
 from dataflow.pe_array.common import Counters, lane_addresses, spm_base, tile_result
 from dataflow.pe_array.fast_policy import FOLD_JIT_ENV, compiled_fold_pays
 from dataflow.pe_array.result import TileResult
@@ -263,11 +263,11 @@ def _commit_batch(ctx, pending: list[tuple]) -> None:
             flush[ends] = True
             sel = np.flatnonzero(flush)
             if node.op is Op.MACC and compiled_fold_pays(at.mask.size, ctx.dtype):
-                reg = fast._macc_fold(ctx, vals, node, at.mask.shape, sel)
+                reg = fast_fold.macc_fold(ctx, vals, node, at.mask.shape, sel)
             else:
                 src = fast._lane_values(vals, node, at.mask, ctx.dtype)
-                reg = fast.segment_fold(ACC_UFUNC[node.op], ACC_IDENTITY[node.op], src, sel,
-                                        ctx.dtype)
+                reg = fast_fold.segment_fold(ACC_UFUNC[node.op], ACC_IDENTITY[node.op], src,
+                                             sel, ctx.dtype)
             cyc = wave[sel] * km.ii + ctx.times[copy[sel], node.id] + tile_hi[sel]
             writes.append(fast._Writes(cyc, k[sel], node.id,
                                        lane_addresses(a[sel], stride, width), reg,
