@@ -11,7 +11,7 @@ import scipy.sparse as sp
 
 from dataflow.dfg.graph import vector_nodes
 from dataflow.mapper import map_program
-from dataflow.pe_array import fast_policy
+from dataflow.pe_array import fast_memo, fast_policy
 from dataflow.pe_array.simulate import simulate_mapping
 from dataflow.testing import assert_close
 from dataflow.ust_frontend.ops import as_tensor, lower_matmul
@@ -51,22 +51,21 @@ def _memo_programs():
 @pytest.mark.parametrize("preset", list(MANY_TILES))
 @pytest.mark.parametrize("prog", ["gemm", "spmm", "spmm-repeat"])
 def test_tile_memo_is_exact(preset, prog, monkeypatch):
-    """Tile timing memo (`fast._TimingMemo`): with it on, the fast engine still equals the
+    """Tile timing memo (`fast_memo._TimingMemo`): with it on, the fast engine still equals the
     reference stepper and equals itself with the memo off -- every counter, tile, value --
     on kernels of many tiles; and the memo is really taken somewhere in this corpus."""
-    from dataflow.pe_array import fast
 
     a = variant(**MANY_TILES[preset])
     mapping = map_program(_memo_programs()[prog], a)
     assert sum(len(km.tiles) for km in mapping.kernels) > 2
-    monkeypatch.setenv(fast.MEMO_ENV, "1")
-    hits = fast.MEMO_STATS["hits"]
+    monkeypatch.setenv(fast_memo.MEMO_ENV, "1")
+    hits = fast_memo.MEMO_STATS["hits"]
     on = assert_engines_identical(mapping)
-    taken = fast.MEMO_STATS["hits"] - hits
-    monkeypatch.setenv(fast.MEMO_ENV, "0")
-    hits = fast.MEMO_STATS["hits"]
+    taken = fast_memo.MEMO_STATS["hits"] - hits
+    monkeypatch.setenv(fast_memo.MEMO_ENV, "0")
+    hits = fast_memo.MEMO_STATS["hits"]
     off = simulate_mapping(mapping, "fast")
-    assert fast.MEMO_STATS["hits"] == hits  # off means off
+    assert fast_memo.MEMO_STATS["hits"] == hits  # off means off
     assert on.to_dict() == off.to_dict()
     assert np.array_equal(on.output, off.output)
     if preset == "tiny-spm" and prog in ("gemm", "spmm-repeat"):
@@ -77,7 +76,6 @@ def test_tile_memo_rejects_a_shift_that_moves_lines():
     """A pattern shifted by one row (another line under the interleaved mapping) or by a
     multiple of the lines under the blocked one is not reused; a shift by whole line cycles
     under interleaving is; overlapping buffers with different shifts are not."""
-    from dataflow.pe_array import fast
 
     spm = variant().spm
     period = spm.words_per_row * spm.lines
@@ -88,14 +86,14 @@ def test_tile_memo_rejects_a_shift_that_moves_lines():
         return [("A", base + shift_a, int(base[0] + shift_a), int(base[-1] + shift_a) + 7),
                 ("B", base + 10_000 + shift_b, 10_000 + shift_b, 10_031 + shift_b)]
 
-    memo = fast._TimingMemo(spm)
+    memo = fast_memo._TimingMemo(spm)
     memo.remember(w, pattern(0), "counts", 3)
     assert memo.recall(w, pattern(0)) == ("counts", 3)
     assert memo.recall(w, pattern(period)) == ("counts", 3)
     assert memo.recall(w, pattern(spm.words_per_row)) is None
     assert memo.recall(w, pattern(period, 2 * period)) == ("counts", 3)  # disjoint buffers
     assert memo.recall(w, pattern(10_000 - 32, 0)) is None  # A would now overlap B's rows
-    blocked = fast._TimingMemo(variant(**{"spm.address_mapping": "blocked"}).spm)
+    blocked = fast_memo._TimingMemo(variant(**{"spm.address_mapping": "blocked"}).spm)
     blocked.remember(w, pattern(0), "counts", 3)
     assert blocked.recall(w, pattern(period)) is None
     w2 = type("W", (), {"n": 4, "active": np.array([1, 8, 8, 8])})()
@@ -104,44 +102,43 @@ def test_tile_memo_rejects_a_shift_that_moves_lines():
 @pytest.mark.parametrize("preset", list(MANY_TILES))
 @pytest.mark.parametrize("prog", ["gemm", "spmm", "spmm-repeat"])
 def test_tile_memo_across_runs_is_exact(preset, prog, monkeypatch):
-    """The memo across runs (`fast._RunMemo`): a second run of one mapping takes every tile's
+    """The memo across runs (`fast_memo._RunMemo`): a second run of one mapping takes every tile's
     timing from the first run's, and equals the reference stepper and a run with it off."""
-    from dataflow.pe_array import fast
 
     mapping = map_program(_memo_programs()[prog], variant(**MANY_TILES[preset]))
     tiles = sum(len(km.tiles) for km in mapping.kernels)
-    monkeypatch.setenv(fast.MEMO_ENV, "1")
-    monkeypatch.setenv(fast.RUNS_MEMO_ENV, "1")
-    fast.RUNS.clear()
+    monkeypatch.setenv(fast_memo.MEMO_ENV, "1")
+    monkeypatch.setenv(fast_memo.RUNS_MEMO_ENV, "1")
+    fast_memo.RUNS.clear()
     simulate_mapping(mapping, "fast")
-    hits = fast.MEMO_STATS["run_hits"]
+    hits = fast_memo.MEMO_STATS["run_hits"]
     again = assert_engines_identical(mapping)  # two fast runs, each on the memo of the last
-    assert fast.MEMO_STATS["run_hits"] - hits == 2 * tiles
-    monkeypatch.setenv(fast.RUNS_MEMO_ENV, "0")
-    hits = fast.MEMO_STATS["run_hits"]
+    assert fast_memo.MEMO_STATS["run_hits"] - hits == 2 * tiles
+    monkeypatch.setenv(fast_memo.RUNS_MEMO_ENV, "0")
+    hits = fast_memo.MEMO_STATS["run_hits"]
     off = simulate_mapping(mapping, "fast")
-    assert fast.MEMO_STATS["run_hits"] == hits  # off means off
+    assert fast_memo.MEMO_STATS["run_hits"] == hits  # off means off
     assert again.to_dict() == off.to_dict() and np.array_equal(again.output, off.output)
 
 
 def test_tile_memo_across_runs_stays_within_its_budget(monkeypatch):
     """A budget smaller than the kernels' patterns: entries beyond it are not kept, what is
     kept stays under it, and the runs still equal the memo off."""
-    from dataflow.pe_array import fast
 
     mapping = map_program(_memo_programs()["spmm"], variant(**MANY_TILES["tiny-spm"]))
-    monkeypatch.setattr(fast._RunMemo, "KEEP_BYTES", 8192)
-    monkeypatch.setenv(fast.RUNS_MEMO_ENV, "1")
-    fast.RUNS.clear()
+    monkeypatch.setattr(fast_memo._RunMemo, "KEEP_BYTES", 8192)
+    monkeypatch.setenv(fast_memo.RUNS_MEMO_ENV, "1")
+    fast_memo.RUNS.clear()
     on = [simulate_mapping(mapping, "fast") for _ in range(2)]
-    (kept,) = fast.RUNS.kernels.values()
-    assert 0 < fast.RUNS.held <= 8192 and 0 < len(kept) < len(mapping.kernels[0].tiles)
-    assert fast.RUNS.held == sum(fast._entry_bytes(e) for t in fast.RUNS.kernels.values()
-                                 for e in t.values())
-    monkeypatch.setenv(fast.RUNS_MEMO_ENV, "0")
+    (kept,) = fast_memo.RUNS.kernels.values()
+    assert 0 < fast_memo.RUNS.held <= 8192 and 0 < len(kept) < len(mapping.kernels[0].tiles)
+    kernels = fast_memo.RUNS.kernels.values()
+    assert fast_memo.RUNS.held == sum(fast_memo._entry_bytes(e) for t in kernels
+                                      for e in t.values())
+    monkeypatch.setenv(fast_memo.RUNS_MEMO_ENV, "0")
     off = simulate_mapping(mapping, "fast")
     assert all(r.to_dict() == off.to_dict() for r in on)
-    fast.RUNS.clear()
+    fast_memo.RUNS.clear()
 
 
 def _spmm_with_columns(columns, seed=3, per_row=lambda r: 4):
@@ -170,21 +167,20 @@ def test_tile_memo_across_runs_sees_other_addresses(monkeypatch):
     run's tiles must not take the first run's timing (their compute cycles differ), and
     a memo that handed back another run's timing is caught (stall entries corrupted)."""
     from dataflow.mapper.mapping import Mapping
-    from dataflow.pe_array import fast
 
     a = variant(**MANY_TILES["tiny-spm"])
     spread = _spmm_with_columns(lambda r: np.array([0, 17, 34, 51]) + r % 8)
     runs = _spmm_with_columns(lambda r: np.arange(4) + 4 * (r % 16))  # rows sharing lines
     mapping = map_program(spread, a)
     other = Mapping(program=runs, arch=a, kernels=mapping.kernels)
-    monkeypatch.setenv(fast.MEMO_ENV, "1")
-    monkeypatch.setenv(fast.RUNS_MEMO_ENV, "1")
-    fast.RUNS.clear()
+    monkeypatch.setenv(fast_memo.MEMO_ENV, "1")
+    monkeypatch.setenv(fast_memo.RUNS_MEMO_ENV, "1")
+    fast_memo.RUNS.clear()
     first = simulate_mapping(mapping, "fast")
     second = assert_engines_identical(other)
     assert first.compute_cycles != second.compute_cycles, "they must time apart for this test"
     # a memo whose entries lie is used (the cycles move), so the checks above could fail
-    for tiles in fast.RUNS.kernels.values():
+    for tiles in fast_memo.RUNS.kernels.values():
         for ti, (n, active, pattern, counts, stall) in list(tiles.items()):
             tiles[ti] = (n, active, pattern, counts, stall + 1)
     lied = simulate_mapping(other, "fast")
@@ -194,11 +190,11 @@ def test_tile_memo_across_runs_sees_other_addresses(monkeypatch):
     ragged = _spmm_with_columns(lambda r: np.arange(6) * 8 + r % 8,
                                 per_row=lambda r: 2 + 4 * (r % 2))  # nnz stays 128
     third_map = map_program(ragged, a)
-    assert fast.RUNS.key(third_map.kernels[0], a) == fast.RUNS.key(mapping.kernels[0], a)
+    assert fast_memo.RUNS.key(third_map.kernels[0], a) == fast_memo.RUNS.key(mapping.kernels[0], a)
     simulate_mapping(mapping, "fast")
     third = assert_engines_identical(third_map)
     assert_close(np.asarray(third.output).reshape(32, 8), _csr_product(ragged))
-    fast.RUNS.clear()
+    fast_memo.RUNS.clear()
 
 
 def test_engines_identical_on_line_aware_schedules():
@@ -394,7 +390,7 @@ def test_batched_memo_hits_are_exact(prog, jit, monkeypatch):
     stepper and the tile-by-tile path (DATAFLOW_TILE_BATCH=0), every counter, tile and bit,
     and the pass is really taken. "total" keeps one accumulator address across tiles on one
     copy: a pass that forgot to flush at tile ends would commit other float32 sums."""
-    from dataflow.pe_array import fast, fast_tile
+    from dataflow.pe_array import fast_tile
 
     if prog == "attention":
         mapping = map_program(_fused_attention(), arch("default"))
@@ -412,11 +408,11 @@ def test_batched_memo_hits_are_exact(prog, jit, monkeypatch):
     else:
         mapping = map_program(_memo_programs()[prog], variant(**MANY_TILES["tiny-spm"]))
     assert any(len(km.tiles) > 1 for km in mapping.kernels)
-    monkeypatch.setenv(fast.MEMO_ENV, "1")
-    monkeypatch.setenv(fast.RUNS_MEMO_ENV, "1")
+    monkeypatch.setenv(fast_memo.MEMO_ENV, "1")
+    monkeypatch.setenv(fast_memo.RUNS_MEMO_ENV, "1")
     monkeypatch.setenv(fast_policy.FOLD_JIT_ENV, jit)
     monkeypatch.setenv(fast_tile.BATCH_ENV, "1")
-    fast.RUNS.clear()
+    fast_memo.RUNS.clear()
     simulate_mapping(mapping, "fast")  # the memo across runs now knows every tile
     before = dict(fast_tile.BATCH_STATS)
     on = assert_engines_identical(mapping)
@@ -428,7 +424,7 @@ def test_batched_memo_hits_are_exact(prog, jit, monkeypatch):
     off = simulate_mapping(mapping, "fast")
     assert fast_tile.BATCH_STATS == before  # off means off
     assert on.to_dict() == off.to_dict() and np.array_equal(on.output, off.output)
-    fast.RUNS.clear()
+    fast_memo.RUNS.clear()
 
 
 def test_batched_pass_refuses_a_kernel_that_reads_what_it_writes():
@@ -439,13 +435,13 @@ def test_batched_pass_refuses_a_kernel_that_reads_what_it_writes():
 
     from dataflow.dfg.graph import Addr, Node
     from dataflow.dfg.ops import Op
-    from dataflow.pe_array import fast, fast_tile
+    from dataflow.pe_array import fast_tile
 
     def ctx(*nodes):
         kernel = SimpleNamespace(nodes=nodes)
         return SimpleNamespace(km=SimpleNamespace(kernel=kernel, tiles=(0, 1)))
 
-    memo = fast._TimingMemo(arch("default").spm)
+    memo = fast_memo._TimingMemo(arch("default").spm)
     load = Node(0, Op.LOAD, (), buffer="Y", addr=Addr((("i", 1),), const=1))
     assert fast_tile.batch_applies(ctx(load, Node(1, Op.STORE, (0,), buffer="Z",
                                                   addr=Addr((("i", 1),)))), memo)

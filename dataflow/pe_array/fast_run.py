@@ -10,7 +10,7 @@ import numpy as np
 from dataflow.arch.spec import ArchSpec
 from dataflow.dfg.graph import vector_nodes
 from dataflow.mapper.mapping import KernelMapping
-from dataflow.pe_array import fast, fast_tile
+from dataflow.pe_array import fast, fast_memo, fast_tile
 from dataflow.pe_array.common import Counters, buffer_arrays, gather_fetch_words
 from dataflow.pe_array.result import ArrayResult
 
@@ -33,11 +33,11 @@ def run_kernel_fast(km: KernelMapping, arch: ArchSpec, inputs: dict[str, np.ndar
     fast._group_maccs(ctx)
     ct = Counters(arch)
     timing = None
-    if fast.tile_memo_enabled(memo):
-        prior = fast.RUNS.tiles_of(km, arch) if fast.runs_memo_enabled() else None
-        timing = fast._TimingMemo(arch.spm, prior)
+    if fast_memo.tile_memo_enabled(memo):
+        prior = fast_memo.RUNS.tiles_of(km, arch) if fast_memo.runs_memo_enabled() else None
+        timing = fast_memo._TimingMemo(arch.spm, prior)
         if timing.prior is not None:
-            timing.layouts = fast.RUNS.layouts_of(timing.prior, kernel)
+            timing.layouts = fast_memo.RUNS.layouts_of(timing.prior, kernel)
     if fast_tile.batch_applies(ctx, timing):  # memo hits' values in one pass (fast_tile.py)
         ct.tiles.extend(fast_tile.run_tiles(ctx, ct, timing))
     else:

@@ -1,6 +1,6 @@
 """Memo-hit tiles of one kernel computed in one vectorised pass (the fast engine's tile loop).
 
-A tile whose timing the memo supplies (`fast._TimingMemo.recall`: the same iteration count,
+A tile whose timing the memo supplies (`fast_memo._TimingMemo.recall`: the same iteration count,
 live lanes and SPM address pattern up to an allowed shift) still has its values computed; in
 `fast._run_tile` that is one round of small numpy calls per node per tile, which dominates a
 kernel of many small tiles (the attention workload's 26 tiles of about 1000 iterations). Here
@@ -37,7 +37,7 @@ from collections import OrderedDict
 import numpy as np
 
 from dataflow.dfg.ops import Op
-from dataflow.pe_array import fast, fast_fold, fast_tile_jit
+from dataflow.pe_array import fast, fast_fold, fast_memo, fast_tile_jit
 from dataflow.pe_array.common import Counters, lane_addresses, spm_base, tile_result
 from dataflow.pe_array.fast_policy import FOLD_JIT_ENV, compiled_fold_pays
 from dataflow.pe_array.result import TileResult
@@ -100,8 +100,8 @@ def run_tiles(ctx, ct: Counters, timing) -> list[TileResult]:
             pending, work = [], 0
             out.append(fast._run_tile(ctx, ct, ti, tile, timing, layout))
             continue
-        fast.MEMO_STATS["tiles"] += 1
-        fast.MEMO_STATS["hits"] += 1
+        fast_memo.MEMO_STATS["tiles"] += 1
+        fast_memo.MEMO_STATS["hits"] += 1
         tile_counts, stall = known
         tile_counts.add_to(ct)
         for op, per_iteration, per_lane in counts:
@@ -161,7 +161,7 @@ def _pattern(ctx, w, dom, ti: int, tile) -> list[tuple]:
                 w.base_range[terms] = (int(base.min()), int(base.max()))
             lo, hi = w.base_range[terms]
         off += node.addr.const
-        pattern.append((node.buffer, fast._Shifted(base, off), lo + off + min(0, reach),
+        pattern.append((node.buffer, fast_memo._Shifted(base, off), lo + off + min(0, reach),
                         hi + off + max(0, reach)))
     return pattern
 
