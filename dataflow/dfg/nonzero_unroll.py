@@ -156,7 +156,7 @@ def unroll_nonzeros(program: Program, u: int) -> Program | None:
                  if b.name in got.index + got.values else b for b in k.buffers)
     nodes, ids = _body(k, got, u)
     carried = tuple((ids[(s, c)], ids[(s, c)], d) for s, _, d in k.carried
-                    for c in range(u) if (s, c) in ids)
+                    for c in range(u) if (s, c) in ids)  # an acc is once, a macc u times
     kern = dataclasses.replace(k, loops=loops, buffers=bufs, nodes=nodes, carried=carried,
                                domain_arrays=(*k.domain_arrays, (new_pos, pos_u)))
     prog = dataclasses.replace(program, kernels=(kern,),
@@ -179,6 +179,11 @@ def _body(k: Kernel, got: _Shape, u: int) -> tuple[tuple[Node, ...], dict]:
             nodes.append(dataclasses.replace(n, id=len(nodes), addr=addr))
             ids[(n.id, 0)] = len(nodes) - 1
             continue
+        if n.op is Op.ACC and n.id in dep:  # the u terms summed first: one accumulation
+            total = _tree(nodes, [ids[(n.inputs[0], c)] for c in range(u)])
+            nodes.append(dataclasses.replace(n, id=len(nodes), inputs=(total,)))
+            ids[(n.id, 0)] = len(nodes) - 1
+            continue
         for c in range(u if n.id in dep else 1):
             ins, lane = [], n.lane
             for i in n.inputs:
@@ -191,3 +196,14 @@ def _body(k: Kernel, got: _Shape, u: int) -> tuple[tuple[Node, ...], dict]:
             nodes.append(dataclasses.replace(n, id=len(nodes), inputs=tuple(ins), lane=lane))
             ids[(n.id, c)] = len(nodes) - 1
     return tuple(nodes), ids
+
+
+def _tree(nodes: list[Node], terms: list[int]) -> int:
+    """Append a balanced tree of adds over `terms` (node ids) to `nodes`; its root's id."""
+    while len(terms) > 1:
+        nxt = []
+        for a, b in zip(terms[::2], terms[1::2]):
+            nodes.append(Node(len(nodes), Op.ADD, (a, b)))
+            nxt.append(len(nodes) - 1)
+        terms = nxt + terms[len(terms) - len(terms) % 2:]
+    return terms[0]

@@ -1,0 +1,70 @@
+"""Which nonzero unroll a CSR program runs with (docs/conventions.md#nonzero-unroll).
+
+`choose_unroll` compiles the program as lowered and with its nonzero loop unrolled by each
+factor of `UNROLLS` (`dataflow.dfg.nonzero_unroll`), each by the compiler's own kernel search,
+and keeps the one whose first tile, measured on the fast engine (stalls included), scaled to
+the kernel's iterations, is fastest. Only a program `nonzero_unroll.shape` accepts, on a
+reconfigurable array whose SIMD rows hold u words, with every gathered operand finite (a
+padded nonzero multiplies its gathered row by zero: 0 * inf would be NaN).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from dataflow.arch.spec import ArchSpec
+from dataflow.dfg.graph import Program
+from dataflow.dfg.nonzero_unroll import shape, unroll_nonzeros
+from dataflow.dfg.ops import Op
+from dataflow.mapper.mapping import Mapping
+from dataflow.plan.retime import kernel_iterations, sample_cycles
+
+#: unroll factors tried (each divides the SIMD row, so a row load of u words is one SPM row)
+UNROLLS = (2, 4, 8)
+
+
+def applies(program: Program, arch: ArchSpec) -> bool:
+    """Whether `choose_unroll` tries anything for `program` (module docstring)."""
+    if shape(program) is None:
+        return False
+    k = program.kernels[0]
+    gathered = {n.buffer for n in k.nodes if n.op is Op.GATHER}
+    inputs = program.input_map
+    return all(b in inputs and np.isfinite(inputs[b]).all() for b in gathered)
+
+
+def estimate(mapping: Mapping, arch: ArchSpec) -> float:
+    """Cycles of the mapping's kernels: each first tile's cycles per iteration (fast engine,
+    stalls included) times the kernel's iterations."""
+    total = 0.0
+    for km in mapping.kernels:
+        lanes = arch.pe_array.simd_lanes if km.kernel.vector_var else 1
+        total += sample_cycles(km, arch, mapping.program) * kernel_iterations(km.kernel, lanes)
+    return total
+
+
+def choose_unroll(program: Program, arch: ArchSpec, compile_kernels: Callable,
+                  base: tuple) -> tuple[int, tuple]:
+    """(u, what `compile_kernels` returned for the program so unrolled) of the fastest of
+    `base` (the program as lowered, compiled: u = 0) and each unroll in `UNROLLS` that the
+    SIMD row holds."""
+    if not applies(program, arch):
+        return 0, base
+    best = (estimate(base[0], arch), 0, base)
+    for u in UNROLLS:
+        if arch.spm.words_per_row % u:
+            continue
+        unrolled = unroll_nonzeros(program, u)
+        if unrolled is None:
+            continue
+        got = compile_kernels(unrolled)
+        cost = estimate(got[0], arch)
+        import os
+        if os.environ.get("NZ_DEBUG"):
+            print("nz", u, cost, best[0], got[0].kernels[0].copies, got[0].kernels[0].ii,
+                  got[1].kernels[0].label())
+        if cost < best[0]:
+            best = (cost, u, got)
+    return best[1], best[2]
