@@ -137,9 +137,11 @@ def _padded(data: np.ndarray, src: np.ndarray, pos: np.ndarray, ppos_u: np.ndarr
     return out
 
 
-def unroll_nonzeros(program: Program, u: int) -> Program | None:
+def unroll_nonzeros(program: Program, u: int, tree: bool = False) -> Program | None:
     """`program` with its nonzero loop unrolled by u over rows padded to multiples of u (module
-    docstring), or None where `shape` refuses it."""
+    docstring), or None where `shape` refuses it. `tree`: each accumulation's u terms summed
+    by a tree of adds into one acc; else u accumulations of the one address (each its own
+    register, flushed at the row's end; fused into u maccs by the compiler)."""
     got = shape(program)
     if got is None or u < 2:
         return None
@@ -154,7 +156,7 @@ def unroll_nonzeros(program: Program, u: int) -> Program | None:
                   for lp in k.loops)
     bufs = tuple(dataclasses.replace(b, size=len(src))
                  if b.name in got.index + got.values else b for b in k.buffers)
-    nodes, ids = _body(k, got, u)
+    nodes, ids = _body(k, got, u, tree)
     carried = tuple((ids[(s, c)], ids[(s, c)], d) for s, _, d in k.carried
                     for c in range(u) if (s, c) in ids)  # an acc is once, a macc u times
     kern = dataclasses.replace(k, loops=loops, buffers=bufs, nodes=nodes, carried=carried,
@@ -165,7 +167,7 @@ def unroll_nonzeros(program: Program, u: int) -> Program | None:
     return prog
 
 
-def _body(k: Kernel, got: _Shape, u: int) -> tuple[tuple[Node, ...], dict]:
+def _body(k: Kernel, got: _Shape, u: int, tree: bool) -> tuple[tuple[Node, ...], dict]:
     """The unrolled body: row loads of the position's buffers, then u copies of every node
     that depends on the position, copy l selecting lane l; the other nodes once. With the
     map (old id, copy) -> new id (copy 0 for the nodes kept once)."""
@@ -179,7 +181,7 @@ def _body(k: Kernel, got: _Shape, u: int) -> tuple[tuple[Node, ...], dict]:
             nodes.append(dataclasses.replace(n, id=len(nodes), addr=addr))
             ids[(n.id, 0)] = len(nodes) - 1
             continue
-        if n.op is Op.ACC and n.id in dep:  # the u terms summed first: one accumulation
+        if tree and n.op is Op.ACC and n.id in dep:  # the u terms summed first: one accumulation
             total = _tree(nodes, [ids[(n.inputs[0], c)] for c in range(u)])
             nodes.append(dataclasses.replace(n, id=len(nodes), inputs=(total,)))
             ids[(n.id, 0)] = len(nodes) - 1

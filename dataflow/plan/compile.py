@@ -97,6 +97,8 @@ class ProgramSchedule:
     # the CSR nonzero loop unrolled by this factor over rows padded to its multiples, first
     # (`dfg.nonzero_unroll`, docs/conventions.md#nonzero-unroll); 0: as lowered
     nonzero_unroll: int = 0
+    # its u terms summed by a tree of adds into one acc (else u accumulations)
+    nonzero_tree: bool = False
 
     @property
     def plain(self) -> bool:
@@ -404,9 +406,9 @@ def choose_schedule(program: Program, arch: ArchSpec, dataflow: str | None = Non
         program = lane_partial_sums(program, lanes)
     mapping, sched = _compile_kernels(program, arch, options)
     if not row_max and not partials:  # a CSR row's nonzeros u at a time, where faster
-        u, (mapping, sched) = nonzero_choice.choose_unroll(
+        (u, tree), (mapping, sched) = nonzero_choice.choose_unroll(
             program, arch, lambda p: _compile_kernels(p, arch, options), (mapping, sched))
-        sched = dataclasses.replace(sched, nonzero_unroll=u)
+        sched = dataclasses.replace(sched, nonzero_unroll=u, nonzero_tree=tree)
     sched = dataclasses.replace(sched, row_max=row_max, lane_partials=partials)
     return mapping, None if sched.plain else sched
 
@@ -429,7 +431,7 @@ def apply_schedule(program: Program, sched: ProgramSchedule | None, arch: ArchSp
     if sched.gemm is not None:
         return apply_gemm_schedule(program, sched.gemm, arch.pe_array.simd_lanes)
     if sched.nonzero_unroll:
-        program = unroll_nonzeros(program, sched.nonzero_unroll)
+        program = unroll_nonzeros(program, sched.nonzero_unroll, sched.nonzero_tree)
     program = gather_lines.apply_pads(program, sched.pads)
     kernels = tuple(apply_kernel_schedule(k, s) for k, s in zip(program.kernels, sched.kernels))
     program = dataclasses.replace(program, kernels=kernels)

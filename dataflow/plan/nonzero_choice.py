@@ -21,8 +21,12 @@ from dataflow.dfg.ops import Op
 from dataflow.mapper.mapping import Mapping
 from dataflow.plan.retime import kernel_iterations, sample_cycles
 
-#: unroll factors tried (each divides the SIMD row, so a row load of u words is one SPM row)
-UNROLLS = (2, 4, 8)
+#: (unroll factor, terms summed by a tree into one acc) tried; each factor divides the SIMD
+#: row, so a row load of u words is one SPM row. Measured on CSR SpMM 4096^2 1 % x 64 on
+#: mlx_4x4 (docs/conventions.md#nonzero-unroll), u = 4 and 8, and the u accumulations of one
+#: address without the tree (maccs: no acc on the load/store unit, but u flushes at a row's
+#: end, one write port a line) ran slower than u = 2 with the tree, so only that is tried
+UNROLLS = ((2, True),)
 
 
 def applies(program: Program, arch: ArchSpec) -> bool:
@@ -46,25 +50,21 @@ def estimate(mapping: Mapping, arch: ArchSpec) -> float:
 
 
 def choose_unroll(program: Program, arch: ArchSpec, compile_kernels: Callable,
-                  base: tuple) -> tuple[int, tuple]:
-    """(u, what `compile_kernels` returned for the program so unrolled) of the fastest of
-    `base` (the program as lowered, compiled: u = 0) and each unroll in `UNROLLS` that the
-    SIMD row holds."""
+                  base: tuple) -> tuple[tuple[int, bool], tuple]:
+    """((u, tree), what `compile_kernels` returned for the program so unrolled) of the
+    fastest of `base` (the program as lowered, compiled: u = 0) and each unroll in `UNROLLS`
+    that the SIMD row holds."""
     if not applies(program, arch):
-        return 0, base
-    best = (estimate(base[0], arch), 0, base)
-    for u in UNROLLS:
+        return (0, False), base
+    best = (estimate(base[0], arch), (0, False), base)
+    for u, tree in UNROLLS:
         if arch.spm.words_per_row % u:
             continue
-        unrolled = unroll_nonzeros(program, u)
+        unrolled = unroll_nonzeros(program, u, tree)
         if unrolled is None:
             continue
         got = compile_kernels(unrolled)
         cost = estimate(got[0], arch)
-        import os
-        if os.environ.get("NZ_DEBUG"):
-            print("nz", u, cost, best[0], got[0].kernels[0].copies, got[0].kernels[0].ii,
-                  got[1].kernels[0].label())
         if cost < best[0]:
-            best = (cost, u, got)
+            best = (cost, (u, tree), got)
     return best[1], best[2]
