@@ -225,7 +225,9 @@ def _unheld_candidates(kernel: Kernel, arch: ArchSpec) -> list[KernelSchedule]:
         if s > 1 and len(body.nodes) <= slots:
             out.append(KernelSchedule(fuse=True, vector_blocks=s, vector_inner=inner))
         # more copies than the PEs hold at II 1, sharing them at a longer II (as a GEMM block)
-        maccs = sum(1 for n in body.nodes if n.op is Op.MACC)
+        # the products (an unrolled body's are muls summed before its acc)
+        maccs = sum(1 for n in body.nodes if n.op is Op.MACC) or sum(
+            1 for n in body.nodes if n.op.multiplies)
         reads = sum(1 for n in body.nodes if n.op.reads_spm and not n.op.accumulates)
         copies, ii = best_copies(len(body.nodes), maccs, reads, arch,
                                  tuple(unit_busy(body, arch).values()))
