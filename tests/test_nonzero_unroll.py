@@ -131,10 +131,10 @@ def test_line_order_applies_to_the_unrolled_kernel():
 
 
 def test_mlx_spmm_runs_faster_unrolled():
-    """On mlx_4x4 a 1024 x 2048 x 32 SpMM at 1 % (one sub-program of the 4096^2 x 64 split,
-    rows a quarter as many): the compiler chooses the unroll by 2, which runs in fewer cycles
-    than the schedule it would pick without it, and `apply_schedule` re-applies it."""
-    prog, want = _spmm(m=1024, k=2048, n=32, density=0.01, seed=3)
+    """On mlx_4x4 a 4096 x 2048 x 32 SpMM at 1 % (one sub-program of the 4096^2 x 64 split):
+    the compiler chooses the unroll by 2, which runs in fewer cycles than the schedule it
+    would pick without it, and `apply_schedule` re-applies it."""
+    prog, want = _spmm(m=4096, k=2048, n=32, density=0.01, seed=3)
     base, _ = plan_compile._compile_kernels(prog, MLX, {})
     mapping, sched = plan_compile.choose_schedule(prog, MLX)
     assert sched is not None and sched.nonzero_unroll == 2
