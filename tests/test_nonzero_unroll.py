@@ -145,3 +145,21 @@ def test_mlx_spmm_runs_faster_unrolled():
                        rtol=1e-4, atol=1e-4)
     again = plan_compile.apply_schedule(prog, sched, MLX)
     assert again.kernels[0].loops[-1].pos == "A_pos_by2"
+
+
+def test_the_table_counts_the_unrolled_stalls_as_the_engine_does():
+    """The line table over (iteration, lane) slots counts the SPM conflict stalls of its order
+    as the engine does (an upper bound: two gathers of one row in one cycle count twice)."""
+    prog, _ = _spmm(m=96, k=96, n=32, density=0.2, seed=1)
+    q = unroll_nonzeros(prog, 2, True)
+    mapping, sched = plan_compile._compile_kernels(q, MLX, {})
+    given = gather_lines.apply_pads(q, sched.pads)
+    given_map = dataclasses.replace(mapping, program=dataclasses.replace(
+        mapping.program, inputs=given.inputs, output_order=()))
+    km = mapping.kernels[0]
+    o = gather_lines.orderable(km.kernel, given_map.program)
+    perm, stalls = gather_lines._permutation(km, MLX, o, given_map.program.input_map,
+                                             gather_lines.RUN_SWAPS)
+    assert np.array_equal(np.sort(perm), np.arange(len(perm)))
+    engine = simulate_mapping(mapping).stall_cycles_spm_conflict
+    assert engine <= stalls <= engine * 1.02 + 2
