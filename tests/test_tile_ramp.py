@@ -117,10 +117,6 @@ def test_sample_cycles_memo_is_keyed_on_content(monkeypatch, tmp_path):
 
     prog, _ = _spmm(m=512, k=512, density=0.04)
     mapping, _ = choose_schedule(prog, DEFAULT)
-    # planning measured the chosen mapping already (the nonzero unroll's comparison,
-    # docs/conventions.md#nonzero-unroll): start from an empty disk cache
-    import shutil
-    shutil.rmtree(tmp_path / "tile_samples", ignore_errors=True)
     km, program = mapping.kernels[0], mapping.program
     runs = []
     measure = retime._measure
