@@ -69,7 +69,8 @@ class Node:
     value: float = 0.0  # for CONST
     name: str = ""
     # mul / macc: input 0 is this lane of a vector, broadcast to every lane (an outer product's
-    # column operand); None: inputs are used as they are
+    # column operand); gather: its index is this lane of input 0, a row load of consecutive
+    # words (docs/conventions.md#nonzero-unroll); None: inputs are used as they are
     lane: int | None = None
     # load: its value is held in the PE's register and the SPM read again only when the
     # address changes from its copy's previous iteration (docs/conventions.md#held-loads)
@@ -275,8 +276,13 @@ class Kernel:
         if n.op.is_memory:
             self._verify_memory_node(where, n)
         if n.lane is not None and (not n.op.selects_lane or n.lane < 0):
-            raise DFGError(f"{where}: node %{n.id} {n.op.value}: only mul and macc select a "
-                           f"lane of input 0, with lane >= 0 (got {n.lane})")
+            raise DFGError(f"{where}: node %{n.id} {n.op.value}: only mul, macc and gather "
+                           f"select a lane of input 0, with lane >= 0 (got {n.lane})")
+        if n.lane and n.op is Op.GATHER:
+            src = self.nodes[n.inputs[0]]
+            if src.op is not Op.LOAD or not src.addr.span or n.lane >= src.addr.span:
+                raise DFGError(f"{where}: node %{n.id} gather selects lane {n.lane} of its "
+                               "index: the index must be a row load spanning that lane")
         if n.hold and n.op is not Op.LOAD:
             raise DFGError(f"{where}: node %{n.id} {n.op.value}: only a load is held")
 

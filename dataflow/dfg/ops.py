@@ -77,8 +77,10 @@ class Op(str, Enum):
 
     @property
     def selects_lane(self) -> bool:
-        """May take input 0 as one lane of a vector, broadcast (`Node.lane`)."""
-        return self in (Op.MUL, Op.MACC)
+        """May take input 0 as one lane of a vector (`Node.lane`): a mul or macc broadcasts it
+        over the other input's lanes; a gather takes it as its index
+        (docs/conventions.md#nonzero-unroll)."""
+        return self in (Op.MUL, Op.MACC, Op.GATHER)
 
 
 MEMORY_OPS = frozenset({Op.LOAD, Op.GATHER, Op.STORE, Op.SCATTER, Op.ACC, Op.ACC_MAX,

@@ -69,6 +69,7 @@ def gather_fetch_words(kernel: Kernel, inputs: dict[str, np.ndarray], arch) -> d
             a = np.full(n, node.addr.const, dtype=np.int64)
             for v, c in node.addr.terms:
                 a = a + c * dom[v]
+            ia = ia + (node.lane or 0)  # a lane of a row load: its word l
             a = a + node.addr.index_stride * np.asarray(inputs[idx.buffer])[ia].astype(np.int64)
             cv = node.addr.coef(kernel.vector_var) if kernel.vector_var else 0
             if cv:

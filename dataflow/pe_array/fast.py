@@ -292,7 +292,7 @@ def _issue_node(ctx: _Kernel, ct: Counters, w: _Waves, dom, vals: dict[int, np.n
     reach = (at.width - 1) * at.stride  # what the last lane adds to lane 0
     if node.addr.index_stride:  # lane 0's SPM words: the indirect addresses shifted, shared
         # without the constant by nodes of one index and term set (the memo compares it once)
-        key = (_affine_terms(ctx, node), node.inputs[0], node.addr.index_stride)
+        key = (_affine_terms(ctx, node), node.inputs[0], node.lane, node.addr.index_stride)
         if key not in acc.indirect:
             b = at.a0 - node.addr.const if node.addr.const else at.a0
             acc.indirect[key] = (b, int(b.min()), int(b.max()))
@@ -433,7 +433,7 @@ def _addresses(ctx: _Kernel, w: _Waves, dom, vals, node: Node) -> _Lanes:
     if node.addr.const:
         a = a + node.addr.const
     if node.addr.index_stride:
-        a = a + node.addr.index_stride * vals[node.inputs[0]][:, 0].astype(np.int64)
+        a = a + node.addr.index_stride * vals[node.inputs[0]][:, node.lane or 0].astype(np.int64)
     if node.id not in ctx.vec:
         return _Lanes(a, 0, 1, w.ones_mask, full=True)
     if node.addr.span:  # consecutive words: lanes along memory, `span` of them live

@@ -148,11 +148,11 @@ def _pattern(ctx, w, dom, ti: int, tile) -> list[tuple]:
             sbase, wlo = spm_base(ctx.km, node.buffer, ti, tile)
             off = spm[node.buffer] = sbase - wlo
         if node.addr.index_stride:
-            key = (terms, node.inputs[0], node.addr.index_stride)
+            key = (terms, node.inputs[0], node.lane, node.addr.index_stride)
             got = shared.get(key)
             if got is None:
                 b = fast._affine_base(w, dom, terms) + node.addr.index_stride * _index(
-                    ctx, w, dom, node.inputs[0], lane0)
+                    ctx, w, dom, node.inputs[0], lane0, node.lane or 0)
                 got = shared[key] = (b, int(b.min()), int(b.max()))
             base, lo, hi = got
         else:
@@ -192,18 +192,20 @@ def _a0(ctx, w, dom, node, lane0: dict) -> np.ndarray:
     if node.addr.const:
         a = a + node.addr.const
     if node.addr.index_stride:
-        a = a + node.addr.index_stride * _index(ctx, w, dom, node.inputs[0], lane0)
+        a = a + node.addr.index_stride * _index(ctx, w, dom, node.inputs[0], lane0,
+                                                node.lane or 0)
     return a
 
 
-def _index(ctx, w, dom, nid: int, lane0: dict) -> np.ndarray:
-    """Lane 0 of load `nid`'s value as int64, as `_issue_node` reads an index (`_gather`
-    zeroes a dead lane 0; `batch_applies` holds every index a load's value)."""
-    got = lane0.get(nid)
+def _index(ctx, w, dom, nid: int, lane0: dict, lane: int = 0) -> np.ndarray:
+    """Lane `lane` of load `nid`'s value as int64, as `_issue_node` reads an index (`_gather`
+    zeroes a dead lane 0; `batch_applies` holds every index a load's value; a lane past 0 is
+    a word of a row load, docs/conventions.md#nonzero-unroll)."""
+    got = lane0.get((nid, lane))
     if got is None:
         src = ctx.km.kernel.nodes[nid]
         buf = ctx.bufs[src.buffer]
-        a = _a0(ctx, w, dom, src, lane0)
+        a = _a0(ctx, w, dom, src, lane0) + lane
         width, _ = _shape(ctx, src)
         if width == 1 or w.full or (src.addr.span and src.id in ctx.vec):
             got = buf[a].astype(np.int64)
@@ -211,7 +213,7 @@ def _index(ctx, w, dom, nid: int, lane0: dict) -> np.ndarray:
             live = w.mask[:, 0]
             got = np.where(live, buf[np.where(live, a, 0)], 0).astype(buf.dtype).astype(
                 np.int64)
-        lane0[nid] = got
+        lane0[(nid, lane)] = got
     return got
 
 
@@ -247,7 +249,8 @@ def _commit_batch(ctx, pending: list[tuple]) -> None:
         if node.addr.const:
             a = a + node.addr.const
         if node.addr.index_stride:
-            a = a + node.addr.index_stride * vals[node.inputs[0]][:, 0].astype(np.int64)
+            a = a + node.addr.index_stride * vals[node.inputs[0]][:, node.lane or 0].astype(
+                np.int64)
         width, stride = _shape(ctx, node)
         if width == 1:
             at = fast._Lanes(a, 0, 1, ones, full=True)

@@ -285,8 +285,8 @@ def _memory_node(j, o, wj, i0, i1, i2, ins, lane, width, mterm, mconst, istride,
     t, c, st = mterm[j], mconst[j], istride[j]
     for e in range(n):
         a0[j, e] = aff[t, e] + c
-    if st != 0:
-        base = offs[bufid[i0]]
+    if st != 0:  # the index: lane 0 of its load, or the selected word of a row load
+        base = offs[bufid[i0]] + (lane[j] if lane[j] > 0 else 0)
         for e in range(n):
             a0[j, e] += st * np.int64(img[base + a0[i0, e]])
     if o == 1:

@@ -222,7 +222,8 @@ def _lane_addresses(ctx: _Kernel, st: _Tile, node: Node, env: dict[str, int], k:
     base = node.addr.const + sum(cf * env[v] for v, cf in node.addr.terms
                                  if v != kernel.vector_var or node.addr.span)
     if node.addr.index_stride:
-        base += node.addr.index_stride * int(st.values[(k, node.inputs[0])])
+        idx = np.asarray(st.values[(k, node.inputs[0])]).reshape(-1)
+        base += node.addr.index_stride * int(idx[node.lane or 0])
     if node.id not in ctx.vec:
         return [base]
     if node.addr.span:  # consecutive words, lanes along memory
@@ -337,5 +338,7 @@ def _address(node: Node, env: dict[str, int], kernel, bufs: dict[str, np.ndarray
     a = node.addr.const + sum(cf * env[v] for v, cf in node.addr.terms)
     if node.addr.index_stride:
         idx = kernel.nodes[node.inputs[0]]
-        a += node.addr.index_stride * int(bufs[idx.buffer][_address(idx, env, kernel, bufs)])
+        # a gather selecting lane l of a row load reads the row's word l
+        at = _address(idx, env, kernel, bufs) + (node.lane or 0)
+        a += node.addr.index_stride * int(bufs[idx.buffer][at])
     return a

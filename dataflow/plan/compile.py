@@ -34,6 +34,7 @@ from dataflow.dfg.graph import DFGError, Kernel, Program
 from dataflow.dfg.lane_partials import applies as lane_partials_apply
 from dataflow.dfg.lane_partials import lane_partial_sums
 from dataflow.dfg.lower import gemm_kernel
+from dataflow.dfg.nonzero_unroll import unroll_nonzeros
 from dataflow.dfg.ops import Op
 from dataflow.dfg.row_max import has_accmax, lower_row_max
 from dataflow.mapper import map_program
@@ -41,7 +42,7 @@ from dataflow.mapper.bounds import issue_copies, unit_busy
 from dataflow.mapper.legality import check_mapping
 from dataflow.mapper.map import map_kernel
 from dataflow.mapper.mapping import KernelMapping, Mapping, MappingError
-from dataflow.plan import gather_lines, tile_ramp
+from dataflow.plan import gather_lines, nonzero_choice, tile_ramp
 from dataflow.plan.gemm_schedule import (
     GemmSchedule,
     apply_gemm_schedule,
@@ -93,12 +94,17 @@ class ProgramSchedule:
     # each row-maximum kernel folded into the kernel before it, after the kernel schedules
     # (`transform.fuse_row_max`, docs/conventions.md#attention-fold)
     row_max_fused: bool = False
+    # the CSR nonzero loop unrolled by this factor over rows padded to its multiples, first
+    # (`dfg.nonzero_unroll`, docs/conventions.md#nonzero-unroll); 0: as lowered
+    nonzero_unroll: int = 0
+    # its u terms summed by a tree of adds into one acc (else u accumulations)
+    nonzero_tree: bool = False
 
     @property
     def plain(self) -> bool:
         return ((self.gemm is None or self.gemm.plain) and all(k.plain for k in self.kernels)
                 and not self.row_max and not self.lane_partials and not self.pads
-                and not self.row_max_fused)
+                and not self.row_max_fused and not self.nonzero_unroll)
 
 
 def _fusable(kernel: Kernel) -> bool:
@@ -194,7 +200,10 @@ def _unheld_candidates(kernel: Kernel, arch: ArchSpec) -> list[KernelSchedule]:
         kernel = transform.devectorise_reduction(kernel)
     out = [base, *_lane_sum_candidates(kernel, arch), *_partial_row_candidates(kernel, arch),
            *select]
-    if not (_fusable(kernel) and supports(arch, "macc")):
+    # a nonzero-unrolled body (lane-selecting gathers, docs/conventions.md#nonzero-unroll)
+    # has its products summed before the acc: nothing fuses, the vector blocks still pay
+    unrolled = any(n.op is Op.GATHER and n.lane for n in kernel.nodes)
+    if not ((_fusable(kernel) or unrolled) and supports(arch, "macc")):
         return out
     out.append(dataclasses.replace(base, fuse=True))
     lanes = arch.pe_array.simd_lanes
@@ -216,7 +225,9 @@ def _unheld_candidates(kernel: Kernel, arch: ArchSpec) -> list[KernelSchedule]:
         if s > 1 and len(body.nodes) <= slots:
             out.append(KernelSchedule(fuse=True, vector_blocks=s, vector_inner=inner))
         # more copies than the PEs hold at II 1, sharing them at a longer II (as a GEMM block)
-        maccs = sum(1 for n in body.nodes if n.op is Op.MACC)
+        # the products (an unrolled body's are muls summed before its acc)
+        maccs = sum(1 for n in body.nodes if n.op is Op.MACC) or sum(
+            1 for n in body.nodes if n.op.multiplies)
         reads = sum(1 for n in body.nodes if n.op.reads_spm and not n.op.accumulates)
         copies, ii = best_copies(len(body.nodes), maccs, reads, arch,
                                  tuple(unit_busy(body, arch).values()))
@@ -396,6 +407,10 @@ def choose_schedule(program: Program, arch: ArchSpec, dataflow: str | None = Non
     if partials:
         program = lane_partial_sums(program, lanes)
     mapping, sched = _compile_kernels(program, arch, options)
+    if not row_max and not partials:  # a CSR row's nonzeros u at a time, where faster
+        (u, tree), (mapping, sched) = nonzero_choice.choose_unroll(
+            program, arch, lambda p: _compile_kernels(p, arch, options), (mapping, sched))
+        sched = dataclasses.replace(sched, nonzero_unroll=u, nonzero_tree=tree)
     sched = dataclasses.replace(sched, row_max=row_max, lane_partials=partials)
     return mapping, None if sched.plain else sched
 
@@ -421,6 +436,8 @@ def apply_schedule(program: Program, sched: ProgramSchedule | None, arch: ArchSp
         program = lane_partial_sums(program, arch.pe_array.simd_lanes)
     if sched.gemm is not None:
         return apply_gemm_schedule(program, sched.gemm, arch.pe_array.simd_lanes)
+    if sched.nonzero_unroll:
+        program = unroll_nonzeros(program, sched.nonzero_unroll, sched.nonzero_tree)
     program = gather_lines.apply_pads(program, sched.pads)
     kernels = tuple(apply_kernel_schedule(k, s) for k, s in zip(program.kernels, sched.kernels))
     program = dataclasses.replace(program, kernels=kernels)

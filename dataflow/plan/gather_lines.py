@@ -64,11 +64,32 @@ class _Orderable:
     buffers: tuple[str, ...]
     index: str
     outputs: tuple[str, ...] = ()
+    # u > 1: the loop runs over rows padded to multiples of u, u nonzeros an iteration, each
+    # position load a row of u words and each gather taking its lane's index
+    # (docs/conventions.md#nonzero-unroll)
+    unroll: int = 1
 
 
 def _at_position(n, var: str) -> bool:
     return (n.addr.terms == ((var, 1),) and not n.addr.const and not n.addr.span
             and not n.addr.index_stride)
+
+
+def _unrolled_width(kernel: Kernel, var: str) -> int:
+    """u when every access that moves with `var` is a load of the row of u words at u * var
+    and every gather takes a lane of its index, the same number per lane
+    (docs/conventions.md#nonzero-unroll); 1 otherwise."""
+    moving = [n for n in kernel.nodes if n.addr is not None and n.addr.coef(var)]
+    spans = {n.addr.span for n in moving}
+    if len(spans) != 1 or (u := spans.pop()) < 2 or any(
+            n.op is not Op.LOAD or n.addr.terms != ((var, u),) or n.addr.const
+            for n in moving):
+        return 1
+    lanes = [n.lane for n in kernel.nodes if n.op is Op.GATHER]
+    if any(lane is None for lane in lanes) or \
+            len({lanes.count(lane) for lane in range(u)}) != 1 or len(lanes) % u:
+        return 1
+    return u
 
 
 def orderable(kernel: Kernel, program: Program) -> _Orderable | None:
@@ -79,6 +100,7 @@ def orderable(kernel: Kernel, program: Program) -> _Orderable | None:
         return None
     var, inputs = sparse[0].var, program.input_map
     outputs = {name for name, _ in program.outputs}
+    unroll = _unrolled_width(kernel, var)
     bufs, idx, outs = set(), set(), set()
     gathers = [n for n in kernel.nodes if n.addr is not None and n.addr.index_stride]
     if not gathers or len({g.addr.index_stride for g in gathers}) != 1:
@@ -86,7 +108,7 @@ def orderable(kernel: Kernel, program: Program) -> _Orderable | None:
     for n in kernel.nodes:
         if n.addr is None or not n.addr.coef(var):
             continue
-        if n.op is Op.LOAD and n.buffer in inputs and _at_position(n, var):
+        if n.op is Op.LOAD and n.buffer in inputs and (_at_position(n, var) or unroll > 1):
             bufs.add(n.buffer)
         elif n.op.writes_spm and n.buffer in outputs and _at_position(n, var) \
                 and n.op in (Op.STORE, Op.ACC, Op.MACC):
@@ -111,7 +133,10 @@ def orderable(kernel: Kernel, program: Program) -> _Orderable | None:
     size = len(inputs[next(iter(idx))])
     if any(math.prod(shape) != size for name, shape in program.outputs if name in outs):
         return None
-    return _Orderable(var, sparse[0].pos, tuple(sorted(bufs)), idx.pop(), tuple(sorted(outs)))
+    if unroll > 1 and outs:
+        return None
+    return _Orderable(var, sparse[0].pos, tuple(sorted(bufs)), idx.pop(), tuple(sorted(outs)),
+                      unroll)
 
 
 def _static_rows(km: KernelMapping, arch: ArchSpec, dom, n: int, copy, cyc_of, ti: int,
@@ -375,13 +400,18 @@ def _tile_order(km: KernelMapping, arch: ArchSpec, o: _Orderable, crd: np.ndarra
             if not g.addr.span:
                 a = a + dom[kernel.vector_var] * gstride[j]
         goff[:, j] = a
+    slot = dom[o.var]
+    parent = dom[next(lp.parent for lp in kernel.loops if lp.var == o.var)]
+    pos = kernel.domain[o.pos] * o.unroll
+    if o.unroll > 1:  # each (iteration, lane) placed as an iteration of its lane's gathers
+        gcyc, goff, gwidth, gstride, slot, parent, copy = _per_lane(
+            o.unroll, gathers, gcyc, goff, gwidth, gstride, slot, parent, copy)
+        n = len(slot)
+        k = np.arange(n, dtype=np.int64)
     order_g = np.argsort(gcyc, axis=1, kind="stable")  # an iteration's gathers by cycle
     gcyc = np.take_along_axis(gcyc, order_g, axis=1)
     goff = np.take_along_axis(goff, order_g, axis=1)
     gwidth, gstride = gwidth[order_g[0]], gstride[order_g[0]]
-    pos = kernel.domain[o.pos]
-    slot = dom[o.var]
-    parent = dom[next(lp.parent for lp in kernel.loops if lp.var == o.var)]
     lo = np.zeros(len(crd), dtype=np.int64)
     hi = np.zeros(len(crd), dtype=np.int64)
     lo[slot], hi[slot] = pos[parent], pos[parent + 1]
@@ -404,6 +434,19 @@ def _tile_order(km: KernelMapping, arch: ArchSpec, o: _Orderable, crd: np.ndarra
            stride, spm.words_per_row, lut, cnt, wcnt, spm.read_ports_per_line,
            spm.write_ports_per_line, perm, used, nxt, head, *swaps)
     return int((port_cycles(cnt, wcnt, spm).max(axis=1) - 1).sum())
+
+
+def _per_lane(u: int, gathers, gcyc, goff, gwidth, gstride, slot, parent, copy) -> tuple:
+    """An unrolled kernel's iterations split by lane (docs/conventions.md#nonzero-unroll):
+    iteration k's lane l becomes row k * u + l, with lane l's gathers (cycles, offsets,
+    widths, strides), its slot u * slot + l, its parent and its copy."""
+    cols = np.array([[j for j, g in enumerate(gathers) if g.lane == lane]
+                     for lane in range(u)])
+    n = gcyc.shape[0]
+    lanes = np.tile(np.arange(u, dtype=np.int64), n)
+    return (gcyc[:, cols].reshape(n * u, -1), goff[:, cols].reshape(n * u, -1),
+            gwidth[cols[0]], gstride[cols[0]], np.repeat(slot, u) * u + lanes,
+            np.repeat(parent, u), np.repeat(copy, u))
 
 
 def _permutation(km: KernelMapping, arch: ArchSpec, o: _Orderable,
