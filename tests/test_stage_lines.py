@@ -149,9 +149,9 @@ def test_residency_dma_one_transfer_per_buffer_tables_packed_loads_with_configur
     seen = []
     real = bsim.run_system
 
-    def spy(seg_tiles, arch_, prefetch=None):
+    def spy(seg_tiles, arch_, prefetch=None, buffers=None):
         seen.append((seg_tiles, prefetch))
-        return real(seg_tiles, arch_, prefetch)
+        return real(seg_tiles, arch_, prefetch, buffers)
 
     monkeypatch.setattr(bsim, "run_system", spy)
     on = run_fft(x, arch)[1].result
