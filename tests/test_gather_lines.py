@@ -12,7 +12,7 @@ from dataflow.arch import load_arch
 from dataflow.dfg.lower import lower_spmm_csr
 from dataflow.mapper.mapping import Mapping
 from dataflow.pe_array.simulate import simulate_mapping
-from dataflow.plan import gather_lines, nonzero_choice
+from dataflow.plan import gather_greedy, gather_lines, gather_pads, nonzero_choice
 from dataflow.plan.compile import apply_schedule, choose_schedule
 from dataflow.testing import values_match
 from tests.conftest import ARCH_DIR
@@ -31,7 +31,7 @@ def _spmm(m=128, k=128, n=64, density=0.15, seed=0):
 
 def _as_given(mapping: Mapping, program) -> Mapping:
     """`mapping` over `program` padded as the schedule says, nonzeros in their given order."""
-    padded = gather_lines.apply_pads(program, gather_lines.gather_pads(program, DEFAULT))
+    padded = gather_pads.apply_pads(program, gather_pads.gather_pads(program, DEFAULT))
     return dataclasses.replace(mapping, program=dataclasses.replace(
         mapping.program, inputs=padded.inputs, output_order=()))
 
@@ -131,7 +131,7 @@ def test_attention_mask_read_by_every_kernel_gets_one_order_for_all():
     assert all(gather_lines.orderable(kern, prog) is None for kern in prog.kernels)
     permuted, outs, gathering = gather_lines.shared_order(prog)
     assert permuted == ("M_crd",) and outs == () and set(gathering) == {"sddmm", "spmm"}
-    assert dict(gather_lines.gather_pads(prog, DEFAULT)) == {"K": 8, "V": 8}
+    assert dict(gather_pads.gather_pads(prog, DEFAULT)) == {"K": 8, "V": 8}
     mapping, _ = choose_schedule(prog, DEFAULT)
     crd, pos = mapping.program.input_map["M_crd"], mask.indptr
     assert not np.array_equal(crd, mask.indices)
@@ -152,7 +152,7 @@ def test_the_greedy_in_python_and_compiled_agree(monkeypatch):
     km = mapping.kernels[0]
     o = gather_lines.orderable(km.kernel, given.program)
     got = []
-    for runner in (gather_lines._PY_ORDER, gather_lines._jit()):
+    for runner in (gather_greedy._PY_ORDER, gather_greedy._jit()):
         monkeypatch.setattr(gather_lines, "_runner", lambda work, r=runner: r)
         got.append(gather_lines._permutation(km, DEFAULT, o, given.program.input_map))
     assert np.array_equal(got[0][0], got[1][0]) and got[0][1] == got[1][1]

@@ -21,7 +21,7 @@ from dataflow.dfg.ops import Op
 from dataflow.mapper import map_program
 from dataflow.pe_array.simulate import simulate_mapping
 from dataflow.plan import compile as plan_compile
-from dataflow.plan import gather_lines
+from dataflow.plan import gather_lines, gather_pads
 from tests.conftest import ARCH_DIR
 from tests.engine_checks import assert_engines_identical
 
@@ -122,7 +122,7 @@ def test_line_order_applies_to_the_unrolled_kernel():
     q = unroll_nonzeros(prog, 2, True)
     o = gather_lines.orderable(q.kernels[0], q)
     assert o is not None and o.unroll == 2 and set(o.buffers) == {"A_val", "A_crd"}
-    assert gather_lines.gather_pads(q, MLX)
+    assert gather_pads.gather_pads(q, MLX)
     mapping, sched = plan_compile._compile_kernels(q, MLX, {})
     res = simulate_mapping(mapping)
     assert np.allclose(np.asarray(res.output).reshape(want.shape), want, rtol=1e-4, atol=1e-4)
@@ -153,7 +153,7 @@ def test_the_table_counts_the_unrolled_stalls_as_the_engine_does():
     prog, _ = _spmm(m=96, k=96, n=32, density=0.2, seed=1)
     q = unroll_nonzeros(prog, 2, True)
     mapping, sched = plan_compile._compile_kernels(q, MLX, {})
-    given = gather_lines.apply_pads(q, sched.pads)
+    given = gather_pads.apply_pads(q, sched.pads)
     given_map = dataclasses.replace(mapping, program=dataclasses.replace(
         mapping.program, inputs=given.inputs, output_order=()))
     km = mapping.kernels[0]

@@ -37,7 +37,7 @@ _SCALAR, _ACTIVE, _SPAN = 0, 1, 2
 def _compiled():
     import numba
 
-    g = globals()  # callees first, so the caller compiles against them (as gather_lines._jit)
+    g = globals()  # callees first, so the caller compiles against them (as gather_greedy._jit)
     for name in ("_memory_node", "_lane_sum_node", "_arith_node", "_batch_loops"):
         g[name] = numba.njit(cache=True, error_model="numpy")(g[name])
     return g["_batch_loops"]

@@ -42,7 +42,7 @@ from dataflow.mapper.bounds import issue_copies, unit_busy
 from dataflow.mapper.legality import check_mapping
 from dataflow.mapper.map import map_kernel
 from dataflow.mapper.mapping import KernelMapping, Mapping, MappingError
-from dataflow.plan import gather_lines, nonzero_choice, tile_ramp
+from dataflow.plan import gather_lines, gather_pads, nonzero_choice, tile_ramp
 from dataflow.plan.gemm_schedule import (
     GemmSchedule,
     apply_gemm_schedule,
@@ -89,7 +89,7 @@ class ProgramSchedule:
     # docs/conventions.md#lane-partial-sums); applied after `row_max`
     lane_partials: bool = False
     # (buffer, pad words): gathered rows stored at a pitch that starts them on any line
-    # (`gather_lines.gather_pads`, docs/conventions.md#gather-lines)
+    # (`gather_pads.gather_pads`, docs/conventions.md#gather-lines)
     pads: tuple[tuple[str, int], ...] = ()
     # each row-maximum kernel folded into the kernel before it, after the kernel schedules
     # (`transform.fuse_row_max`, docs/conventions.md#attention-fold)
@@ -331,8 +331,8 @@ def _choose_kernel(program: Program, index: int, arch: ArchSpec,
 def _compile_kernels(program: Program, arch: ArchSpec,
                      options: dict) -> tuple[Mapping, ProgramSchedule]:
     program.verify()
-    pads = gather_lines.gather_pads(program, arch)
-    program = gather_lines.apply_pads(program, pads)
+    pads = gather_pads.gather_pads(program, arch)
+    program = gather_pads.apply_pads(program, pads)
     chosen = [_choose_kernel(program, i, arch, options) for i in range(len(program.kernels))]
     scheds = tuple(s for _, s in chosen)
     prog = apply_schedule(program, ProgramSchedule(kernels=scheds), arch)
@@ -438,7 +438,7 @@ def apply_schedule(program: Program, sched: ProgramSchedule | None, arch: ArchSp
         return apply_gemm_schedule(program, sched.gemm, arch.pe_array.simd_lanes)
     if sched.nonzero_unroll:
         program = unroll_nonzeros(program, sched.nonzero_unroll, sched.nonzero_tree)
-    program = gather_lines.apply_pads(program, sched.pads)
+    program = gather_pads.apply_pads(program, sched.pads)
     kernels = tuple(apply_kernel_schedule(k, s) for k, s in zip(program.kernels, sched.kernels))
     program = dataclasses.replace(program, kernels=kernels)
     if sched.row_max_fused:

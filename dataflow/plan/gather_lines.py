@@ -24,7 +24,6 @@ reads is left as it is (`orderable`).
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import json
 import math
@@ -34,13 +33,14 @@ import sys
 import numpy as np
 
 from dataflow.arch.load import arch_to_dict
-from dataflow.arch.spec import AddressMapping, ArchSpec
+from dataflow.arch.spec import ArchSpec
 from dataflow.cachefiles import read_entry, resolve_cache_dir, write_entry
 from dataflow.dfg.domain import enumerate_domain
-from dataflow.dfg.graph import BufferFetch, Kernel, Program, vector_nodes
+from dataflow.dfg.graph import Kernel, Program, vector_nodes
 from dataflow.dfg.ops import Op
 from dataflow.mapper.mapping import KernelMapping, Mapping
 from dataflow.pe_array.common import spm_base
+from dataflow.plan.gather_greedy import _runner
 from dataflow.spm.lines import line_of_row, port_cycles
 
 #: (rounds of swaps within rows after the greedy placement, slots of its row a stalled
@@ -199,161 +199,6 @@ def _per_line(cyc: np.ndarray, row: np.ndarray, n_cycles: int, spm,
             cyc, row = keys // span, keys % span
         np.add.at(out, (cyc, line_of_row(row, spm)), 1)
     return out
-
-
-BIG = 1 << 20
-#: weight of a read beyond the ports against the sum of squared reads per line (balance)
-BALANCE = 1 << 10
-
-
-def _touch1(cnt, k, r, sign, gcyc, goff, gwidth, gstride, stride, wpr, lut):
-    """Add (sign 1) or remove (-1) the row reads of iteration k's gathers at index r."""
-    for g in range(gcyc.shape[1]):
-        c = gcyc[k, g]
-        a = goff[k, g] + stride * r
-        reach = (gwidth[g] - 1) * gstride[g]
-        if 0 <= reach < wpr:  # within a row or two: the first lane's and the last's
-            row, last = a // wpr, (a + reach) // wpr
-            cnt[c, lut[row]] += sign
-            if last != row:
-                cnt[c, lut[last]] += sign
-            continue
-        prev = -1
-        for lane in range(gwidth[g]):
-            row = (a + lane * gstride[g]) // wpr
-            if row != prev:
-                prev = row
-                cnt[c, lut[row]] += sign
-
-
-def _cycle_cost(cnt, wcnt, c, rp, wp):
-    """BIG x the stall cycles of cycle c (`spm/lines.py:port_cycles`), then the reads beyond
-    the ports on its lines (a smoother second key), then the sum of squared reads per line
-    (spare ports kept spread over the lines, for the gathers placed after)."""
-    most_r, most_w, over, square = 0, 0, 0, 0
-    for ln in range(cnt.shape[1]):
-        x = cnt[c, ln]
-        square += x * x
-        if x > most_r:
-            most_r = x
-        if x > rp:
-            over += x - rp
-        if wcnt[c, ln] > most_w:
-            most_w = wcnt[c, ln]
-    top = max((most_r + rp - 1) // rp, (most_w + wp - 1) // wp, 1)
-    return BIG * (top - 1) + BALANCE * over + square
-
-
-def _touch(cnt, k, r, sign, gcyc, goff, gwidth, gstride, stride, wpr, lut, nxt):
-    """`_touch1` over iteration k and the iterations after it that read the same slot."""
-    while k >= 0:
-        _touch1(cnt, k, r, sign, gcyc, goff, gwidth, gstride, stride, wpr, lut)
-        k = nxt[k]
-
-
-def _iter_cost(cnt, wcnt, k, gcyc, rp, wp, nxt):
-    """`_cycle_cost` of the cycles of iteration k's gathers and of those after it that read
-    the same slot."""
-    total = 0
-    while k >= 0:
-        for g in range(gcyc.shape[1]):
-            if g == 0 or gcyc[k, g] != gcyc[k, g - 1]:
-                total += _cycle_cost(cnt, wcnt, gcyc[k, g], rp, wp)
-        k = nxt[k]
-    return total
-
-
-def _order_tile(order, slot, lo, hi, k_of, crd, gcyc, goff, gwidth, gstride, stride, wpr,
-                lut, cnt, wcnt, rp, wp, perm, used, nxt, head, passes, tries):
-    """The greedy of `line_order` over one tile, then `passes` rounds of swaps within rows
-    that shorten stalled cycles (see the module docstring); fills `perm` (slot -> nonzero).
-    The consecutive iterations that read one slot (loops inside the sparse one: an SDDMM's
-    chunks) are placed together: `head` marks the first, `nxt` links each to the next."""
-    for t in range(order.shape[0]):
-        k = order[t]
-        if not head[k]:  # an iteration after the first of its slot's run: counted with it
-            continue
-        s = slot[k]
-        if perm[s] < 0:
-            best, best_cost = -1, BIG * BIG
-            for q in range(lo[s], hi[s]):
-                if used[q]:
-                    continue
-                _touch(cnt, k, crd[q], 1, gcyc, goff, gwidth, gstride, stride, wpr, lut, nxt)
-                cost = _iter_cost(cnt, wcnt, k, gcyc, rp, wp, nxt)
-                _touch(cnt, k, crd[q], -1, gcyc, goff, gwidth, gstride, stride, wpr, lut, nxt)
-                if cost < best_cost:
-                    best, best_cost = q, cost
-            perm[s] = best
-            used[best] = True
-        _touch(cnt, k, crd[perm[s]], 1, gcyc, goff, gwidth, gstride, stride, wpr, lut, nxt)
-    trials = 0
-    for _ in range(passes):
-        moved = 0
-        for t in range(order.shape[0]):
-            k = order[t]
-            s = slot[k]
-            if k_of[s] != k or _iter_cost(cnt, wcnt, k, gcyc, rp, wp, nxt) < BIG:
-                continue
-            width = hi[s] - lo[s]
-            for step in range(1, min(width, tries + 1)):  # the next slots of the row, round
-                s2 = lo[s] + (s - lo[s] + step) % width
-                k2 = k_of[s2]
-                if k2 < 0:
-                    continue
-                trials += 1
-                before = _iter_cost(cnt, wcnt, k, gcyc, rp, wp, nxt) \
-                    + _iter_cost(cnt, wcnt, k2, gcyc, rp, wp, nxt)
-                a, b = crd[perm[s]], crd[perm[s2]]
-                _touch(cnt, k, a, -1, gcyc, goff, gwidth, gstride, stride, wpr, lut, nxt)
-                _touch(cnt, k2, b, -1, gcyc, goff, gwidth, gstride, stride, wpr, lut, nxt)
-                _touch(cnt, k, b, 1, gcyc, goff, gwidth, gstride, stride, wpr, lut, nxt)
-                _touch(cnt, k2, a, 1, gcyc, goff, gwidth, gstride, stride, wpr, lut, nxt)
-                after = _iter_cost(cnt, wcnt, k, gcyc, rp, wp, nxt) \
-                    + _iter_cost(cnt, wcnt, k2, gcyc, rp, wp, nxt)
-                if after < before:
-                    perm[s], perm[s2] = perm[s2], perm[s]
-                    moved += 1
-                    if _iter_cost(cnt, wcnt, k, gcyc, rp, wp, nxt) < BIG:
-                        break
-                    continue
-                _touch(cnt, k, b, -1, gcyc, goff, gwidth, gstride, stride, wpr, lut, nxt)
-                _touch(cnt, k2, a, -1, gcyc, goff, gwidth, gstride, stride, wpr, lut, nxt)
-                _touch(cnt, k, a, 1, gcyc, goff, gwidth, gstride, stride, wpr, lut, nxt)
-                _touch(cnt, k2, b, 1, gcyc, goff, gwidth, gstride, stride, wpr, lut, nxt)
-        if not moved:
-            break
-    return trials
-
-
-#: the greedy in Python, as written (`_runner`)
-_PY_ORDER = _order_tile
-#: below this much work (iterations x the longest row) the greedy runs in Python while numba
-#: is not loaded (start-up, issue 14: a small job does not pay numba's import)
-PY_MAX_WORK = 3_000
-
-
-#: the Python work done so far in this process: the budget is the process's, not a tile's (eight
-#: tiles of 20,000 each took 11 s in Python, against numba's ~0.5 s load)
-_PY_SPENT = [0]
-
-
-def _runner(work: int):
-    if _PY_SPENT[0] + work <= PY_MAX_WORK and "numba" not in sys.modules:
-        _PY_SPENT[0] += work
-        return _PY_ORDER
-    return _jit()
-
-
-@functools.cache
-def _jit():
-    """The greedy and its helpers compiled (numba is loaded on first use: start-up)."""
-    import numba
-
-    g = globals()
-    for name in ("_touch1", "_cycle_cost", "_touch", "_iter_cost", "_order_tile"):  # callees first
-        g[name] = numba.njit(cache=True)(g[name])
-    return g["_order_tile"]
 
 
 def _tile_order(km: KernelMapping, arch: ArchSpec, o: _Orderable, crd: np.ndarray, ti: int,
@@ -678,85 +523,3 @@ def _valid_steps(got, full: str, mapping: Mapping) -> list:
                 and all(sizes.get(b, len(perm)) == len(perm) for b in buffers)):
             raise ValueError("not a permutation of the program's nonzeros")
     return steps
-
-
-def pad_gathered_rows(program: Program, buffer: str, pad: int) -> Program:
-    """Input `buffer`, gathered by rows of `cols` words (every access to it a gather of index
-    stride cols, within the row), stored with a row pitch of cols + pad words (pad words zero,
-    left on chip: the DMA moves the cols words of each row, `Buffer.pitch`). On interleaved
-    lines a row of cols = 8 SPM rows starts on one of two lines; at a pitch of 9 SPM rows on
-    any of 16, which gives `line_order` room (docs/conventions.md#gather-lines)."""
-    if pad <= 0:
-        return program
-    data = program.input_map[buffer]
-    strides = {n.addr.index_stride for k in program.kernels for n in k.nodes
-               if n.buffer == buffer}
-    if len(strides) != 1 or not (cols := strides.pop()) or data.size % cols:
-        raise ValueError(f"pad_gathered_rows({buffer!r}): not a buffer of gathered rows")
-
-    def rewrite(n):
-        if n.buffer != buffer:
-            return n
-        return dataclasses.replace(n, addr=dataclasses.replace(n.addr, index_stride=cols + pad))
-
-    rows = data.size // cols
-    padded = np.zeros((rows, cols + pad), dtype=data.dtype)
-    padded[:, :cols] = data.reshape(rows, cols)
-    size = rows * (cols + pad)
-    kernels = tuple(dataclasses.replace(
-        k, nodes=tuple(rewrite(n) for n in k.nodes),
-        buffers=tuple(dataclasses.replace(b, size=size, pitch=(cols, cols + pad))
-                      if b.name == buffer else b for b in k.buffers)) for k in program.kernels)
-    inputs = tuple((name, padded.ravel() if name == buffer else x) for name, x in program.inputs)
-    return dataclasses.replace(program, kernels=kernels, inputs=inputs)
-
-
-def gather_pads(program: Program, arch: ArchSpec) -> tuple[tuple[str, int], ...]:
-    """(buffer, pad words) for each input whose rows an orderable kernel gathers, when its
-    rows of cols words start on fewer than all lines: a pitch of cols + pad words, pad the
-    fewest whole SPM rows that make the pitch's rows prime to the line count, lets a row
-    start on any line (interleaved lines only; docs/conventions.md#gather-lines)."""
-    spm = arch.spm
-    if spm.address_mapping != AddressMapping.INTERLEAVED:
-        return ()
-    shared = shared_order(program)
-    ordered = set(shared[2]) if shared else set()
-    out = []
-    for name, data in program.inputs:
-        nodes = [(k, n) for k in program.kernels for n in k.nodes if n.buffer == name]
-        strides = {n.addr.index_stride for _, n in nodes}
-        if not nodes or len(strides) != 1 or any(n.op is not Op.GATHER for _, n in nodes):
-            continue
-        cols = strides.pop()
-        if cols % spm.words_per_row or data.size % cols \
-                or any(b.fetch != BufferFetch.WHOLE for k, _ in nodes for b in k.buffers
-                       if b.name == name):
-            continue
-        if not all(_within_row(k, n.addr, cols)
-                   and (k.name in ordered or orderable(k, program) is not None)
-                   for k, n in nodes):
-            continue
-        rows = cols // spm.words_per_row
-        pad = next(p for p in range(spm.lines) if math.gcd(rows + p, spm.lines) == 1)
-        if pad:
-            out.append((name, pad * spm.words_per_row))
-    return tuple(out)
-
-
-def _within_row(kernel: Kernel, addr, cols: int) -> bool:
-    """Whether a gather's words stay within the row of cols words its index picks: its terms
-    are dense loops' variables with nonnegative coefficients, whose largest values and the
-    constant stay below cols."""
-    top = addr.const
-    extents = {lp.var: lp.extent for lp in kernel.loops if lp.is_dense}
-    for v, c in addr.terms:
-        if v not in extents or c < 0:
-            return False
-        top += c * (extents[v] - 1)
-    return addr.const >= 0 and top + max(addr.span - 1, 0) < cols
-
-
-def apply_pads(program: Program, pads: tuple[tuple[str, int], ...]) -> Program:
-    for name, pad in pads:
-        program = pad_gathered_rows(program, name, pad)
-    return program
