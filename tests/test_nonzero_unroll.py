@@ -163,3 +163,16 @@ def test_the_table_counts_the_unrolled_stalls_as_the_engine_does():
     assert np.array_equal(np.sort(perm), np.arange(len(perm)))
     engine = simulate_mapping(mapping).stall_cycles_spm_conflict
     assert engine <= stalls <= engine * 1.02 + 2
+
+
+def test_pads_are_not_compulsory_bytes():
+    """The roofline of the unrolled program counts A's real words, not its pads: the same
+    compute and DRAM floors as the plain program, though the DMA moves the pads too."""
+    prog, _ = _spmm()
+    q = unroll_nonzeros(prog, 4, True)
+    assert q.input_map["A_val"].size > prog.input_map["A_val"].size
+    plain = simulate_mapping(map_program(prog, MLX), "fast")
+    padded = simulate_mapping(map_program(q, MLX), "fast")
+    assert padded.dram_bytes > plain.dram_bytes  # the pads do cross DRAM
+    assert padded.roofline_cycles == pytest.approx(plain.roofline_cycles)
+    assert padded.to_dict()["roofline"] == plain.to_dict()["roofline"]

@@ -447,6 +447,10 @@ class Program:
     # run in another order, position s holding nonzero order[s]
     # (`plan.gather_lines.line_order`, docs/conventions.md#gather-lines)
     output_order: tuple[tuple[str, np.ndarray], ...] = ()
+    # (buffer, words): an input the compiler padded (explicit zeros, `dfg.nonzero_unroll`)
+    # whose compulsory words are the unpadded operand's -- the roofline counts those, never
+    # the pads (docs/conventions.md#roofline-and-compulsory-bytes)
+    useful_words: tuple[tuple[str, int], ...] = ()
 
     def __hash__(self) -> int:
         return id(self)

@@ -161,8 +161,12 @@ def unroll_nonzeros(program: Program, u: int, tree: bool = False) -> Program | N
                     for c in range(u) if (s, c) in ids)  # an acc is once, a macc u times
     kern = dataclasses.replace(k, loops=loops, buffers=bufs, nodes=nodes, carried=carried,
                                domain_arrays=(*k.domain_arrays, (new_pos, pos_u)))
+    useful = dict(program.useful_words)
+    for name in (*got.index, *got.values):  # the pads are not compulsory
+        useful.setdefault(name, int(program.input_map[name].size))
     prog = dataclasses.replace(program, kernels=(kern,),
-                               inputs=tuple((n, inputs[n]) for n, _ in program.inputs))
+                               inputs=tuple((n, inputs[n]) for n, _ in program.inputs),
+                               useful_words=tuple(useful.items()))
     prog.verify()
     return prog
 

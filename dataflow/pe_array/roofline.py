@@ -96,7 +96,9 @@ def program_roofline(program: Program, arch: ArchSpec, arrays: list[ArrayResult]
     words are capped at what it moved, so the floor never claims bytes the lowering does not
     need (a real transform's zero imaginary part, made on chip)."""
     moved = _moved_words(arrays, arch.word_bytes)
-    read = sum(_program_compulsory(int(x.size), name, moved, _gathered(program, name))
+    useful = dict(program.useful_words)  # a padded input counts its unpadded words
+    read = sum(_program_compulsory(useful.get(name, int(x.size)), name, moved,
+                                   _gathered(program, name))
                for name, x in program.inputs)
     written = sum(_program_compulsory(math.prod(shape), name, moved)
                   for name, shape in program.outputs)
