@@ -29,6 +29,7 @@ import numpy as np
 
 from dataflow.dfg.graph import Addr, Kernel, Node, Program
 from dataflow.dfg.ops import Op
+from dataflow.dfg.transform import depends_on
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,14 +52,6 @@ def _users(kernel: Kernel) -> dict[int, list[Node]]:
     return users
 
 
-def _depends(kernel: Kernel, var: str) -> set[int]:
-    dep: set[int] = set()
-    for n in kernel.nodes:
-        if (n.addr is not None and n.addr.coef(var)) or any(i in dep for i in n.inputs):
-            dep.add(n.id)
-    return dep
-
-
 def shape(program: Program) -> _Shape | None:
     """The program's nonzero loop as `unroll_nonzeros` needs it, or None: one kernel, a
     vector loop, its innermost loop sparse; every load that moves with it reads a program
@@ -74,7 +67,7 @@ def shape(program: Program) -> _Shape | None:
     if lp.is_dense or k.vector_var is None or any(
             s != d or not k.nodes[s].op.accumulates for s, d, _ in k.carried):
         return None
-    users, dep = _users(k), _depends(k, lp.var)
+    users, dep = _users(k), depends_on(k, lp.var)
     index, values = set(), set()
     for n in k.nodes:
         if n.addr is None or not n.addr.coef(lp.var):
@@ -175,7 +168,7 @@ def _body(k: Kernel, got: _Shape, u: int, tree: bool) -> tuple[tuple[Node, ...],
     """The unrolled body: row loads of the position's buffers, then u copies of every node
     that depends on the position, copy l selecting lane l; the other nodes once. With the
     map (old id, copy) -> new id (copy 0 for the nodes kept once)."""
-    dep = _depends(k, got.var)
+    dep = depends_on(k, got.var)
     rows = {n.id for n in k.nodes if n.addr is not None and n.addr.coef(got.var)}
     nodes: list[Node] = []
     ids: dict[tuple[int, int], int] = {}  # (old id, copy) -> new id (copy 0 for shared)

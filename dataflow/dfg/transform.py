@@ -68,7 +68,7 @@ def fuse_multiply_accumulate(kernel: Kernel) -> Kernel:
     return _renumber(kernel, nodes, kernel.carried)
 
 
-def _depends(kernel: Kernel, var: str) -> set[int]:
+def depends_on(kernel: Kernel, var: str) -> set[int]:
     """Nodes whose address uses `var`, and every node computed from one of them."""
     dep: set[int] = set()
     for n in kernel.nodes:
@@ -102,7 +102,7 @@ def unroll_and_jam(kernel: Kernel, var: str, factor: int, inner: bool = True) ->
     if factor == 1:
         return kernel
     step = 1 if inner else lp.extent // factor
-    dep = _depends(kernel, var)
+    dep = depends_on(kernel, var)
     copies: dict[tuple[int, int], Node] = {}  # (old id, u) -> node with a fresh old-style id
     nodes: list[Node] = []
     next_id = len(kernel.nodes)
