@@ -388,3 +388,33 @@ def test_a_batch_too_large_for_the_host_streams_blocks(monkeypatch, workload):
     one = api.simulate(workload, batch=rows, n=n)  # a block's floors, once per block
     assert r.roofline.compute_cycles == pytest.approx(
         one.roofline.compute_cycles * batch / rows)
+
+
+def test_attention_split_leaves_room_for_the_row_maximum_levels():
+    """Without an accmax unit (the MLX preset) the row maximum's doubling levels gather from a
+    level buffer of about the entries, resident whole (dfg/row_max.py): where K and V fit but
+    that buffer does not, the attention is split into row blocks whose entries fit, instead of
+    the mapper refusing the row kernel (N:M at 128 keys a row on a 32 Ki-word SPM)."""
+    import yaml
+
+    from dataflow.arch import arch_from_dict
+    from dataflow.attention.api import make_inputs
+    from dataflow.attention.split import plan_split as attention_split
+    from dataflow.dfg.row_max import level_words
+    from tests.conftest import ARCH_DIR
+
+    d = yaml.safe_load((ARCH_DIR / "mlx_4x4.yaml").read_text())
+    d["spm"]["capacity_words_per_line"] = 4096
+    small = arch_from_dict(d, source="<mlx_4x4, 4096 words a line>")
+    seq, dim = 256, 32
+    x = make_inputs("nm", seq, dim, 0)
+    nnz, widest = len(x["crd"]), int(np.diff(x["pos"]).max())
+    assert seq * dim <= small.spm.capacity_words // 2  # K and V fit whole
+    assert level_words(nnz, widest) > small.spm.capacity_words  # the levels do not
+    split = attention_split(small, x["pos"], x["crd"], seq, dim, dim)
+    assert split is not None and split.count >= 2
+    assert level_words(split.rows * widest, widest) < small.spm.capacity_words
+    r = api.simulate("attention", small, seq=seq, dim=dim, pattern="nm")
+    assert r.values_match_reference
+    assert any(kr.kernel.startswith("softmax_max.rows") for kr in r.kernels)
+    _floors_hold(r)

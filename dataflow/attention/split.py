@@ -12,7 +12,8 @@ the float64 reference of the block.
 - **Sizes from the SPM.** A block's packed K (or V) takes at most half the SPM and the rest
   holds 8 streamed query rows (Q, the row's scores and coordinates), double-buffered
   (`dataflow.plan.split.fits_spm`); the block has the most rows whose worst block fits, at
-  most `MAX_BLOCK_ROWS` (fewer rows simulated per distinct block).
+  most `MAX_BLOCK_ROWS` (fewer rows simulated per distinct block). Without an accmax unit the
+  row maximum's level buffer (about the block's entries, `row_max.level_words`) must fit too.
 - **Memoised timing.** Two blocks with the same local mask (row pointers and packed columns)
   and the same shapes run the same program up to the values, so the same cycles: a window
   pattern's interior blocks are one. One representative per key is simulated; the others'
@@ -41,11 +42,14 @@ from dataflow.attention.lower import lower_attention
 from dataflow.attention.lower_block import find_blocks
 from dataflow.attention.op import SparseAttention
 from dataflow.attention.reference import attention_reference
+from dataflow.attention.row_softmax import row_width
+from dataflow.dfg.row_max import level_words
 from dataflow.errors import UserError
 from dataflow.pe_array.result import SimResult
 from dataflow.pe_array.roofline import floors
 from dataflow.pe_array.simulate import sequence_results, simulate_mapping
 from dataflow.plan.compile import compile_program
+from dataflow.plan.gemm_schedule import supports
 from dataflow.plan.split import (
     _groups,
     check_limits,
@@ -114,7 +118,15 @@ def plan_split(arch: ArchSpec, pos: np.ndarray, crd: np.ndarray, n: int, d: int,
     lengths = np.diff(pos)
     widest = int(lengths.max()) if m else 0
     row_words = _row_words(arch, dp, dv, widest)
-    if (fits_unsplit(arch, n * max(dp, dv), row_words)
+    # without an accmax unit the row maximum is computed by doubling levels whose row kernels
+    # gather from a level buffer of about the entries, resident whole (`dfg/row_max.py`),
+    # unless rows of one width take the row-body softmax (`row_softmax.py`)
+    levels = not supports(arch, "accmax") and row_width(pos) is None
+
+    def levels_fit(entries: int, rows: int) -> bool:
+        return not levels or fits_unsplit(arch, level_words(entries, widest) + rows, row_words)
+
+    if (fits_unsplit(arch, n * max(dp, dv), row_words) and levels_fit(nnz, m)
             and fits_host_memory(sim_bytes(nnz, dp, dv, lanes))):
         return None
     host_rows = m
@@ -124,7 +136,8 @@ def plan_split(arch: ArchSpec, pos: np.ndarray, crd: np.ndarray, n: int, d: int,
 
     def ok(rows: int) -> bool:
         worst = int(_distinct_per_block(pos, crd, n, rows).max(initial=0))
-        return fits_spm(arch, worst * max(dp, dv), row_words)
+        entries = int(np.diff(pos[::rows].tolist() + [int(pos[-1])]).max(initial=0))
+        return fits_spm(arch, worst * max(dp, dv), row_words) and levels_fit(entries, rows)
 
     rows = largest(min(m, host_rows, MAX_BLOCK_ROWS), 1, ok)
     if rows is not None:  # equal blocks (the last no shorter): more of them share a program

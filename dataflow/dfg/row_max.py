@@ -109,6 +109,13 @@ def _level_size(entries: int, t: int) -> int:
     return -(-entries // CHUNK) * CHUNK + (1 << t)
 
 
+def level_words(entries: int, longest_row: int) -> int:
+    """Words of the largest level buffer a row kernel gathers from, resident whole (T[k] for
+    k = floor(log2 of the longest row)): what a split must leave room for
+    (`dataflow.attention.split.plan_split`)."""
+    return _level_size(entries, max(0, int(longest_row).bit_length() - 1))
+
+
 def _first_level(name: str, src: str, dst: str, entries: int, row: Loop,
                  starts: np.ndarray) -> Kernel:
     """T[1][p] = max(src[p], src[p + 1]) for p < entries - 1, over the rows and their entries
