@@ -176,3 +176,17 @@ def test_pads_are_not_compulsory_bytes():
     assert padded.dram_bytes > plain.dram_bytes  # the pads do cross DRAM
     assert padded.roofline_cycles == pytest.approx(plain.roofline_cycles)
     assert padded.to_dict()["roofline"] == plain.to_dict()["roofline"]
+
+
+def test_the_summary_tells_issued_from_useful_macs():
+    """The pads' MACs are issued but not useful: the summary names both where they differ, and
+    one count where they agree."""
+    from dataflow.cli.simulate_command import _macs_text
+
+    prog, _ = _spmm()
+    q = unroll_nonzeros(prog, 4, True)
+    padded = simulate_mapping(map_program(q, MLX), "fast")
+    plain = simulate_mapping(map_program(prog, MLX), "fast")
+    assert padded.macs > prog.macs == plain.macs
+    assert _macs_text(padded) == f"{padded.macs:,} MACs issued, {prog.macs:,} useful"
+    assert _macs_text(plain) == f"{plain.macs:,} MACs"

@@ -27,6 +27,15 @@ save_result = deferred("dataflow.report", "save_result")
 write_trace = deferred("dataflow.report", "write_trace")
 
 
+def _macs_text(r) -> str:
+    """The MACs the array issued, and the useful ones (the roofline's) where padding made them
+    differ (a padded GEMM block, the nonzero unroll's explicit zeros)."""
+    useful = round(r.roofline.compute_cycles * r.peak_macs_per_cycle) if r.roofline else r.macs
+    if useful == r.macs:
+        return f"{r.macs:,} MACs"
+    return f"{r.macs:,} MACs issued, {useful:,} useful"
+
+
 def add_parser(sub) -> None:
     s = sub.add_parser("simulate", help=COMMANDS["simulate"].help)
     s.add_argument("--arch", default="default", help="architecture: a preset "
@@ -89,7 +98,7 @@ def summary(r) -> str:
         f"  compute cycles   {r.compute_cycles:,}",
         "  stall cycles     " + ", ".join(f"{k} {v:,}" for k, v in st.items()),
         (f"  PE utilisation   {100 * r.pe_utilization:.1f}% busy, "
-         f"{100 * r.mac_utilization:.1f}% of peak MACs ({r.macs:,} MACs)"),
+         f"{100 * r.mac_utilization:.1f}% of peak MACs ({_macs_text(r)})"),
         *([f"  roofline         {r.roofline_cycles:,.0f} cycles ({r.bound} bound: compute "
            f"{r.roofline.compute_cycles:,.0f}, DRAM {r.roofline.dram_cycles:,.0f}, SPM ports "
            f"{r.roofline.spm_port_cycles:,.0f}); achieved {r.fraction_of_roofline:.3f} of it"]

@@ -216,7 +216,8 @@ class SimResult:
 
     @property
     def mac_utilization(self) -> float:
-        """Useful MACs over the array's peak MACs in the elapsed cycles."""
+        """MACs the array issued (padding included) over its peak MACs in the elapsed cycles;
+        the useful MACs are the roofline's compute floor times the peak."""
         return self.macs / (self.peak_macs_per_cycle * self.cycles) if self.cycles else 0.0
 
     @property
