@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from dataflow.arch.spec import ArchSpec, SPMSpec
+from dataflow.arch.spec import ArchSpec
 from dataflow.dfg.domain import enumerate_domain
 from dataflow.dfg.graph import Node
 from dataflow.dfg.ops import Op
@@ -65,10 +65,6 @@ from dataflow.pe_array.semantics import (
     operands,
     stored_value,
 )
-from dataflow.spm.lines import StoreQueues, line_of_row, port_cycles
-
-#: Row index of an inactive lane in the row arrays (sorts before every real row).
-NO_ROW = -1
 
 
 @dataclass(frozen=True, eq=False)
@@ -154,16 +150,6 @@ class _TileAccesses:
     indirect: dict = field(default_factory=dict)  # (terms, index, stride) -> (words, lo, hi)
 
 
-def same_word_rank(words: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """rank[e, l]: how many earlier active lanes of access e hit the same word as lane l
-    (0 for the first). Lanes with equal rank can share one row access; see the module doc."""
-    rank = np.zeros(words.shape, dtype=np.int64)
-    for lane in range(1, words.shape[1]):
-        same = (words[:, :lane] == words[:, lane:lane + 1]) & mask[:, :lane]
-        rank[:, lane] = same.sum(axis=1)
-    return rank
-
-
 def _issue_times(km: KernelMapping) -> np.ndarray:
     """times[copy, node]: the cycle a node issues in its copy's schedule."""
     times = np.zeros((km.copies, len(km.kernel.nodes)), dtype=np.int64)
@@ -210,8 +196,8 @@ def _run_tile(ctx: _Kernel, ct: Counters, ti: int, tile: Tile,
         _count_busy_and_links(ctx, ct, w)
         for node, at, cyc in acc.rows:
             cyc = _cycles(ctx, w, node) if cyc is None else cyc
-            _count_rows(ctx, acc, node, at, cyc, ti, tile)
-        stall = _port_stalls(acc, ct, ctx.arch.spm, w.n_cycles)
+            fast_reads.count_rows(ctx, acc, node, at, cyc, ti, tile)
+        stall = fast_reads.port_stalls(acc, ct, ctx.arch.spm, w.n_cycles)
         if timing is not None:
             timing.remember(w, acc.pattern, _TileCounts.of(ct).minus(before), stall, ti)
     else:
@@ -510,87 +496,6 @@ def _group_maccs(ctx: _Kernel) -> None:
         if len(ids) > 1:
             for i in ids:
                 ctx.macc_groups[i] = tuple(ids)
-
-
-def _count_rows(ctx: _Kernel, acc: _TileAccesses, node: Node, at: _Lanes, cyc: np.ndarray,
-                ti: int, tile: Tile) -> None:
-    """Record the SPM row accesses of each access: its distinct rows among live lanes, and for
-    SCATTER_ACC one write access per rank of same-word lanes (see the module doc)."""
-    spm = ctx.arch.spm
-    sbase, wlo = spm_base(ctx.km, node.buffer, ti, tile)
-    width, m = at.width, at.mask
-    if node.op is not Op.SCATTER_ACC and abs(at.stride) * (width - 1) < spm.words_per_row:
-        _count_rows_narrow(acc, node, sbase - wlo + at.a0, at, cyc, spm)
-        return
-    addr = at.words()
-    srow = (sbase + (addr - wlo)) // spm.words_per_row
-    if node.op is Op.SCATTER_ACC:
-        srow = srow * width + same_word_rank(addr, m)
-    srow = np.where(m, srow, NO_ROW)
-    srow.sort(axis=1)
-    first = np.ones_like(srow, dtype=bool)
-    first[:, 1:] = srow[:, 1:] != srow[:, :-1]
-    first &= srow != NO_ROW
-    if node.op is Op.SCATTER_ACC:
-        srow = np.where(srow != NO_ROW, srow // width, NO_ROW)
-    ev, lane = np.nonzero(first)
-    if node.op.reads_spm:
-        acc.reads.append((cyc[ev], srow[ev, lane]))
-    if node.op.writes_spm:
-        acc.write_keys.append(cyc[ev] * spm.lines + line_of_row(srow[ev, lane], spm))
-
-
-def _count_rows_narrow(acc: _TileAccesses, node: Node, word0: np.ndarray, at: _Lanes,
-                       cyc: np.ndarray, spm: SPMSpec) -> None:
-    """`_count_rows` for an access whose lanes span less than a row (a scalar, or a vector of
-    stride s with |s| * (lanes - 1) < words_per_row): it touches the row of its first live
-    lane and, when it differs, the row of its last. Live lanes are always a prefix (lanes past
-    a loop's end, or past a span), so the last live lane is lane (live - 1). O(n), no sort."""
-    stride, m = at.stride, at.mask
-    if at.full:
-        live = np.full(len(word0), at.width, dtype=np.int64)
-    else:
-        live = m.sum(axis=1) if m.shape[1] > 1 else m[:, 0].astype(np.int64)
-    wpr = spm.words_per_row
-    first = word0 // wpr
-    last = (word0 + (live - 1) * stride) // wpr
-    some = live > 0
-    two = some & (last != first)
-    cyc_rows = np.concatenate((cyc[some], cyc[two]))
-    rows = np.concatenate((first[some], last[two]))
-    if node.op.reads_spm:
-        acc.reads.append((cyc_rows, rows))
-    if node.op.writes_spm:
-        acc.write_keys.append(cyc_rows * spm.lines + line_of_row(rows, spm))
-
-
-def _port_stalls(acc: _TileAccesses, ct: Counters, spm: SPMSpec, n_cycles: int) -> int:
-    """Stall cycles of the tile from its row accesses per (cycle, line); counts reads, writes
-    and conflict cycles per line into `ct`."""
-    size = n_cycles * spm.lines
-    rd = fast_reads._compiled_read_counts(acc.reads, spm, n_cycles)
-    if rd is None:
-        rd = np.bincount(fast_reads._read_keys(acc.reads, spm),
-                         minlength=size).reshape(n_cycles, spm.lines)
-    keys = np.concatenate(acc.write_keys) if acc.write_keys else np.zeros(0, np.int64)
-    wr = np.bincount(keys, minlength=size).reshape(n_cycles, spm.lines)
-    if spm.write_queue_depth:
-        sq = StoreQueues(spm)
-        stall = 0
-        for t in range(n_cycles):
-            s_t, extra = sq.cycle(rd[t], wr[t])
-            stall += s_t
-            ct.conflicts_line += extra
-        s_t, extra = sq.drain()
-        stall += s_t
-        ct.conflicts_line += extra
-    else:
-        need = port_cycles(rd, wr, spm) - 1
-        stall = int(need.max(axis=1).sum())
-        ct.conflicts_line += need.sum(axis=0)
-    ct.reads_line += rd.sum(axis=0)
-    ct.writes_line += wr.sum(axis=0)
-    return stall
 
 
 def _apply_writes(writes: list[_Writes], bufs: dict[str, np.ndarray]) -> None:

@@ -26,9 +26,8 @@ from dataflow.dfg.graph import vector_nodes
 from dataflow.dfg.ops import Op
 from dataflow.mapper.mapping import KernelMapping
 from dataflow.pe_array.common import lane_addresses, spm_base
+from dataflow.pe_array.fast_reads import NO_ROW, read_keys
 from dataflow.spm.lines import line_of_row, port_cycles
-
-NO_ROW = -1  # an inactive lane's row (sorts before every real row), as in the engine
 
 
 def timing_only(km: KernelMapping) -> bool:
@@ -127,16 +126,10 @@ def _rows(km, arch, nodes, how, dom, ti, tile, n, lanes, mask) -> np.ndarray:
 
 
 def _stalls(reads, writes, spm: SPMSpec, n_cycles: int) -> int:
-    """The engine's `_port_stalls` count (reads of one row in one cycle are one access)."""
+    """The engine's `fast_reads.port_stalls` count (reads of one row in one cycle are one
+    access, `read_keys`), without its per-line counters."""
     size = n_cycles * spm.lines
-    if reads:
-        cyc = np.concatenate([c for c, _ in reads])
-        row = np.concatenate([r for _, r in reads])
-        span = int(row.max()) + 1
-        keys = np.unique(cyc * span + row)
-        rkeys = (keys // span) * spm.lines + line_of_row(keys % span, spm)
-    else:
-        rkeys = np.zeros(0, np.int64)
+    rkeys = read_keys(reads, spm)
     if writes:
         wkeys = np.concatenate([c * spm.lines + line_of_row(r, spm) for c, r in writes])
     else:
