@@ -51,7 +51,7 @@ def applies(kernel: Kernel) -> bool:
     outer = kernel.loops[-2]
     if not outer.is_dense or outer.extent < 2:
         return False
-    return any(not m.addr.coef(outer.var) for ms in _groups(kernel, transform._users(kernel))
+    return any(not m.addr.coef(outer.var) for ms in _groups(kernel, transform.users_of(kernel))
                .values() for m in ms)
 
 
@@ -93,7 +93,7 @@ def block_partial_sums(kernel: Kernel, var: str, factor: int) -> Kernel:
     if factor == 1:
         return k1
     nodes = {n.id: n for n in k1.nodes}
-    users = transform._users(k1)
+    users = transform.users_of(k1)
     touched = {x for s, d, _ in k1.carried if s != d for x in (s, d)}
     dropped: set[int] = set()
     emit: dict[int, list[Node]] = {}  # last member's id -> the nodes that replace the group

@@ -39,7 +39,7 @@ def lane_select_sums(kernel: Kernel, lanes: int) -> Kernel:
     sums = [n for n in kernel.nodes if n.op is Op.VSUM]
     if not sums:
         raise DFGError(f"{where}: no lane sum")
-    users = transform._users(kernel)
+    users = transform.users_of(kernel)
     vec = vector_nodes(kernel)
     nodes = {n.id: n for n in kernel.nodes}
     next_id = max(nodes) + 1

@@ -29,7 +29,7 @@ import numpy as np
 
 from dataflow.dfg.graph import Addr, Kernel, Node, Program
 from dataflow.dfg.ops import Op
-from dataflow.dfg.transform import depends_on
+from dataflow.dfg.transform import depends_on, users_of
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,14 +42,6 @@ class _Shape:
     pos: str
     index: tuple[str, ...]
     values: tuple[str, ...]
-
-
-def _users(kernel: Kernel) -> dict[int, list[Node]]:
-    users: dict[int, list[Node]] = {n.id: [] for n in kernel.nodes}
-    for n in kernel.nodes:
-        for i in n.inputs:
-            users[i].append(n)
-    return users
 
 
 def shape(program: Program) -> _Shape | None:
@@ -67,7 +59,7 @@ def shape(program: Program) -> _Shape | None:
     if lp.is_dense or k.vector_var is None or any(
             s != d or not k.nodes[s].op.accumulates for s, d, _ in k.carried):
         return None
-    users, dep = _users(k), depends_on(k, lp.var)
+    users, dep = users_of(k), depends_on(k, lp.var)
     index, values = set(), set()
     for n in k.nodes:
         if n.addr is None or not n.addr.coef(lp.var):
@@ -75,7 +67,7 @@ def shape(program: Program) -> _Shape | None:
         if (n.op is not Op.LOAD or n.addr.terms != ((lp.var, 1),) or n.addr.const
                 or n.addr.span or n.buffer not in program.input_map or n.hold):
             return None
-        us = users[n.id]
+        us = [k.nodes[i] for i in users[n.id]]
         if us and all(u.op is Op.GATHER and u.lane is None for u in us):
             index.add(n.id)
         elif us and all(u.op in (Op.MUL, Op.MACC) and u.lane is None for u in us):

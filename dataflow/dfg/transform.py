@@ -30,7 +30,8 @@ from dataflow.dfg.graph import Addr, DFGError, Kernel, Loop, Node, Program, vect
 from dataflow.dfg.ops import Op
 
 
-def _users(kernel: Kernel) -> dict[int, list[int]]:
+def users_of(kernel: Kernel) -> dict[int, list[int]]:
+    """Each node's id -> the ids of the body nodes that take it as an input."""
     users: dict[int, list[int]] = {n.id: [] for n in kernel.nodes}
     for n in kernel.nodes:
         for i in n.inputs:
@@ -50,7 +51,7 @@ def _renumber(kernel: Kernel, nodes: list[Node], carried) -> Kernel:
 def fuse_multiply_accumulate(kernel: Kernel) -> Kernel:
     """Every `mul` used only by an `acc` merges into it: one `macc` with the mul's inputs (and
     selected lane) at the acc's buffer and address. The acc's register recurrence stays."""
-    users = _users(kernel)
+    users = users_of(kernel)
     carried_nodes = {s for s, _, _ in kernel.carried} | {d for _, d, _ in kernel.carried}
     fused: dict[int, Node] = {}  # acc id -> its macc
     dropped: set[int] = set()
@@ -133,7 +134,7 @@ def vectorise_lanes(kernel: Kernel, width: int) -> Kernel:
     (base and every coefficient multiples of `width`, so the group is one aligned row), each
     used only as an operand of mul or macc, become one row load (`Addr.span = width`); every
     user takes its lane of it as input 0 (`Node.lane`; mul and macc commute)."""
-    users = _users(kernel)
+    users = users_of(kernel)
     groups: dict[tuple, dict[int, Node]] = {}
     for n in kernel.nodes:
         if n.op is not Op.LOAD or n.addr.span or n.addr.index_stride or \
@@ -427,7 +428,7 @@ def block_lane_sums(kernel: Kernel, var: str, factor: int, tree: bool = False) -
     if factor == 1:
         return k1
     nodes = {n.id: n for n in k1.nodes}
-    users = _users(k1)
+    users = users_of(k1)
     groups: dict[tuple, list[Node]] = {}
     for n in k1.nodes:
         if n.op is Op.ACC and nodes[n.inputs[0]].op is Op.VSUM:
