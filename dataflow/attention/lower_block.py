@@ -330,7 +330,8 @@ def normalised_pv_kernel(m: int, n: int, dv: int, bh: int, kpos: np.ndarray) -> 
 HELD_ALIGN = 128
 
 
-def _align(words: int) -> int:
+def held_align(words: int) -> int:
+    """`words` rounded up to a held buffer's alignment (`HELD_ALIGN`)."""
     return -(-words // HELD_ALIGN) * HELD_ALIGN
 
 
@@ -344,15 +345,15 @@ def held_layout(m: int, bh: int, blocks: int,
     0 too (below St, where E and the sums go once it is dead), St and the row maxima above
     the larger of the two, so no kernel leaves a gap under its held words."""
     st = blocks * bh * bh
-    out = {"E": (st, 0), "rowsum": (m, _align(st))}
+    out = {"E": (st, 0), "rowsum": (m, held_align(st))}
     if q_words is not None:
         out["Q_p"] = (q_words, 0)
-        base = _align(max(q_words, _align(st) + m))
+        base = held_align(max(q_words, held_align(st) + m))
         out["St"] = (st, base)
-        out["rowmax"] = (m, _align(base + st))
+        out["rowmax"] = (m, held_align(base + st))
         return out
-    out["rowmax"] = (m, _align(_align(st) + m))
-    out["St"] = (st, _align(_align(_align(st) + m) + m))
+    out["rowmax"] = (m, held_align(held_align(st) + m))
+    out["St"] = (st, held_align(held_align(held_align(st) + m) + m))
     return out
 
 
@@ -362,7 +363,7 @@ def held_words(m: int, bh: int, blocks: int, q_words: int | None = None) -> int:
     return max(base + size for size, base in lay.values())
 
 
-def _hand_over(kernel: Kernel, layout: dict[str, tuple[int, int]]) -> Kernel:
+def hold_on_chip(kernel: Kernel, layout: dict[str, tuple[int, int]]) -> Kernel:
     """The kernel with its buffers of `layout` held on chip at their words."""
     bufs = tuple(dataclasses.replace(b, fetch="on_chip", spm_base=layout[b.name][1])
                  if b.name in layout else b for b in kernel.buffers)
@@ -454,9 +455,9 @@ def lower_attention_block(q: np.ndarray, k: np.ndarray, v: np.ndarray, pos: np.n
             kernels = tuple(
                 dataclasses.replace(kr, buffers=(*kr.buffers, Buffer("St", blocks * bh * bh)))
                 if kr.name.startswith("softmax_max_") else kr for kr in kernels)
-        kernels = tuple(_hand_over(kr, layout) for kr in kernels)
+        kernels = tuple(hold_on_chip(kr, layout) for kr in kernels)
         if accmax:
-            kernels = _early_v(kernels, n * dv, _align(held_words(m, bh, blocks)))
+            kernels = _early_v(kernels, n * dv, held_align(held_words(m, bh, blocks)))
         else:  # Q_p is loaded whole ("keep") under St; no later kernel reads it
             kernels = tuple(dataclasses.replace(kr, buffers=tuple(
                 dataclasses.replace(b, fetch="keep") if b.name == "Q_p" else b

@@ -21,10 +21,9 @@ nothing and runs as one tile, so the DMA loads the spmm's V during it.
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
+from dataflow.attention.lower_block import held_align, hold_on_chip
 from dataflow.dfg.graph import Addr, Buffer, Kernel, Loop, Node
 from dataflow.dfg.ops import Op
 
@@ -85,21 +84,13 @@ def row_softmax_kernel(m: int, width: int, scale: float) -> Kernel:
                   buffers=(Buffer("S", m * width), Buffer("P", m * width, "output")))
 
 
-#: SPM words a held buffer's base is aligned to (as `lower_block.HELD_ALIGN`)
-ALIGN = 128
-
-
-def _align(words: int) -> int:
-    return -(-words // ALIGN) * ALIGN
-
-
 def held_layout(m: int, entries: int) -> dict[str, tuple[int, int]]:
     """(size, spm_base) of the buffers handed from kernel to kernel in the SPM: the scores S
     (sddmm -> softmax), then the probabilities P (softmax -> spmm)."""
     out, base = {}, 0
     for name, size in (("S", entries), ("P", entries)):
         out[name] = (size, base)
-        base = _align(base + size)
+        base = held_align(base + size)
     return out
 
 
@@ -113,9 +104,7 @@ def hand_over(kernels: tuple[Kernel, ...], m: int, entries: int) -> tuple[Kernel
     kernel streams them, so the softmax streams nothing and runs as one tile, and the DMA
     loads the spmm's V during it (`mapper.tiling.tile_and_allocate`, `pe_array.system`)."""
     lay = held_layout(m, entries)
-    return tuple(dataclasses.replace(kr, buffers=tuple(
-        dataclasses.replace(b, fetch="on_chip", spm_base=lay[b.name][1]) if b.name in lay
-        else b for b in kr.buffers)) for kr in kernels)
+    return tuple(hold_on_chip(kr, lay) for kr in kernels)
 
 
 __all__ = ["MAX_ROW_WIDTH", "hand_over", "held_layout", "held_words", "row_softmax_kernel",
