@@ -36,14 +36,8 @@ def _partial_row_candidates(kernel: Kernel, arch: ArchSpec) -> list:
         return []
     outer, lanes = kernel.loops[-2], arch.pe_array.simd_lanes
     sched = KernelSchedule(sum_blocks=outer.extent, sum_tree=True, hold=lanes,
-                                   late_sources=True)
-    try:
-        body = apply_kernel_schedule(kernel, sched)
-    except DFGError:
-        return []
-    if not any(n.hold for n in body.nodes) or len(body.nodes) > slots:
-        return []
-    return [sched, *(dataclasses.replace(sched, copies=c) for c in PARTIAL_ROW_COPIES)]
+                           late_sources=True)
+    return _held_with_copies(kernel, sched, slots)
 
 
 def lane_select_candidates(kernel: Kernel, arch: ArchSpec) -> list:
@@ -66,14 +60,19 @@ def lane_select_candidates(kernel: Kernel, arch: ArchSpec) -> list:
     slots = arch.pe_array.num_pes * arch.pe_array.issue_width
     if not outer.is_dense or outer.extent < 2 or 3 * outer.extent > slots:
         return []
-    sched = KernelSchedule(reduce_lanes=base, sum_blocks=outer.extent,
-                                   sum_tree=True, hold=lanes, late_sources=True,
-                                   lane_select=True)
+    sched = KernelSchedule(reduce_lanes=base, sum_blocks=outer.extent, sum_tree=True,
+                           hold=lanes, late_sources=True, lane_select=True)
+    return _held_with_copies(kernel, sched, slots)
+
+
+def _held_with_copies(kernel: Kernel, sched: KernelSchedule, slots: int) -> list:
+    """`sched` and its twins at `PARTIAL_ROW_COPIES` copies, where it applies to `kernel`,
+    leaves a load held and its body fits the PEs' `slots` issue slots; [] otherwise."""
     try:
-        blocked = apply_kernel_schedule(kernel, sched)
+        body = apply_kernel_schedule(kernel, sched)
     except DFGError:
         return []
-    if not any(n.hold for n in blocked.nodes) or len(blocked.nodes) > slots:
+    if not any(n.hold for n in body.nodes) or len(body.nodes) > slots:
         return []
     return [sched, *(dataclasses.replace(sched, copies=c) for c in PARTIAL_ROW_COPIES)]
 
